@@ -1,0 +1,577 @@
+//! The typed configuration. Field docs are the configuration reference; README.md's
+//! table is checked against [`KEYS`] by a test so the two cannot drift.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::secret::Secrets;
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// This deployment's id, written into every container label `termgate.instance`.
+    /// Two deployments on one Docker daemon must use different ids.
+    #[serde(default = "defaults::instance")]
+    pub instance: String,
+    /// Token verification and the session cookie.
+    pub auth: AuthConfig,
+    /// The public gateway.
+    #[serde(default)]
+    pub gateway: GatewayConfig,
+    /// The control service.
+    #[serde(default)]
+    pub control: ControlConfig,
+    /// The ttyd pool.
+    #[serde(default)]
+    pub ttyd: TtydConfig,
+    /// The sled store.
+    #[serde(default)]
+    pub store: StoreConfig,
+    /// Session quotas.
+    #[serde(default)]
+    pub quota: QuotaConfig,
+    /// Session profiles by name.
+    #[serde(default)]
+    pub profiles: BTreeMap<String, Profile>,
+    /// Directory relative paths are resolved against (the config file's directory).
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+    /// Secrets loaded from the files named above (filled in by `load`).
+    #[serde(skip)]
+    pub secrets: Option<Secrets>,
+}
+
+/// `[auth]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Required `iss` claim.
+    #[serde(default)]
+    pub issuer: Option<String>,
+    /// Required member of the `aud` claim.
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// Clock skew tolerated on `exp` and `nbf`, seconds.
+    #[serde(default = "defaults::leeway")]
+    pub leeway_seconds: u64,
+    /// Role in the `roles` claim that grants admin.
+    #[serde(default = "defaults::admin_role")]
+    pub admin_role: String,
+    /// File holding the HS256 secret (at least 32 bytes). One of this, `public_keys`
+    /// or `jwks_file`.
+    #[serde(default)]
+    pub hs256_secret_file: Option<PathBuf>,
+    /// PEM public keys (RS256, ES256, EdDSA).
+    #[serde(default)]
+    pub public_keys: Vec<PublicKeyConfig>,
+    /// A JWKS document; keys are chosen by `kid`.
+    #[serde(default)]
+    pub jwks_file: Option<PathBuf>,
+    /// PEM private key for `termgate-control token` when verification uses public keys.
+    #[serde(default)]
+    pub signing_key_file: Option<PathBuf>,
+    /// `kid` written into tokens signed with `signing_key_file`.
+    #[serde(default)]
+    pub signing_key_id: Option<String>,
+    /// Name of the session cookie.
+    #[serde(default = "defaults::cookie_name")]
+    pub cookie_name: String,
+    /// Lifetime of tokens printed by `termgate-control token`, seconds.
+    #[serde(default = "defaults::token_ttl")]
+    pub token_ttl_seconds: u64,
+}
+
+/// One `[[auth.public_keys]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublicKeyConfig {
+    /// PEM file.
+    pub file: PathBuf,
+    /// Key id tokens name in their header.
+    #[serde(default)]
+    pub kid: Option<String>,
+}
+
+/// `[gateway]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Public listener, `host:port`.
+    #[serde(default = "defaults::gateway_listen")]
+    pub listen: String,
+    /// TLS certificate chain (PEM); with `tls_key_file`, the listener speaks TLS.
+    #[serde(default)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[serde(default)]
+    pub tls_key_file: Option<PathBuf>,
+    /// Admin listener (`/metrics`, `/healthz`, `/readyz`).
+    #[serde(default = "defaults::gateway_admin_listen")]
+    pub admin_listen: String,
+    /// Origins allowed to open terminals. Empty: the listener's own origin (and its
+    /// `localhost` spelling when it listens on loopback).
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    /// Base URL of control's internal API.
+    #[serde(default = "defaults::control_url")]
+    pub control_url: String,
+    /// Bound on every call to control, milliseconds.
+    #[serde(default = "defaults::control_timeout_ms")]
+    pub control_timeout_ms: u64,
+    /// ttyd upstreams as `host:port`; empty means the unix socket `ttyd.socket`.
+    #[serde(default)]
+    pub ttyd_upstreams: Vec<String>,
+    /// Open terminals one user may hold.
+    #[serde(default = "defaults::terminals_per_user")]
+    pub max_terminals_per_user: u32,
+    /// Open terminals one session may have.
+    #[serde(default = "defaults::terminals_per_session")]
+    pub max_terminals_per_session: u32,
+    /// Close a live terminal when its token expires.
+    #[serde(default = "defaults::yes")]
+    pub close_on_token_expiry: bool,
+    /// Grace on SIGTERM before open terminals are closed, seconds.
+    #[serde(default = "defaults::drain_seconds")]
+    pub drain_seconds: u64,
+    /// Largest accepted request header block, bytes.
+    #[serde(default = "defaults::header_bytes")]
+    pub max_request_header_bytes: usize,
+    /// Largest accepted request body on `/api` and `/auth`, bytes.
+    #[serde(default = "defaults::body_bytes")]
+    pub max_body_bytes: usize,
+    /// Failed authentications allowed per client address per minute.
+    #[serde(default = "defaults::auth_failures")]
+    pub auth_failures_per_minute: u32,
+    /// How long an unknown session id is remembered as unknown, milliseconds.
+    #[serde(default = "defaults::negative_cache_ms")]
+    pub negative_cache_ms: u64,
+}
+
+/// `[control]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlConfig {
+    /// Internal API listener, `host:port`.
+    #[serde(default = "defaults::control_listen")]
+    pub listen: String,
+    /// Admin listener (`/metrics`).
+    #[serde(default = "defaults::control_admin_listen")]
+    pub admin_listen: String,
+    /// Docker endpoint (`unix:///var/run/docker.sock`); unset: `DOCKER_HOST` or the default socket.
+    #[serde(default)]
+    pub docker_host: Option<String>,
+    /// Bound on every Docker call, seconds.
+    #[serde(default = "defaults::docker_timeout")]
+    pub docker_timeout_seconds: u64,
+    /// File holding the token gateways present to the route feed.
+    #[serde(default)]
+    pub service_token_file: Option<PathBuf>,
+    /// Largest accepted request body, bytes.
+    #[serde(default = "defaults::body_bytes")]
+    pub max_body_bytes: usize,
+    /// Full reconcile pass interval, seconds.
+    #[serde(default = "defaults::reconcile_interval")]
+    pub reconcile_interval_seconds: u64,
+    /// Age after which a labelled container without a record is removed, seconds.
+    #[serde(default = "defaults::orphan_grace")]
+    pub orphan_grace_seconds: u64,
+    /// Age after which a `creating` record with no container is `failed`, seconds.
+    #[serde(default = "defaults::creating_grace")]
+    pub creating_grace_seconds: u64,
+    /// Seconds Docker waits after SIGTERM before SIGKILL when a session ends.
+    #[serde(default = "defaults::stop_timeout")]
+    pub stop_timeout_seconds: u64,
+    /// Pause between the two resizes of a redraw nudge, milliseconds.
+    #[serde(default = "defaults::redraw_pause_ms")]
+    pub redraw_pause_ms: u64,
+    /// Ended sessions kept in history per user.
+    #[serde(default = "defaults::history_per_user")]
+    pub history_per_user: usize,
+}
+
+/// `[ttyd]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TtydConfig {
+    /// The ttyd executable.
+    #[serde(default = "defaults::ttyd_binary")]
+    pub binary: PathBuf,
+    /// Unix socket ttyd listens on (single host). Its directory must be reachable only
+    /// by the gateway's user.
+    #[serde(default = "defaults::ttyd_socket")]
+    pub socket: PathBuf,
+    /// The docker CLI ttyd runs (`docker attach`).
+    #[serde(default = "defaults::docker_cli")]
+    pub docker_cli: PathBuf,
+}
+
+/// `[store]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// sled directory.
+    #[serde(default = "defaults::store_path")]
+    pub path: PathBuf,
+    /// Route changes kept for the feed; older pollers get a full snapshot.
+    #[serde(default = "defaults::change_log")]
+    pub change_log_len: usize,
+}
+
+/// `[quota]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaConfig {
+    /// Sessions one user may hold at once.
+    #[serde(default = "defaults::per_user")]
+    pub per_user: u32,
+    /// Sessions the deployment may hold at once.
+    #[serde(default = "defaults::global")]
+    pub global: u32,
+}
+
+/// `[profiles.<name>]`: what a session container is made from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Shown to users.
+    #[serde(default)]
+    pub description: String,
+    /// Image (must exist locally or be pullable by the daemon).
+    pub image: String,
+    /// Command; empty: the image's own.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Non-root user, `uid[:gid]`.
+    #[serde(default = "defaults::user")]
+    pub user: String,
+    /// Fixed environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// `none`, or the name of an isolated network. Never the network gateway, control
+    /// and ttyd share.
+    #[serde(default = "defaults::network")]
+    pub network: String,
+    /// Memory limit (no swap), MiB.
+    #[serde(default = "defaults::memory_mb")]
+    pub memory_mb: u64,
+    /// Process limit.
+    #[serde(default = "defaults::pids_limit")]
+    pub pids_limit: i64,
+    /// CPU limit, in CPUs.
+    #[serde(default = "defaults::cpus")]
+    pub cpus: f64,
+    /// Size of the `/tmp` tmpfs, MiB.
+    #[serde(default = "defaults::tmp_mb")]
+    pub tmp_size_mb: u64,
+    /// Mount point of the user's persistent home volume; unset: no home volume.
+    #[serde(default)]
+    pub home: Option<String>,
+    /// Extra mounts.
+    #[serde(default)]
+    pub mounts: Vec<MountConfig>,
+    /// Options the user may choose, each from enumerated values, passed as environment.
+    #[serde(default)]
+    pub options: BTreeMap<String, OptionConfig>,
+    /// Refused unless true (red line `readonly_rootfs`); present so the refusal names it.
+    #[serde(default = "defaults::yes")]
+    pub readonly_rootfs: bool,
+    /// Refused if true (red line `not_privileged`).
+    #[serde(default)]
+    pub privileged: bool,
+    /// Refused if not empty (red line `cap_drop_all`).
+    #[serde(default)]
+    pub cap_add: Vec<String>,
+    /// Extra security options; `no-new-privileges:true` is always added, and the
+    /// unconfined ones are refused.
+    #[serde(default)]
+    pub security_opt: Vec<String>,
+    /// Refused if not empty (red line `no_devices`).
+    #[serde(default)]
+    pub devices: Vec<String>,
+    /// Refused if `host` (red line `no_host_namespaces`), like `ipc_mode`,
+    /// `userns_mode` and `uts_mode`.
+    #[serde(default)]
+    pub pid_mode: Option<String>,
+    /// See `pid_mode`.
+    #[serde(default)]
+    pub ipc_mode: Option<String>,
+    /// See `pid_mode`.
+    #[serde(default)]
+    pub userns_mode: Option<String>,
+    /// See `pid_mode`.
+    #[serde(default)]
+    pub uts_mode: Option<String>,
+}
+
+/// One `[[profiles.<name>.mounts]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MountConfig {
+    /// `bind` (a host path; a missing one is an error) or `volume` (an existing named
+    /// volume that termgate borrows and never removes).
+    #[serde(default = "defaults::mount_kind")]
+    pub kind: String,
+    /// Host path as control sees it (checked to exist), or the volume name.
+    pub source: String,
+    /// Host path as dockerd sees it, when control runs in a container; default `source`.
+    #[serde(default)]
+    pub host_source: Option<String>,
+    /// Path inside the session container.
+    pub target: String,
+    /// Mounted read-only.
+    #[serde(default = "defaults::yes")]
+    pub read_only: bool,
+}
+
+/// One `[profiles.<name>.options.<option>]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptionConfig {
+    /// Shown to users.
+    #[serde(default)]
+    pub description: String,
+    /// Environment variable the chosen value is passed in.
+    pub env: String,
+    /// The values a user may choose.
+    pub values: Vec<String>,
+    /// Value used when the user chooses none; must be one of `values`.
+    pub default: String,
+}
+
+impl Config {
+    /// Resolves a configured path against the config file's directory.
+    pub fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base_dir.join(p)
+        }
+    }
+
+    /// The loaded secrets. Present on every `Config` returned by `load`.
+    pub fn secrets(&self) -> &Secrets {
+        self.secrets
+            .as_ref()
+            .expect("Config values are only handed out by load, which fills in secrets")
+    }
+}
+
+/// Every key of the configuration, with its default as written in TOML (empty when
+/// it has none). README.md's reference table is checked against this list.
+pub const KEYS: &[(&str, &str)] = &[
+    ("instance", "\"termgate\""),
+    ("auth.issuer", ""),
+    ("auth.audience", ""),
+    ("auth.leeway_seconds", "30"),
+    ("auth.admin_role", "\"admin\""),
+    ("auth.hs256_secret_file", ""),
+    ("auth.public_keys", "[]"),
+    ("auth.jwks_file", ""),
+    ("auth.signing_key_file", ""),
+    ("auth.signing_key_id", ""),
+    ("auth.cookie_name", "\"termgate_session\""),
+    ("auth.token_ttl_seconds", "3600"),
+    ("gateway.listen", "\"127.0.0.1:8080\""),
+    ("gateway.tls_cert_file", ""),
+    ("gateway.tls_key_file", ""),
+    ("gateway.admin_listen", "\"127.0.0.1:9080\""),
+    ("gateway.allowed_origins", "[]"),
+    ("gateway.control_url", "\"http://127.0.0.1:7070\""),
+    ("gateway.control_timeout_ms", "2000"),
+    ("gateway.ttyd_upstreams", "[]"),
+    ("gateway.max_terminals_per_user", "8"),
+    ("gateway.max_terminals_per_session", "4"),
+    ("gateway.close_on_token_expiry", "true"),
+    ("gateway.drain_seconds", "10"),
+    ("gateway.max_request_header_bytes", "16384"),
+    ("gateway.max_body_bytes", "65536"),
+    ("gateway.auth_failures_per_minute", "30"),
+    ("gateway.negative_cache_ms", "2000"),
+    ("control.listen", "\"127.0.0.1:7070\""),
+    ("control.admin_listen", "\"127.0.0.1:9070\""),
+    ("control.docker_host", ""),
+    ("control.docker_timeout_seconds", "10"),
+    ("control.service_token_file", ""),
+    ("control.max_body_bytes", "65536"),
+    ("control.reconcile_interval_seconds", "30"),
+    ("control.orphan_grace_seconds", "60"),
+    ("control.creating_grace_seconds", "120"),
+    ("control.stop_timeout_seconds", "5"),
+    ("control.redraw_pause_ms", "150"),
+    ("control.history_per_user", "200"),
+    ("ttyd.binary", "\"ttyd\""),
+    ("ttyd.socket", "\"ttyd/ttyd.sock\""),
+    ("ttyd.docker_cli", "\"docker\""),
+    ("store.path", "\"store\""),
+    ("store.change_log_len", "1024"),
+    ("quota.per_user", "3"),
+    ("quota.global", "50"),
+    ("profiles.<name>.description", "\"\""),
+    ("profiles.<name>.image", ""),
+    ("profiles.<name>.command", "[]"),
+    ("profiles.<name>.user", "\"1000:1000\""),
+    ("profiles.<name>.env", "{}"),
+    ("profiles.<name>.network", "\"none\""),
+    ("profiles.<name>.memory_mb", "512"),
+    ("profiles.<name>.pids_limit", "256"),
+    ("profiles.<name>.cpus", "1.0"),
+    ("profiles.<name>.tmp_size_mb", "64"),
+    ("profiles.<name>.home", ""),
+    ("profiles.<name>.mounts", "[]"),
+    ("profiles.<name>.options", "{}"),
+    ("profiles.<name>.readonly_rootfs", "true"),
+    ("profiles.<name>.privileged", "false"),
+    ("profiles.<name>.cap_add", "[]"),
+    ("profiles.<name>.security_opt", "[]"),
+    ("profiles.<name>.devices", "[]"),
+    ("profiles.<name>.pid_mode", ""),
+    ("profiles.<name>.ipc_mode", ""),
+    ("profiles.<name>.userns_mode", ""),
+    ("profiles.<name>.uts_mode", ""),
+];
+
+mod defaults {
+    use std::path::PathBuf;
+
+    pub fn instance() -> String {
+        "termgate".into()
+    }
+    pub fn leeway() -> u64 {
+        30
+    }
+    pub fn admin_role() -> String {
+        "admin".into()
+    }
+    pub fn cookie_name() -> String {
+        "termgate_session".into()
+    }
+    pub fn token_ttl() -> u64 {
+        3600
+    }
+    pub fn gateway_listen() -> String {
+        "127.0.0.1:8080".into()
+    }
+    pub fn gateway_admin_listen() -> String {
+        "127.0.0.1:9080".into()
+    }
+    pub fn control_url() -> String {
+        "http://127.0.0.1:7070".into()
+    }
+    pub fn control_timeout_ms() -> u64 {
+        2000
+    }
+    pub fn terminals_per_user() -> u32 {
+        8
+    }
+    pub fn terminals_per_session() -> u32 {
+        4
+    }
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn drain_seconds() -> u64 {
+        10
+    }
+    pub fn header_bytes() -> usize {
+        16 * 1024
+    }
+    pub fn body_bytes() -> usize {
+        64 * 1024
+    }
+    pub fn auth_failures() -> u32 {
+        30
+    }
+    pub fn negative_cache_ms() -> u64 {
+        2000
+    }
+    pub fn control_listen() -> String {
+        "127.0.0.1:7070".into()
+    }
+    pub fn control_admin_listen() -> String {
+        "127.0.0.1:9070".into()
+    }
+    pub fn docker_timeout() -> u64 {
+        10
+    }
+    pub fn reconcile_interval() -> u64 {
+        30
+    }
+    pub fn orphan_grace() -> u64 {
+        60
+    }
+    pub fn creating_grace() -> u64 {
+        120
+    }
+    pub fn stop_timeout() -> u64 {
+        5
+    }
+    pub fn redraw_pause_ms() -> u64 {
+        150
+    }
+    pub fn history_per_user() -> usize {
+        200
+    }
+    pub fn ttyd_binary() -> PathBuf {
+        "ttyd".into()
+    }
+    pub fn ttyd_socket() -> PathBuf {
+        "ttyd/ttyd.sock".into()
+    }
+    pub fn docker_cli() -> PathBuf {
+        "docker".into()
+    }
+    pub fn store_path() -> PathBuf {
+        "store".into()
+    }
+    pub fn change_log() -> usize {
+        1024
+    }
+    pub fn per_user() -> u32 {
+        3
+    }
+    pub fn global() -> u32 {
+        50
+    }
+    pub fn user() -> String {
+        "1000:1000".into()
+    }
+    pub fn network() -> String {
+        "none".into()
+    }
+    pub fn memory_mb() -> u64 {
+        512
+    }
+    pub fn pids_limit() -> i64 {
+        256
+    }
+    pub fn cpus() -> f64 {
+        1.0
+    }
+    pub fn tmp_mb() -> u64 {
+        64
+    }
+    pub fn mount_kind() -> String {
+        "bind".into()
+    }
+}
+
+macro_rules! impl_default_from_empty_table {
+    ($($t:ty),*) => {$(
+        impl Default for $t {
+            fn default() -> Self {
+                // Every field has a serde default, so an empty table is the default.
+                toml::from_str("").expect("all fields have defaults")
+            }
+        }
+    )*};
+}
+impl_default_from_empty_table!(
+    GatewayConfig,
+    ControlConfig,
+    TtydConfig,
+    StoreConfig,
+    QuotaConfig
+);

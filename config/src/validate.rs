@@ -1,0 +1,587 @@
+//! Semantic checks after deserialisation; every problem names its key.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use policy::sandbox::{self, ContainerSpec, MountKind, MountSpec};
+use policy::{KeyMaterial, Origin, PemKey, Signer, Verifier, VerifierSettings};
+
+use crate::error::ConfigError;
+use crate::model::{Config, Profile};
+use crate::secret::{Secret, Secrets};
+
+/// Smallest accepted service token, bytes.
+const MIN_SERVICE_TOKEN_BYTES: usize = 16;
+
+pub(crate) fn validate(c: &mut Config, errors: &mut Vec<ConfigError>) {
+    let mut err = |key: &str, msg: String| errors.push(ConfigError::new(key, msg));
+
+    if !is_name(&c.instance, 32) {
+        err(
+            "instance",
+            "must be 1-32 characters of a-z, 0-9 and -, starting with a letter or digit".into(),
+        );
+    }
+
+    // [auth]
+    let a = &c.auth;
+    if a.leeway_seconds > 300 {
+        err("auth.leeway_seconds", "must be at most 300".into());
+    }
+    if a.admin_role.is_empty() {
+        err("auth.admin_role", "must not be empty".into());
+    }
+    if a.cookie_name.is_empty()
+        || !a
+            .cookie_name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        err(
+            "auth.cookie_name",
+            "must be 1 or more characters of A-Z a-z 0-9 _ -".into(),
+        );
+    }
+    if a.token_ttl_seconds == 0 {
+        err("auth.token_ttl_seconds", "must be positive".into());
+    }
+    let sources = [
+        a.hs256_secret_file.is_some(),
+        !a.public_keys.is_empty(),
+        a.jwks_file.is_some(),
+    ];
+    let verification = match sources.iter().filter(|s| **s).count() {
+        0 => {
+            err(
+                "auth",
+                "set exactly one of hs256_secret_file, public_keys or jwks_file".into(),
+            );
+            None
+        }
+        1 => read_key_material(c, &mut err),
+        _ => {
+            err(
+                "auth",
+                "hs256_secret_file, public_keys and jwks_file are exclusive; set exactly one"
+                    .into(),
+            );
+            None
+        }
+    };
+    if let Some(material) = &verification {
+        let key = match material {
+            KeyMaterial::Hs256Secret(_) => "auth.hs256_secret_file",
+            KeyMaterial::PemPublicKeys(_) => "auth.public_keys",
+            KeyMaterial::Jwks(_) => "auth.jwks_file",
+        };
+        if let Err(e) = Verifier::new(material, verifier_settings(c)) {
+            err(key, e.to_string());
+        }
+    }
+    let signing = match (&verification, &c.auth.signing_key_file) {
+        (_, Some(file)) => {
+            read_secret(c, file, "auth.signing_key_file", &mut err).and_then(|pem| {
+                match Signer::from_private_pem(pem.expose(), c.auth.signing_key_id.clone()) {
+                    Ok(_) => Some(pem),
+                    Err(e) => {
+                        err("auth.signing_key_file", e.to_string());
+                        None
+                    }
+                }
+            })
+        }
+        (Some(KeyMaterial::Hs256Secret(s)), None) => Some(Secret::new(s.clone())),
+        _ => None,
+    };
+
+    // [gateway]
+    let g = &c.gateway;
+    check_addr("gateway.listen", &g.listen, &mut err);
+    check_addr("gateway.admin_listen", &g.admin_listen, &mut err);
+    match (&g.tls_cert_file, &g.tls_key_file) {
+        (Some(cert), Some(key)) => {
+            check_readable(c, cert, "gateway.tls_cert_file", &mut err);
+            check_readable(c, key, "gateway.tls_key_file", &mut err);
+        }
+        (None, None) => {}
+        (Some(_), None) => err(
+            "gateway.tls_key_file",
+            "required when tls_cert_file is set".into(),
+        ),
+        (None, Some(_)) => err(
+            "gateway.tls_cert_file",
+            "required when tls_key_file is set".into(),
+        ),
+    }
+    for (i, o) in g.allowed_origins.iter().enumerate() {
+        if let Err(e) = Origin::parse(o) {
+            err(
+                &format!("gateway.allowed_origins[{i}]"),
+                format!("{o:?}: {e}"),
+            );
+        }
+    }
+    match g.control_url.strip_prefix("http://") {
+        Some(hostport) if !hostport.is_empty() && !hostport.contains('/') => {}
+        _ => err(
+            "gateway.control_url",
+            "must be http://host:port with no path".into(),
+        ),
+    }
+    for (i, u) in g.ttyd_upstreams.iter().enumerate() {
+        check_addr(&format!("gateway.ttyd_upstreams[{i}]"), u, &mut err);
+    }
+    positive("gateway.control_timeout_ms", g.control_timeout_ms, &mut err);
+    positive(
+        "gateway.max_terminals_per_user",
+        g.max_terminals_per_user.into(),
+        &mut err,
+    );
+    positive(
+        "gateway.max_terminals_per_session",
+        g.max_terminals_per_session.into(),
+        &mut err,
+    );
+    within(
+        "gateway.max_request_header_bytes",
+        g.max_request_header_bytes,
+        1024,
+        1 << 20,
+        &mut err,
+    );
+    within(
+        "gateway.max_body_bytes",
+        g.max_body_bytes,
+        1024,
+        16 << 20,
+        &mut err,
+    );
+    positive(
+        "gateway.auth_failures_per_minute",
+        g.auth_failures_per_minute.into(),
+        &mut err,
+    );
+
+    // [control]
+    let k = &c.control;
+    check_addr("control.listen", &k.listen, &mut err);
+    check_addr("control.admin_listen", &k.admin_listen, &mut err);
+    if let Some(h) = &k.docker_host {
+        if !(h.starts_with("unix://") || h.starts_with("tcp://") || h.starts_with("http://")) {
+            err(
+                "control.docker_host",
+                "must start with unix://, tcp:// or http://".into(),
+            );
+        }
+    }
+    positive(
+        "control.docker_timeout_seconds",
+        k.docker_timeout_seconds,
+        &mut err,
+    );
+    within(
+        "control.max_body_bytes",
+        k.max_body_bytes,
+        1024,
+        16 << 20,
+        &mut err,
+    );
+    positive(
+        "control.reconcile_interval_seconds",
+        k.reconcile_interval_seconds,
+        &mut err,
+    );
+    positive(
+        "control.history_per_user",
+        k.history_per_user as u64,
+        &mut err,
+    );
+    let service_token = k.service_token_file.as_ref().and_then(|f| {
+        let t = read_secret(c, f, "control.service_token_file", &mut err)?;
+        if t.expose().len() < MIN_SERVICE_TOKEN_BYTES {
+            err(
+                "control.service_token_file",
+                format!("token must be at least {MIN_SERVICE_TOKEN_BYTES} bytes"),
+            );
+            return None;
+        }
+        Some(t)
+    });
+
+    // [store], [quota]
+    if c.store.path.as_os_str().is_empty() {
+        err("store.path", "must not be empty".into());
+    }
+    within(
+        "store.change_log_len",
+        c.store.change_log_len,
+        16,
+        1 << 20,
+        &mut err,
+    );
+    positive("quota.per_user", c.quota.per_user.into(), &mut err);
+    positive("quota.global", c.quota.global.into(), &mut err);
+
+    // [profiles]
+    if c.profiles.is_empty() {
+        err("profiles", "at least one profile is required".into());
+    }
+    for (name, p) in &c.profiles {
+        validate_profile(name, p, &mut err);
+    }
+
+    if let Some(verification) = verification {
+        c.secrets = Some(Secrets {
+            verification,
+            signing,
+            service_token,
+        });
+    }
+}
+
+/// The verifier settings `[auth]` describes.
+pub(crate) fn verifier_settings(c: &Config) -> VerifierSettings {
+    VerifierSettings {
+        issuer: c.auth.issuer.clone(),
+        audience: c.auth.audience.clone(),
+        leeway_secs: c.auth.leeway_seconds,
+        admin_role: c.auth.admin_role.clone(),
+    }
+}
+
+fn validate_profile(name: &str, p: &Profile, err: &mut impl FnMut(&str, String)) {
+    let key = format!("profiles.{name}");
+    if !is_name(name, 32) {
+        err(
+            &key,
+            "profile names are 1-32 characters of a-z, 0-9 and -".into(),
+        );
+    }
+    if p.image.trim().is_empty() {
+        err(&format!("{key}.image"), "must not be empty".into());
+    }
+    if p.memory_mb < 6 {
+        err(
+            &format!("{key}.memory_mb"),
+            "must be at least 6 (Docker's minimum)".into(),
+        );
+    }
+    if !(p.cpus > 0.0 && p.cpus <= 256.0) {
+        err(&format!("{key}.cpus"), "must be between 0 and 256".into());
+    }
+    if p.tmp_size_mb == 0 {
+        err(&format!("{key}.tmp_size_mb"), "must be positive".into());
+    }
+    for env in p.env.keys() {
+        if !is_env_name(env) {
+            err(
+                &format!("{key}.env.{env}"),
+                "not a valid environment variable name".into(),
+            );
+        }
+    }
+    if let Some(home) = &p.home {
+        if !home.starts_with('/') {
+            err(&format!("{key}.home"), "must be an absolute path".into());
+        }
+    }
+    for (i, m) in p.mounts.iter().enumerate() {
+        if m.kind != "bind" && m.kind != "volume" {
+            err(
+                &format!("{key}.mounts[{i}].kind"),
+                format!("must be bind or volume, got {:?}", m.kind),
+            );
+        }
+        if m.kind == "volume" && m.host_source.is_some() {
+            err(
+                &format!("{key}.mounts[{i}].host_source"),
+                "only bind mounts have a host path".into(),
+            );
+        }
+    }
+    let mut option_envs = Vec::new();
+    for (opt, o) in &p.options {
+        let okey = format!("{key}.options.{opt}");
+        if !is_name(opt, 32) {
+            err(
+                &okey,
+                "option names are 1-32 characters of a-z, 0-9 and -".into(),
+            );
+        }
+        if !is_env_name(&o.env) {
+            err(
+                &format!("{okey}.env"),
+                "not a valid environment variable name".into(),
+            );
+        }
+        if p.env.contains_key(&o.env) || option_envs.contains(&&o.env) {
+            err(
+                &format!("{okey}.env"),
+                format!("{} is already set by this profile", o.env),
+            );
+        }
+        option_envs.push(&o.env);
+        if o.values.is_empty() {
+            err(
+                &format!("{okey}.values"),
+                "must list at least one value".into(),
+            );
+        }
+        for v in &o.values {
+            let ok = !v.is_empty()
+                && v.len() <= 64
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+            if !ok {
+                err(
+                    &format!("{okey}.values"),
+                    format!("{v:?}: values are 1-64 characters of A-Z a-z 0-9 . _ -"),
+                );
+            }
+        }
+        if !o.values.contains(&o.default) {
+            err(
+                &format!("{okey}.default"),
+                format!("{:?} is not one of values", o.default),
+            );
+        }
+    }
+    // The red lines, on the spec as dockerd would see it and on the paths control checks.
+    let mut specs = vec![p.sandbox_spec(p.home.as_ref().map(|_| "termgate-home-check"))];
+    if p.mounts.iter().any(|m| m.host_source.is_some()) {
+        let mut control_view = specs[0].clone();
+        for (m, spec_m) in p.mounts.iter().zip(control_view.mounts.iter_mut()) {
+            spec_m.source = m.source.clone();
+        }
+        specs.push(control_view);
+    }
+    let mut seen = Vec::new();
+    for spec in &specs {
+        for v in sandbox::check(spec) {
+            let line = format!(
+                "profile {name:?} breaks red line `{}`: {}",
+                v.rule, v.detail
+            );
+            if !seen.contains(&line) {
+                err(&key, line.clone());
+                seen.push(line);
+            }
+        }
+    }
+}
+
+impl Profile {
+    /// The container this profile describes, as the sandbox rules see it. `home_volume`
+    /// is the user's home volume name when the profile has `home`.
+    pub fn sandbox_spec(&self, home_volume: Option<&str>) -> ContainerSpec {
+        let mut security_opt = vec!["no-new-privileges:true".to_owned()];
+        security_opt.extend(self.security_opt.iter().cloned());
+        let namespace_modes = [
+            ("PidMode", &self.pid_mode),
+            ("IpcMode", &self.ipc_mode),
+            ("UsernsMode", &self.userns_mode),
+            ("UTSMode", &self.uts_mode),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| (k.to_owned(), v.clone())))
+        .collect();
+        let mut mounts: Vec<MountSpec> = self
+            .mounts
+            .iter()
+            .map(|m| MountSpec {
+                kind: if m.kind == "volume" {
+                    MountKind::Volume
+                } else {
+                    MountKind::Bind
+                },
+                source: m.host_source.clone().unwrap_or_else(|| m.source.clone()),
+                target: m.target.clone(),
+                read_only: m.read_only,
+            })
+            .collect();
+        if let (Some(target), Some(volume)) = (&self.home, home_volume) {
+            mounts.push(MountSpec {
+                kind: MountKind::Volume,
+                source: volume.to_owned(),
+                target: target.clone(),
+                read_only: false,
+            });
+        }
+        let memory = i64::try_from(self.memory_mb.saturating_mul(1 << 20)).unwrap_or(i64::MAX);
+        ContainerSpec {
+            user: Some(self.user.clone()),
+            privileged: self.privileged,
+            cap_add: self.cap_add.clone(),
+            cap_drop: vec!["ALL".into()],
+            security_opt,
+            network_mode: self.network.clone(),
+            namespace_modes,
+            mounts,
+            devices: self.devices.clone(),
+            readonly_rootfs: self.readonly_rootfs,
+            pids_limit: Some(self.pids_limit),
+            memory_bytes: Some(memory),
+            memory_swap_bytes: Some(memory),
+            nano_cpus: Some((self.cpus * 1e9) as i64),
+            tty: true,
+            open_stdin: true,
+            init: true,
+        }
+    }
+}
+
+impl Config {
+    /// Origins allowed to open terminals: the configured list, or the listener's own.
+    pub fn gateway_origins(&self) -> Vec<Origin> {
+        if !self.gateway.allowed_origins.is_empty() {
+            return self
+                .gateway
+                .allowed_origins
+                .iter()
+                .filter_map(|o| Origin::parse(o).ok())
+                .collect();
+        }
+        let scheme = if self.gateway.tls_cert_file.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let Ok(addr) = self.gateway.listen.parse::<SocketAddr>() else {
+            return Vec::new();
+        };
+        let mut hosts = vec![match addr {
+            SocketAddr::V4(a) => a.ip().to_string(),
+            SocketAddr::V6(a) => format!("[{}]", a.ip()),
+        }];
+        if addr.ip().is_loopback() {
+            hosts.push("localhost".into());
+        }
+        hosts
+            .iter()
+            .filter_map(|h| Origin::parse(&format!("{scheme}://{h}:{}", addr.port())).ok())
+            .collect()
+    }
+
+    /// The verifier `[auth]` describes.
+    pub fn verifier(&self) -> Result<Verifier, policy::KeyError> {
+        Verifier::new(&self.secrets().verification, verifier_settings(self))
+    }
+
+    /// The signer for `termgate-control token`, when the configuration has a private key.
+    pub fn signer(&self) -> Option<Signer> {
+        let s = self.secrets().signing.as_ref()?;
+        match (&self.auth.signing_key_file, &self.secrets().verification) {
+            (Some(_), _) => {
+                Signer::from_private_pem(s.expose(), self.auth.signing_key_id.clone()).ok()
+            }
+            (None, KeyMaterial::Hs256Secret(_)) => Signer::hs256(s.expose()).ok(),
+            _ => None,
+        }
+    }
+
+    /// Bind mounts whose source (as control sees it) does not exist, as errors naming
+    /// the key. Control calls this at start; Docker would fail the create anyway.
+    pub fn missing_bind_sources(&self) -> Vec<crate::ConfigError> {
+        let mut out = Vec::new();
+        for (name, p) in &self.profiles {
+            for (i, m) in p.mounts.iter().enumerate() {
+                if m.kind == "bind" && !Path::new(&m.source).exists() {
+                    out.push(ConfigError::new(
+                        format!("profiles.{name}.mounts[{i}].source"),
+                        format!("{} does not exist", m.source),
+                    ));
+                }
+            }
+        }
+        out
+    }
+}
+
+fn read_key_material(c: &Config, err: &mut impl FnMut(&str, String)) -> Option<KeyMaterial> {
+    let a = &c.auth;
+    if let Some(f) = &a.hs256_secret_file {
+        return read_secret(c, f, "auth.hs256_secret_file", err)
+            .map(|s| KeyMaterial::Hs256Secret(s.expose().to_vec()));
+    }
+    if let Some(f) = &a.jwks_file {
+        return read_secret(c, f, "auth.jwks_file", err)
+            .map(|s| KeyMaterial::Jwks(s.expose().to_vec()));
+    }
+    let mut keys = Vec::new();
+    for (i, k) in a.public_keys.iter().enumerate() {
+        let pem = read_secret(c, &k.file, &format!("auth.public_keys[{i}].file"), err)?;
+        keys.push(PemKey {
+            kid: k.kid.clone(),
+            pem: pem.expose().to_vec(),
+        });
+    }
+    Some(KeyMaterial::PemPublicKeys(keys))
+}
+
+/// Reads a secret file; trailing whitespace (the newline editors add) is dropped.
+fn read_secret(
+    c: &Config,
+    file: &Path,
+    key: &str,
+    err: &mut impl FnMut(&str, String),
+) -> Option<Secret> {
+    let path = c.resolve(file);
+    match std::fs::read(&path) {
+        Ok(mut bytes) => {
+            while bytes.last().is_some_and(|b| b.is_ascii_whitespace()) {
+                bytes.pop();
+            }
+            if bytes.is_empty() {
+                err(key, format!("{} is empty", path.display()));
+                return None;
+            }
+            Some(Secret::new(bytes))
+        }
+        Err(e) => {
+            err(key, format!("cannot read {}: {e}", path.display()));
+            None
+        }
+    }
+}
+
+fn check_readable(c: &Config, file: &Path, key: &str, err: &mut impl FnMut(&str, String)) {
+    let path = c.resolve(file);
+    if let Err(e) = std::fs::File::open(&path) {
+        err(key, format!("cannot read {}: {e}", path.display()));
+    }
+}
+
+fn check_addr(key: &str, v: &str, err: &mut impl FnMut(&str, String)) {
+    if v.parse::<SocketAddr>().is_err() {
+        err(
+            key,
+            format!("{v:?} is not an address such as 127.0.0.1:8080"),
+        );
+    }
+}
+
+fn positive(key: &str, v: u64, err: &mut impl FnMut(&str, String)) {
+    if v == 0 {
+        err(key, "must be positive".into());
+    }
+}
+
+fn within(key: &str, v: usize, min: usize, max: usize, err: &mut impl FnMut(&str, String)) {
+    if v < min || v > max {
+        err(key, format!("must be between {min} and {max}, got {v}"));
+    }
+}
+
+fn is_name(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+}
+
+fn is_env_name(s: &str) -> bool {
+    let mut b = s.bytes();
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}

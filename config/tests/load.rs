@@ -1,0 +1,362 @@
+//! Loading, overriding and refusing configuration.
+
+use std::path::Path;
+
+use config::{load, load_from_str, ConfigErrors, KEYS};
+
+const EXAMPLE: &str = include_str!("../termgate.example.toml");
+
+/// A directory with the secret files the example names.
+fn secrets_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("secrets")).unwrap();
+    std::fs::write(dir.path().join("secrets/hs256.key"), "k".repeat(48) + "\n").unwrap();
+    std::fs::write(dir.path().join("secrets/service.token"), "s".repeat(32)).unwrap();
+    dir
+}
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn load_text(text: &str, vars: &[(&str, &str)]) -> Result<config::Config, ConfigErrors> {
+    let dir = secrets_dir();
+    load_from_str(text, dir.path(), env(vars))
+}
+
+fn example_with_profile(extra: &str) -> String {
+    format!("{EXAMPLE}\n[profiles.evil]\nimage = \"termgate/session:dev\"\n{extra}\n")
+}
+
+#[test]
+fn the_example_config_loads() {
+    let dir = secrets_dir();
+    let path = dir.path().join("termgate.toml");
+    std::fs::write(&path, EXAMPLE).unwrap();
+    let c = load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.gateway.listen, "127.0.0.1:8080");
+    assert_eq!(c.quota.per_user, 3);
+    assert_eq!(c.profiles["default"].options["shell"].values, ["sh", "ash"]);
+    assert!(c.verifier().is_ok());
+    assert!(c.signer().is_some());
+    assert_eq!(
+        c.secrets().service_token.as_ref().unwrap().expose(),
+        "s".repeat(32).as_bytes()
+    );
+    assert_eq!(
+        c.resolve(Path::new("store")),
+        std::fs::canonicalize(dir.path()).unwrap().join("store")
+    );
+}
+
+#[test]
+fn env_overrides_every_level_with_the_existing_type() {
+    let c = load_text(
+        EXAMPLE,
+        &[
+            ("TERMGATE__GATEWAY__LISTEN", "127.0.0.1:18080"),
+            ("TERMGATE__QUOTA__PER_USER", "7"),
+            ("TERMGATE__GATEWAY__CLOSE_ON_TOKEN_EXPIRY", "false"),
+            (
+                "TERMGATE__GATEWAY__ALLOWED_ORIGINS",
+                "[\"https://t.example.com\"]",
+            ),
+            ("TERMGATE__PROFILES__DEFAULT__MEMORY_MB", "128"),
+            ("TERMGATE__PROFILES__DEFAULT__CPUS", "0.25"),
+            ("TERMGATE__CONTROL__DOCKER_HOST", "unix:///run/docker.sock"),
+            ("TERMGATE__INSTANCE", "ci-1"),
+            ("UNRELATED", "ignored"),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.gateway.listen, "127.0.0.1:18080");
+    assert_eq!(c.quota.per_user, 7);
+    assert!(!c.gateway.close_on_token_expiry);
+    assert_eq!(c.gateway.allowed_origins, ["https://t.example.com"]);
+    assert_eq!(c.profiles["default"].memory_mb, 128);
+    assert_eq!(c.profiles["default"].cpus, 0.25);
+    assert_eq!(
+        c.control.docker_host.as_deref(),
+        Some("unix:///run/docker.sock")
+    );
+    assert_eq!(c.instance, "ci-1");
+}
+
+#[test]
+fn a_bad_env_override_names_the_key_and_the_variable() {
+    let e = load_text(EXAMPLE, &[("TERMGATE__QUOTA__PER_USER", "lots")]).unwrap_err();
+    assert!(
+        e.mentions("quota.per_user", "TERMGATE__QUOTA__PER_USER"),
+        "{e}"
+    );
+    let e = load_text(EXAMPLE, &[("TERMGATE__GATEWAY__LISEN", "127.0.0.1:1")]).unwrap_err();
+    assert!(e.mentions("gateway.lisen", "unknown key"), "{e}");
+    assert!(
+        e.mentions("gateway.lisen", "TERMGATE__GATEWAY__LISEN"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unknown_keys_are_refused_by_name_and_reported_together() {
+    let text = EXAMPLE
+        .replace("[quota]\n", "[quota]\nper_usr = 3\n")
+        .replace("[store]\n", "[store]\npth = \"x\"\n")
+        .replace("leeway_seconds = 30", "leeway_seconds = \"thirty\"");
+    let e = load_text(&text, &[]).unwrap_err();
+    assert!(e.mentions("quota.per_usr", "unknown key"), "{e}");
+    assert!(e.mentions("store.pth", "unknown key"), "{e}");
+    assert!(e.mentions("auth.leeway_seconds", "invalid type"), "{e}");
+}
+
+#[test]
+fn semantic_mistakes_are_reported_together_naming_keys() {
+    let text = EXAMPLE
+        .replace("listen = \"127.0.0.1:8080\"", "listen = \"localhost-ish\"")
+        .replace("per_user = 3", "per_user = 0")
+        .replace(
+            "\"http://localhost:8080\"",
+            "\"http://localhost:8080/path\"",
+        )
+        .replace("default = \"sh\"", "default = \"zsh\"");
+    let e = load_text(&text, &[]).unwrap_err();
+    assert!(e.mentions("gateway.listen", "not an address"), "{e}");
+    assert!(e.mentions("quota.per_user", "positive"), "{e}");
+    assert!(e.mentions("gateway.allowed_origins[1]", "malformed"), "{e}");
+    assert!(
+        e.mentions(
+            "profiles.default.options.shell.default",
+            "not one of values"
+        ),
+        "{e}"
+    );
+    assert!(e.0.len() >= 4);
+}
+
+#[test]
+fn missing_secret_file_names_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = load_from_str(EXAMPLE, dir.path(), Vec::new()).unwrap_err();
+    assert!(e.mentions("auth.hs256_secret_file", "cannot read"), "{e}");
+    assert!(
+        e.mentions("control.service_token_file", "cannot read"),
+        "{e}"
+    );
+}
+
+#[test]
+fn short_hs256_secret_is_refused() {
+    let dir = secrets_dir();
+    std::fs::write(dir.path().join("secrets/hs256.key"), "short").unwrap();
+    let e = load_from_str(EXAMPLE, dir.path(), Vec::new()).unwrap_err();
+    assert!(e.mentions("auth.hs256_secret_file", "at least 32"), "{e}");
+}
+
+#[test]
+fn two_key_sources_are_refused() {
+    let text = EXAMPLE.replace(
+        "# jwks_file = \"secrets/jwks.json\"",
+        "jwks_file = \"secrets/jwks.json\"",
+    );
+    let e = load_text(&text, &[]).unwrap_err();
+    assert!(e.mentions("auth", "exclusive"), "{e}");
+}
+
+#[test]
+fn a_privileged_profile_is_refused_naming_profile_and_rule() {
+    let e = load_text(&example_with_profile("privileged = true"), &[]).unwrap_err();
+    assert!(
+        e.mentions(
+            "profiles.evil",
+            "profile \"evil\" breaks red line `not_privileged`"
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_docker_socket_mount_is_refused_naming_profile_and_rule() {
+    let extra = "[[profiles.evil.mounts]]\nsource = \"/var/run/docker.sock\"\ntarget = \"/var/run/docker.sock\"";
+    let e = load_text(&example_with_profile(extra), &[]).unwrap_err();
+    assert!(
+        e.mentions("profiles.evil", "breaks red line `no_daemon_socket`"),
+        "{e}"
+    );
+    // The dockerd-side path is checked too, not only the path control sees.
+    let extra = "[[profiles.evil.mounts]]\nsource = \"/srv/harmless\"\nhost_source = \"/run/docker.sock\"\ntarget = \"/d\"";
+    let e = load_text(&example_with_profile(extra), &[]).unwrap_err();
+    assert!(
+        e.mentions("profiles.evil", "breaks red line `no_daemon_socket`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn seccomp_unconfined_is_refused_naming_profile_and_rule() {
+    let e = load_text(
+        &example_with_profile("security_opt = [\"seccomp=unconfined\"]"),
+        &[],
+    )
+    .unwrap_err();
+    assert!(
+        e.mentions("profiles.evil", "breaks red line `no_unconfined_profiles`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn other_weakenings_are_refused_by_rule() {
+    for (extra, rule) in [
+        ("cap_add = [\"SYS_ADMIN\"]", "cap_drop_all"),
+        ("network = \"host\"", "no_host_namespaces"),
+        ("pid_mode = \"host\"", "no_host_namespaces"),
+        ("user = \"root\"", "non_root_user"),
+        ("readonly_rootfs = false", "readonly_rootfs"),
+        ("devices = [\"/dev/kvm\"]", "no_devices"),
+    ] {
+        let e = load_text(&example_with_profile(extra), &[]).unwrap_err();
+        assert!(
+            e.mentions("profiles.evil", &format!("`{rule}`")),
+            "{extra}: {e}"
+        );
+    }
+}
+
+#[test]
+fn a_profile_breaking_several_rules_reports_each() {
+    let e = load_text(
+        &example_with_profile(
+            "privileged = true\nsecurity_opt = [\"apparmor=unconfined\"]\nuser = \"0\"",
+        ),
+        &[],
+    )
+    .unwrap_err();
+    for rule in ["not_privileged", "no_unconfined_profiles", "non_root_user"] {
+        assert!(e.mentions("profiles.evil", rule), "{rule}: {e}");
+    }
+}
+
+#[test]
+fn missing_required_keys_are_named() {
+    let e = load_text(
+        &example_with_profile("").replace("image = \"termgate/session:dev\"\n\n", "\n"),
+        &[],
+    )
+    .unwrap_err();
+    assert!(e.mentions("profiles.evil.image", "missing"), "{e}");
+    let e = load_text("[gateway]\n", &[]).unwrap_err();
+    assert!(e.mentions("auth", "missing"), "{e}");
+}
+
+#[test]
+fn invalid_toml_says_where() {
+    let e = load_text("[auth\nissuer = 1", &[]).unwrap_err();
+    assert!(e.mentions("<file>", "line 1"), "{e}");
+}
+
+#[test]
+fn debug_output_never_contains_secrets() {
+    let dir = secrets_dir();
+    std::fs::write(dir.path().join("secrets/hs256.key"), "TOPSECRET-".repeat(5)).unwrap();
+    std::fs::write(
+        dir.path().join("secrets/service.token"),
+        "SERVICETOKEN-".repeat(3),
+    )
+    .unwrap();
+    let c = load_from_str(EXAMPLE, dir.path(), Vec::new()).unwrap();
+    let dbg = format!("{c:?}");
+    assert!(
+        !dbg.contains("TOPSECRET") && !dbg.contains("SERVICETOKEN"),
+        "{dbg}"
+    );
+    assert!(dbg.contains("redacted"));
+}
+
+#[test]
+fn default_origins_follow_the_listener() {
+    let text = EXAMPLE.replace(
+        "allowed_origins = [\"http://127.0.0.1:8080\", \"http://localhost:8080\"]\n",
+        "",
+    );
+    let c = load_text(&text, &[("TERMGATE__GATEWAY__LISTEN", "127.0.0.1:18080")]).unwrap();
+    let o: Vec<String> = c.gateway_origins().iter().map(|o| o.to_string()).collect();
+    assert_eq!(o, ["http://127.0.0.1:18080", "http://localhost:18080"]);
+}
+
+#[test]
+fn every_key_of_the_reference_is_in_the_example_or_documented_as_optional() {
+    // The example is the complete single-host config: every top-level and section key
+    // that has a default appears in it (commented when optional).
+    for (key, _) in KEYS {
+        let leaf = key.rsplit('.').next().unwrap();
+        assert!(
+            EXAMPLE.contains(leaf),
+            "{key} is missing from termgate.example.toml"
+        );
+    }
+}
+
+#[test]
+fn the_readme_reference_lists_every_key_with_its_default() {
+    let readme = include_str!("../../README.md");
+    for (key, default) in KEYS {
+        let default = if default.is_empty() {
+            "—".to_owned()
+        } else {
+            format!("`{default}`")
+        };
+        let row = format!("| `{key}` | {default} |");
+        assert!(readme.contains(&row), "README.md lacks the row {row}");
+    }
+    let rows = readme.lines().filter(|l| l.starts_with("| `")).count();
+    assert_eq!(
+        rows,
+        KEYS.len(),
+        "README.md has rows for keys the config does not have"
+    );
+}
+
+#[test]
+fn the_documented_defaults_are_the_real_defaults() {
+    let minimal =
+        "[auth]\nhs256_secret_file = \"secrets/hs256.key\"\n[profiles.p]\nimage = \"i\"\n";
+    let dir = secrets_dir();
+    let base = format!(
+        "{:?}",
+        load_from_str(minimal, dir.path(), Vec::new()).unwrap()
+    );
+    for (key, default) in KEYS {
+        if default.is_empty() {
+            continue;
+        }
+        let mut table: toml::Table = minimal.parse().unwrap();
+        let path: Vec<&str> = key
+            .split('.')
+            .map(|s| if s == "<name>" { "p" } else { s })
+            .collect();
+        let value: toml::Value = format!("v = {default}")
+            .parse::<toml::Table>()
+            .unwrap()
+            .remove("v")
+            .unwrap();
+        let mut node = &mut table;
+        for seg in &path[..path.len() - 1] {
+            node = node
+                .entry(seg.to_string())
+                .or_insert_with(|| toml::Value::Table(Default::default()))
+                .as_table_mut()
+                .unwrap();
+        }
+        node.insert(path[path.len() - 1].to_string(), value);
+        let explicit = load_from_str(&toml::to_string(&table).unwrap(), dir.path(), Vec::new())
+            .unwrap_or_else(|e| panic!("{key} = {default}: {e}"));
+        assert_eq!(
+            format!("{explicit:?}"),
+            base,
+            "documented default of {key} is not the real one"
+        );
+    }
+}

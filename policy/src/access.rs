@@ -1,0 +1,158 @@
+//! Access decisions: may this principal do this to that session?
+//!
+//! A session the caller does not own and a session that does not exist produce the
+//! **same** denial, so ids cannot be probed.
+
+use crate::identity::Principal;
+
+/// What the caller wants to do with a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Open its terminal (page, token or websocket upgrade).
+    OpenTerminal,
+    /// Read its record.
+    Read,
+    /// End it.
+    End,
+    /// Nudge its terminal to repaint.
+    Redraw,
+    /// Create a new session (no owner yet).
+    Create,
+}
+
+/// A refusal: HTTP status, stable code, human message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Denial {
+    /// HTTP status to answer with.
+    pub status: u16,
+    /// Stable snake_case code.
+    pub code: &'static str,
+    /// Human-readable message.
+    pub message: &'static str,
+}
+
+impl Denial {
+    /// Unknown session, or a session that is not the caller's: indistinguishable.
+    pub const NOT_FOUND: Denial = Denial {
+        status: 404,
+        code: "session_not_found",
+        message: "no such session",
+    };
+    /// The user is locked by an administrator.
+    pub const LOCKED: Denial = Denial {
+        status: 403,
+        code: "user_locked",
+        message: "this user is locked",
+    };
+}
+
+/// The outcome of [`decide`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Go ahead; `as_admin` is true when only the admin role made it so.
+    Allow {
+        /// Allowed by the admin role rather than by ownership.
+        as_admin: bool,
+    },
+    /// Refuse with this denial.
+    Deny(Denial),
+}
+
+impl Decision {
+    /// Whether the decision allows.
+    pub fn is_allow(&self) -> bool {
+        matches!(self, Decision::Allow { .. })
+    }
+}
+
+/// Decides `action` by `principal` on a session owned by `owner` (`None`: no such
+/// session, or — for [`Action::OpenTerminal`] — no running session). `locked` is
+/// whether the principal's user is locked.
+pub fn decide(
+    principal: &Principal,
+    owner: Option<&str>,
+    locked: bool,
+    action: Action,
+) -> Decision {
+    if locked {
+        return Decision::Deny(Denial::LOCKED);
+    }
+    if action == Action::Create {
+        return Decision::Allow { as_admin: false };
+    }
+    match owner {
+        Some(owner) if owner == principal.sub.as_str() => Decision::Allow { as_admin: false },
+        Some(_) if principal.admin => Decision::Allow { as_admin: true },
+        _ => Decision::Deny(Denial::NOT_FOUND),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::Sub;
+
+    fn who(sub: &str, admin: bool) -> Principal {
+        Principal {
+            sub: Sub::parse(sub).unwrap(),
+            admin,
+            expires_at: 0,
+        }
+    }
+
+    const ALL: [Action; 4] = [
+        Action::OpenTerminal,
+        Action::Read,
+        Action::End,
+        Action::Redraw,
+    ];
+
+    #[test]
+    fn owner_is_allowed_every_action() {
+        for a in ALL {
+            assert_eq!(
+                decide(&who("alice", false), Some("alice"), false, a),
+                Decision::Allow { as_admin: false }
+            );
+        }
+    }
+
+    #[test]
+    fn non_owner_and_unknown_get_the_identical_denial() {
+        for a in ALL {
+            let other = decide(&who("bob", false), Some("alice"), false, a);
+            let unknown = decide(&who("bob", false), None, false, a);
+            assert_eq!(other, Decision::Deny(Denial::NOT_FOUND));
+            assert_eq!(other, unknown);
+        }
+    }
+
+    #[test]
+    fn admin_may_act_on_others_but_unknown_stays_404() {
+        assert_eq!(
+            decide(&who("root", true), Some("alice"), false, Action::End),
+            Decision::Allow { as_admin: true }
+        );
+        assert_eq!(
+            decide(&who("root", true), None, false, Action::End),
+            Decision::Deny(Denial::NOT_FOUND)
+        );
+    }
+
+    #[test]
+    fn locked_user_is_refused_even_on_own_session_and_create() {
+        for a in ALL.into_iter().chain([Action::Create]) {
+            assert_eq!(
+                decide(&who("alice", true), Some("alice"), true, a),
+                Decision::Deny(Denial::LOCKED)
+            );
+        }
+    }
+
+    #[test]
+    fn owner_match_is_exact_not_prefix_or_case() {
+        assert!(!decide(&who("alice", false), Some("alice2"), false, Action::Read).is_allow());
+        assert!(!decide(&who("alice", false), Some("Alice"), false, Action::Read).is_allow());
+        assert!(!decide(&who("ali", false), Some("alice"), false, Action::Read).is_allow());
+    }
+}

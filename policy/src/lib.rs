@@ -1,0 +1,27 @@
+//! termgate's pure decisions.
+//!
+//! Everything here is a function of its arguments: no I/O, no clock, no async runtime.
+//! The gateway and the control service both decide through this crate, so a rule is
+//! written once and tested once. Callers pass the current time where a rule needs it.
+//!
+//! Architecture invariant: this crate never depends on Pingora, bollard, sled, hyper
+//! or tokio (`cargo tree -p policy` proves it in CI).
+
+pub mod access;
+pub mod error;
+pub mod identity;
+pub mod origin;
+pub mod quota;
+pub mod sandbox;
+pub mod session_id;
+
+pub use access::{decide, Action, Decision, Denial};
+pub use error::ErrorBody;
+pub use identity::{
+    KeyError, KeyMaterial, PemKey, Principal, Signer, Sub, TokenClaims, TokenError, Verifier,
+    VerifierSettings,
+};
+pub use origin::{CredentialSource, Origin, OriginDenied, OriginPolicy};
+pub use quota::{QuotaExceeded, QuotaLimits, QuotaScope};
+pub use sandbox::{ContainerSpec, MountKind, MountSpec, Rule, Violation};
+pub use session_id::{SessionId, SessionIdError};

@@ -1,0 +1,627 @@
+//! The session container red lines (DESIGN §5), checked on a plain description of a
+//! container. Control builds the Docker call from a [`ContainerSpec`] and checks it
+//! here twice: when the configuration is loaded (refusing to start) and again right
+//! before every create. [`check`] reports every violation, each naming its rule.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// How a path or volume reaches the container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountKind {
+    /// A host path (`Mounts` type bind — never legacy `Binds`).
+    Bind,
+    /// A named Docker volume.
+    Volume,
+}
+
+/// One mount of a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountSpec {
+    /// Bind or volume.
+    pub kind: MountKind,
+    /// Host path (bind) or volume name.
+    pub source: String,
+    /// Path inside the container.
+    pub target: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+}
+
+/// Everything about a container that the red lines speak of.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerSpec {
+    /// `User` (`uid[:gid]` or a name); `None` means the image's default.
+    pub user: Option<String>,
+    /// `Privileged`.
+    pub privileged: bool,
+    /// `CapAdd`.
+    pub cap_add: Vec<String>,
+    /// `CapDrop`.
+    pub cap_drop: Vec<String>,
+    /// `SecurityOpt`.
+    pub security_opt: Vec<String>,
+    /// `NetworkMode` (`none`, or a named isolated network).
+    pub network_mode: String,
+    /// `PidMode`, `IpcMode`, `UsernsMode`, `UTSMode`, `CgroupnsMode` when set.
+    pub namespace_modes: BTreeMap<String, String>,
+    /// Mounts.
+    pub mounts: Vec<MountSpec>,
+    /// Host devices passed in.
+    pub devices: Vec<String>,
+    /// `ReadonlyRootfs`.
+    pub readonly_rootfs: bool,
+    /// `PidsLimit`.
+    pub pids_limit: Option<i64>,
+    /// `Memory`, in bytes.
+    pub memory_bytes: Option<i64>,
+    /// `MemorySwap`, in bytes.
+    pub memory_swap_bytes: Option<i64>,
+    /// `NanoCpus`.
+    pub nano_cpus: Option<i64>,
+    /// `Tty`.
+    pub tty: bool,
+    /// `OpenStdin`.
+    pub open_stdin: bool,
+    /// `Init`.
+    pub init: bool,
+}
+
+/// A red line of DESIGN §5.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Rule {
+    /// `CapDrop=["ALL"]` and nothing added back.
+    CapDropAll,
+    /// `no-new-privileges:true`.
+    NoNewPrivileges,
+    /// `Privileged=false`.
+    NotPrivileged,
+    /// No Docker, containerd or other daemon socket (or a directory holding one).
+    NoDaemonSocket,
+    /// No host network, pid, ipc, uts, cgroup or user namespace, nor another container's.
+    NoHostNamespaces,
+    /// No `seccomp=unconfined`, `apparmor=unconfined`, `label=disable` or
+    /// `systempaths=unconfined`.
+    NoUnconfinedProfiles,
+    /// No host devices.
+    NoDevices,
+    /// `ReadonlyRootfs=true`.
+    ReadonlyRootfs,
+    /// A positive `PidsLimit`.
+    PidsLimit,
+    /// A positive `Memory` with `MemorySwap` equal to it (no swap).
+    MemoryLimit,
+    /// A positive `NanoCpus`.
+    CpuLimit,
+    /// A non-root `User`.
+    NonRootUser,
+    /// `Tty`, `OpenStdin` and `Init` (what `docker attach` and signal handling need).
+    Terminal,
+    /// Mount sources and targets are absolute, normalised paths (or volume names).
+    MountPaths,
+}
+
+impl Rule {
+    /// Stable name used in errors, logs and configuration messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Rule::CapDropAll => "cap_drop_all",
+            Rule::NoNewPrivileges => "no_new_privileges",
+            Rule::NotPrivileged => "not_privileged",
+            Rule::NoDaemonSocket => "no_daemon_socket",
+            Rule::NoHostNamespaces => "no_host_namespaces",
+            Rule::NoUnconfinedProfiles => "no_unconfined_profiles",
+            Rule::NoDevices => "no_devices",
+            Rule::ReadonlyRootfs => "readonly_rootfs",
+            Rule::PidsLimit => "pids_limit",
+            Rule::MemoryLimit => "memory_limit",
+            Rule::CpuLimit => "cpu_limit",
+            Rule::NonRootUser => "non_root_user",
+            Rule::Terminal => "terminal",
+            Rule::MountPaths => "mount_paths",
+        }
+    }
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One broken rule and what broke it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The rule.
+    pub rule: Rule,
+    /// What in the spec breaks it.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.rule, self.detail)
+    }
+}
+
+/// Host paths that hold a container daemon's socket or its state. Mounting any of them,
+/// or any directory above them, hands the session the daemon.
+const DAEMON_PATHS: &[&str] = &[
+    "/var/run/docker.sock",
+    "/run/docker.sock",
+    "/var/run/docker",
+    "/run/docker",
+    "/var/run/containerd",
+    "/run/containerd",
+    "/var/run/crio",
+    "/run/crio",
+    "/var/run/podman",
+    "/run/podman",
+    "/run/buildkit",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+    "/run/user",
+    "/var/run/user",
+];
+
+/// Normalises an absolute path lexically. `None` for relative paths, `..`, NUL.
+fn normalise(path: &str) -> Option<String> {
+    if !path.starts_with('/') || path.contains('\0') {
+        return None;
+    }
+    let mut parts = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return None,
+            p => parts.push(p),
+        }
+    }
+    Some(format!("/{}", parts.join("/")))
+}
+
+/// Whether `a` is `b` or an ancestor directory of `b`.
+fn is_same_or_ancestor(a: &str, b: &str) -> bool {
+    a == "/" || a == b || (b.starts_with(a) && b.as_bytes().get(a.len()) == Some(&b'/'))
+}
+
+fn is_daemon_path(p: &str) -> bool {
+    p.ends_with(".sock")
+        || DAEMON_PATHS
+            .iter()
+            .any(|d| is_same_or_ancestor(p, d) || is_same_or_ancestor(d, p))
+}
+
+fn is_root_user(user: &str) -> bool {
+    let name = user.split(':').next().unwrap_or("");
+    name.is_empty() || name == "root" || name.trim_start_matches('0').is_empty()
+}
+
+/// Checks a spec against every red line; returns all violations (empty: compliant).
+pub fn check(spec: &ContainerSpec) -> Vec<Violation> {
+    let mut v = Vec::new();
+    let mut add = |rule: Rule, detail: String| v.push(Violation { rule, detail });
+
+    if !spec.cap_drop.iter().any(|c| c.eq_ignore_ascii_case("ALL")) {
+        add(Rule::CapDropAll, "CapDrop must contain ALL".into());
+    }
+    if !spec.cap_add.is_empty() {
+        add(
+            Rule::CapDropAll,
+            format!("CapAdd must be empty, got {:?}", spec.cap_add),
+        );
+    }
+    let nnp = spec.security_opt.iter().any(|o| {
+        let o = o.to_ascii_lowercase();
+        o == "no-new-privileges" || o == "no-new-privileges:true" || o == "no-new-privileges=true"
+    });
+    if !nnp {
+        add(
+            Rule::NoNewPrivileges,
+            "SecurityOpt must contain no-new-privileges:true".into(),
+        );
+    }
+    if spec.privileged {
+        add(Rule::NotPrivileged, "Privileged must be false".into());
+    }
+    for opt in &spec.security_opt {
+        let o = opt.to_ascii_lowercase().replace(':', "=");
+        let unconfined = o == "seccomp=unconfined"
+            || o == "apparmor=unconfined"
+            || o == "label=disable"
+            || o == "systempaths=unconfined"
+            || o.starts_with("no-new-privileges=false");
+        if unconfined {
+            add(
+                Rule::NoUnconfinedProfiles,
+                format!("SecurityOpt {opt:?} is not allowed"),
+            );
+        }
+    }
+    let net = spec.network_mode.to_ascii_lowercase();
+    if net == "host" || net.starts_with("container:") {
+        add(
+            Rule::NoHostNamespaces,
+            format!("NetworkMode {:?} shares a namespace", spec.network_mode),
+        );
+    }
+    if net.is_empty() || net == "default" || net == "bridge" {
+        add(
+            Rule::NoHostNamespaces,
+            format!(
+                "NetworkMode {:?}: use none or a named isolated network",
+                spec.network_mode
+            ),
+        );
+    }
+    for (kind, mode) in &spec.namespace_modes {
+        let m = mode.to_ascii_lowercase();
+        if m == "host" || m.starts_with("container:") || m == "shareable" {
+            add(
+                Rule::NoHostNamespaces,
+                format!("{kind} {mode:?} shares a namespace"),
+            );
+        }
+    }
+    if !spec.devices.is_empty() {
+        add(
+            Rule::NoDevices,
+            format!("Devices must be empty, got {:?}", spec.devices),
+        );
+    }
+    for m in &spec.mounts {
+        let target = normalise(&m.target);
+        if target.is_none() {
+            add(
+                Rule::MountPaths,
+                format!(
+                    "mount target {:?} must be an absolute path without ..",
+                    m.target
+                ),
+            );
+        }
+        if let Some(t) = &target {
+            if is_daemon_path(t) {
+                add(
+                    Rule::NoDaemonSocket,
+                    format!("mount target {t:?} is a daemon socket path"),
+                );
+            }
+        }
+        match m.kind {
+            MountKind::Bind => match normalise(&m.source) {
+                None => add(
+                    Rule::MountPaths,
+                    format!(
+                        "bind source {:?} must be an absolute path without ..",
+                        m.source
+                    ),
+                ),
+                Some(s) => {
+                    if is_daemon_path(&s) {
+                        add(
+                            Rule::NoDaemonSocket,
+                            format!("bind source {s:?} exposes a daemon socket"),
+                        );
+                    }
+                }
+            },
+            MountKind::Volume => {
+                let ok = !m.source.is_empty()
+                    && m.source
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+                if !ok {
+                    add(
+                        Rule::MountPaths,
+                        format!("volume name {:?} is not a plain name", m.source),
+                    );
+                }
+            }
+        }
+    }
+    if !spec.readonly_rootfs {
+        add(Rule::ReadonlyRootfs, "ReadonlyRootfs must be true".into());
+    }
+    if spec.pids_limit.is_none_or(|p| p <= 0) {
+        add(Rule::PidsLimit, "PidsLimit must be positive".into());
+    }
+    match spec.memory_bytes {
+        Some(m) if m > 0 => {
+            if spec.memory_swap_bytes != Some(m) {
+                add(
+                    Rule::MemoryLimit,
+                    "MemorySwap must equal Memory (no swap)".into(),
+                );
+            }
+        }
+        _ => add(Rule::MemoryLimit, "Memory must be positive".into()),
+    }
+    if spec.nano_cpus.is_none_or(|c| c <= 0) {
+        add(Rule::CpuLimit, "NanoCpus must be positive".into());
+    }
+    match &spec.user {
+        Some(u) if !is_root_user(u) => {}
+        other => add(
+            Rule::NonRootUser,
+            format!("User must be a non-root user, got {other:?}"),
+        ),
+    }
+    if !(spec.tty && spec.open_stdin && spec.init) {
+        add(
+            Rule::Terminal,
+            "Tty, OpenStdin and Init must all be true".into(),
+        );
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn hardened() -> ContainerSpec {
+        ContainerSpec {
+            user: Some("1000:1000".into()),
+            cap_drop: vec!["ALL".into()],
+            security_opt: vec!["no-new-privileges:true".into()],
+            network_mode: "none".into(),
+            readonly_rootfs: true,
+            pids_limit: Some(128),
+            memory_bytes: Some(256 << 20),
+            memory_swap_bytes: Some(256 << 20),
+            nano_cpus: Some(500_000_000),
+            tty: true,
+            open_stdin: true,
+            init: true,
+            mounts: vec![MountSpec {
+                kind: MountKind::Volume,
+                source: "termgate-home-alice".into(),
+                target: "/home/user".into(),
+                read_only: false,
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn rules(spec: &ContainerSpec) -> Vec<Rule> {
+        let mut r: Vec<Rule> = check(spec).into_iter().map(|v| v.rule).collect();
+        r.dedup();
+        r
+    }
+
+    fn bind(source: &str, target: &str) -> MountSpec {
+        MountSpec {
+            kind: MountKind::Bind,
+            source: source.into(),
+            target: target.into(),
+            read_only: true,
+        }
+    }
+
+    #[test]
+    fn the_hardened_defaults_pass() {
+        assert_eq!(check(&hardened()), vec![]);
+    }
+
+    #[test]
+    fn privileged_is_refused() {
+        let s = ContainerSpec {
+            privileged: true,
+            ..hardened()
+        };
+        assert_eq!(rules(&s), vec![Rule::NotPrivileged]);
+    }
+
+    #[test]
+    fn missing_cap_drop_or_any_cap_add_is_refused() {
+        assert_eq!(
+            rules(&ContainerSpec {
+                cap_drop: vec![],
+                ..hardened()
+            }),
+            vec![Rule::CapDropAll]
+        );
+        assert_eq!(
+            rules(&ContainerSpec {
+                cap_add: vec!["NET_ADMIN".into()],
+                ..hardened()
+            }),
+            vec![Rule::CapDropAll]
+        );
+    }
+
+    #[test]
+    fn unconfined_profiles_are_refused_in_every_spelling() {
+        for opt in [
+            "seccomp=unconfined",
+            "seccomp:unconfined",
+            "apparmor=unconfined",
+            "label=disable",
+            "systempaths=unconfined",
+            "SECCOMP=UNCONFINED",
+        ] {
+            let mut s = hardened();
+            s.security_opt.push(opt.into());
+            assert_eq!(rules(&s), vec![Rule::NoUnconfinedProfiles], "{opt}");
+        }
+    }
+
+    #[test]
+    fn no_new_privileges_is_required() {
+        assert_eq!(
+            rules(&ContainerSpec {
+                security_opt: vec![],
+                ..hardened()
+            }),
+            vec![Rule::NoNewPrivileges]
+        );
+    }
+
+    #[test]
+    fn daemon_sockets_and_their_directories_are_refused() {
+        for (src, dst) in [
+            ("/var/run/docker.sock", "/var/run/docker.sock"),
+            ("/run/docker.sock", "/tmp/d.sock"),
+            ("/var/run", "/host-run"),
+            ("/run", "/r"),
+            ("/", "/host"),
+            ("//var//run/./docker.sock", "/x"),
+            ("/run/containerd/containerd.sock", "/c"),
+            ("/srv/podman.sock", "/p"),
+            ("/var/lib/docker", "/d"),
+            ("/data", "/var/run/docker.sock"),
+        ] {
+            let mut s = hardened();
+            s.mounts.push(bind(src, dst));
+            assert_eq!(rules(&s), vec![Rule::NoDaemonSocket], "{src} -> {dst}");
+        }
+    }
+
+    #[test]
+    fn ordinary_binds_pass() {
+        let mut s = hardened();
+        s.mounts.push(bind("/srv/datasets", "/data"));
+        s.mounts.push(bind("/var/runtime-data", "/data2"));
+        assert_eq!(check(&s), vec![]);
+    }
+
+    #[test]
+    fn relative_or_dotdot_paths_are_refused() {
+        for (src, dst) in [
+            ("data", "/data"),
+            ("/srv/../run/docker.sock", "/x"),
+            ("/srv", "data"),
+        ] {
+            let mut s = hardened();
+            s.mounts.push(bind(src, dst));
+            assert!(rules(&s).contains(&Rule::MountPaths), "{src} -> {dst}");
+        }
+    }
+
+    #[test]
+    fn host_namespaces_are_refused() {
+        assert_eq!(
+            rules(&ContainerSpec {
+                network_mode: "host".into(),
+                ..hardened()
+            }),
+            vec![Rule::NoHostNamespaces]
+        );
+        assert_eq!(
+            rules(&ContainerSpec {
+                network_mode: "bridge".into(),
+                ..hardened()
+            }),
+            vec![Rule::NoHostNamespaces]
+        );
+        for kind in ["PidMode", "IpcMode", "UsernsMode", "UTSMode"] {
+            let mut s = hardened();
+            s.namespace_modes.insert(kind.into(), "host".into());
+            assert_eq!(rules(&s), vec![Rule::NoHostNamespaces], "{kind}");
+        }
+        let mut s = hardened();
+        s.namespace_modes
+            .insert("PidMode".into(), "container:abc".into());
+        assert_eq!(rules(&s), vec![Rule::NoHostNamespaces]);
+    }
+
+    #[test]
+    fn root_users_are_refused() {
+        for u in [
+            None,
+            Some("root"),
+            Some("0"),
+            Some("0:0"),
+            Some("root:1000"),
+            Some("00"),
+        ] {
+            let s = ContainerSpec {
+                user: u.map(String::from),
+                ..hardened()
+            };
+            assert_eq!(rules(&s), vec![Rule::NonRootUser], "{u:?}");
+        }
+        for u in ["1000", "1000:1000", "user", "10"] {
+            assert_eq!(
+                check(&ContainerSpec {
+                    user: Some(u.into()),
+                    ..hardened()
+                }),
+                vec![],
+                "{u}"
+            );
+        }
+    }
+
+    #[test]
+    fn limits_are_required_and_swap_is_refused() {
+        assert_eq!(
+            rules(&ContainerSpec {
+                pids_limit: None,
+                ..hardened()
+            }),
+            vec![Rule::PidsLimit]
+        );
+        assert_eq!(
+            rules(&ContainerSpec {
+                memory_swap_bytes: Some(1 << 40),
+                ..hardened()
+            }),
+            vec![Rule::MemoryLimit]
+        );
+        assert_eq!(
+            rules(&ContainerSpec {
+                nano_cpus: Some(0),
+                ..hardened()
+            }),
+            vec![Rule::CpuLimit]
+        );
+        assert_eq!(
+            rules(&ContainerSpec {
+                readonly_rootfs: false,
+                ..hardened()
+            }),
+            vec![Rule::ReadonlyRootfs]
+        );
+    }
+
+    #[test]
+    fn every_violation_is_reported_together() {
+        let s = ContainerSpec {
+            privileged: true,
+            cap_drop: vec![],
+            security_opt: vec!["seccomp=unconfined".into()],
+            ..hardened()
+        };
+        let r = rules(&s);
+        for want in [
+            Rule::NotPrivileged,
+            Rule::CapDropAll,
+            Rule::NoNewPrivileges,
+            Rule::NoUnconfinedProfiles,
+        ] {
+            assert!(r.contains(&want), "{want} missing from {r:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn check_never_panics_on_any_mount(src in ".{0,40}", dst in ".{0,40}", volume in any::<bool>()) {
+            let mut s = hardened();
+            s.mounts.push(MountSpec { kind: if volume { MountKind::Volume } else { MountKind::Bind }, source: src, target: dst, read_only: false });
+            let _ = check(&s);
+        }
+
+        #[test]
+        fn any_bind_at_or_above_the_docker_socket_is_refused(depth in 0usize..3, slashes in 1usize..3) {
+            let parts = ["var", "run", "docker.sock"];
+            let sep = "/".repeat(slashes);
+            let src = format!("{sep}{}", parts[..depth + 1].join(&sep));
+            let mut s = hardened();
+            s.mounts.push(bind(&src, "/x"));
+            prop_assert!(rules(&s).contains(&Rule::NoDaemonSocket), "{}", src);
+        }
+    }
+}

@@ -1,0 +1,601 @@
+//! The token suite: each case asserts the exact refusal reason.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use jsonwebtoken::jwk::{Jwk, JwkSet};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use policy::identity::MAX_TOKEN_BYTES;
+use policy::{KeyError, KeyMaterial, PemKey, Principal, TokenError, Verifier, VerifierSettings};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+const NOW: u64 = 1_800_000_000;
+const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef-test-only";
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn settings() -> VerifierSettings {
+    VerifierSettings {
+        issuer: Some("termgate".into()),
+        audience: Some("termgate-gw".into()),
+        leeway_secs: 30,
+        admin_role: "admin".into(),
+    }
+}
+
+fn claims() -> Value {
+    json!({"sub": "alice", "exp": NOW + 600, "iat": NOW, "iss": "termgate", "aud": "termgate-gw"})
+}
+
+fn with(mut base: Value, key: &str, value: Value) -> Value {
+    base[key] = value;
+    base
+}
+
+fn without(mut base: Value, key: &str) -> Value {
+    base.as_object_mut().unwrap().remove(key);
+    base
+}
+
+fn sign(alg: Algorithm, key: &EncodingKey, kid: Option<&str>, claims: &Value) -> String {
+    let mut h = Header::new(alg);
+    h.kid = kid.map(String::from);
+    jsonwebtoken::encode(&h, claims, key).unwrap()
+}
+
+fn hs(claims: &Value) -> String {
+    sign(
+        Algorithm::HS256,
+        &EncodingKey::from_secret(SECRET).unwrap(),
+        None,
+        claims,
+    )
+}
+
+fn hs_verifier() -> Verifier {
+    Verifier::new(&KeyMaterial::Hs256Secret(SECRET.to_vec()), settings()).unwrap()
+}
+
+fn rsa_key() -> EncodingKey {
+    EncodingKey::from_rsa_pem(&fixture("rsa.key")).unwrap()
+}
+fn ec_key() -> EncodingKey {
+    EncodingKey::from_ec_pem(&fixture("ec.key")).unwrap()
+}
+fn ed_key() -> EncodingKey {
+    EncodingKey::from_ed_pem(&fixture("ed.key")).unwrap()
+}
+
+fn pem_verifier() -> Verifier {
+    let keys = ["rsa.pub", "ec.pub", "ed.pub"]
+        .iter()
+        .map(|f| PemKey {
+            kid: None,
+            pem: fixture(f),
+        })
+        .collect();
+    Verifier::new(&KeyMaterial::PemPublicKeys(keys), settings()).unwrap()
+}
+
+fn rsa_only_verifier() -> Verifier {
+    Verifier::new(
+        &KeyMaterial::PemPublicKeys(vec![PemKey {
+            kid: None,
+            pem: fixture("rsa.pub"),
+        }]),
+        settings(),
+    )
+    .unwrap()
+}
+
+fn jwks_verifier() -> Verifier {
+    let rsa = {
+        let mut j = Jwk::from_encoding_key(&rsa_key(), Algorithm::RS256).unwrap();
+        j.common.key_id = Some("rsa-1".into());
+        j
+    };
+    let ec = {
+        let mut j = Jwk::from_encoding_key(&ec_key(), Algorithm::ES256).unwrap();
+        j.common.key_id = Some("ec-1".into());
+        j
+    };
+    let doc = serde_json::to_vec(&JwkSet {
+        keys: vec![rsa, ec],
+    })
+    .unwrap();
+    Verifier::new(&KeyMaterial::Jwks(doc), settings()).unwrap()
+}
+
+fn reason(v: &Verifier, token: &[u8]) -> &'static str {
+    match v.verify(token, NOW) {
+        Ok(p) => panic!("token unexpectedly accepted for {}", p.sub),
+        Err(e) => e.reason(),
+    }
+}
+
+fn ok(v: &Verifier, token: &str) -> Principal {
+    v.verify(token.as_bytes(), NOW)
+        .unwrap_or_else(|e| panic!("refused: {e}"))
+}
+
+#[test]
+fn valid_hs256_token_is_accepted() {
+    let p = ok(&hs_verifier(), &hs(&claims()));
+    assert_eq!(p.sub.as_str(), "alice");
+    assert!(!p.admin);
+    assert_eq!(p.expires_at, NOW + 600);
+}
+
+#[test]
+fn valid_rs256_token_is_accepted() {
+    let t = sign(Algorithm::RS256, &rsa_key(), None, &claims());
+    assert_eq!(ok(&pem_verifier(), &t).sub.as_str(), "alice");
+}
+
+#[test]
+fn valid_es256_token_is_accepted() {
+    let t = sign(Algorithm::ES256, &ec_key(), None, &claims());
+    assert_eq!(ok(&pem_verifier(), &t).sub.as_str(), "alice");
+}
+
+#[test]
+fn valid_eddsa_token_is_accepted() {
+    let t = sign(Algorithm::EdDSA, &ed_key(), None, &claims());
+    assert_eq!(ok(&pem_verifier(), &t).sub.as_str(), "alice");
+}
+
+#[test]
+fn admin_role_grants_admin_and_other_roles_do_not() {
+    let v = hs_verifier();
+    assert!(ok(&v, &hs(&with(claims(), "roles", json!(["dev", "admin"])))).admin);
+    assert!(!ok(&v, &hs(&with(claims(), "roles", json!(["dev", "Admin"])))).admin);
+    assert_eq!(
+        reason(&v, hs(&with(claims(), "roles", json!("admin"))).as_bytes()),
+        "invalid_claim"
+    );
+    assert_eq!(
+        reason(&v, hs(&with(claims(), "roles", json!([1]))).as_bytes()),
+        "invalid_claim"
+    );
+}
+
+#[test]
+fn tampered_payload_is_bad_signature() {
+    let t = hs(&claims());
+    let mut parts: Vec<String> = t.split('.').map(String::from).collect();
+    let evil = with(claims(), "sub", json!("mallory"));
+    parts[1] = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&evil).unwrap());
+    assert_eq!(
+        reason(&hs_verifier(), parts.join(".").as_bytes()),
+        "bad_signature"
+    );
+}
+
+#[test]
+fn tampered_signature_is_bad_signature() {
+    for t in [
+        hs(&claims()),
+        sign(Algorithm::RS256, &rsa_key(), None, &claims()),
+    ] {
+        let (head, sig) = t.rsplit_once('.').unwrap();
+        let mut raw = URL_SAFE_NO_PAD.decode(sig).unwrap();
+        raw[0] ^= 0x01;
+        let forged = format!("{head}.{}", URL_SAFE_NO_PAD.encode(raw));
+        let v = if t == hs(&claims()) {
+            hs_verifier()
+        } else {
+            pem_verifier()
+        };
+        assert_eq!(reason(&v, forged.as_bytes()), "bad_signature");
+    }
+}
+
+#[test]
+fn token_from_another_rsa_key_is_bad_signature() {
+    let other = EncodingKey::from_rsa_pem(&fixture("rsa2.key")).unwrap();
+    let t = sign(Algorithm::RS256, &other, None, &claims());
+    assert_eq!(reason(&pem_verifier(), t.as_bytes()), "bad_signature");
+}
+
+#[test]
+fn alg_none_is_refused() {
+    let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"none","typ":"JWT"}"#);
+    let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims()).unwrap());
+    for sig in ["", "AAAA"] {
+        let t = format!("{header}.{payload}.{sig}");
+        assert_eq!(
+            reason(&hs_verifier(), t.as_bytes()),
+            "algorithm_not_allowed"
+        );
+        assert_eq!(
+            reason(&pem_verifier(), t.as_bytes()),
+            "algorithm_not_allowed"
+        );
+    }
+    let t = format!(
+        "{}.{payload}.",
+        URL_SAFE_NO_PAD.encode(br#"{"alg":"None"}"#)
+    );
+    assert_eq!(
+        reason(&hs_verifier(), t.as_bytes()),
+        "algorithm_not_allowed"
+    );
+}
+
+#[test]
+fn hs256_signed_with_the_rsa_public_key_is_algorithm_confusion() {
+    // The classic attack: use the public key's bytes as an HMAC secret.
+    let public = fixture("rsa.pub");
+    let t = sign(
+        Algorithm::HS256,
+        &EncodingKey::from_secret(&public).unwrap(),
+        None,
+        &claims(),
+    );
+    assert_eq!(
+        reason(&rsa_only_verifier(), t.as_bytes()),
+        "algorithm_not_allowed"
+    );
+    assert_eq!(
+        reason(&pem_verifier(), t.as_bytes()),
+        "algorithm_not_allowed"
+    );
+    assert_eq!(
+        reason(&jwks_verifier(), t.as_bytes()),
+        "algorithm_not_allowed"
+    );
+}
+
+#[test]
+fn algorithm_of_another_family_than_the_keys_is_refused() {
+    let t = sign(Algorithm::ES256, &ec_key(), None, &claims());
+    assert_eq!(
+        reason(&rsa_only_verifier(), t.as_bytes()),
+        "algorithm_not_allowed"
+    );
+    let t = sign(Algorithm::RS256, &rsa_key(), None, &claims());
+    assert_eq!(
+        reason(&hs_verifier(), t.as_bytes()),
+        "algorithm_not_allowed"
+    );
+}
+
+#[test]
+fn expired_beyond_leeway_is_expired_and_within_leeway_is_accepted() {
+    let v = hs_verifier();
+    assert_eq!(
+        reason(&v, hs(&with(claims(), "exp", json!(NOW - 31))).as_bytes()),
+        "expired"
+    );
+    assert_eq!(
+        reason(&v, hs(&with(claims(), "exp", json!(NOW - 30))).as_bytes()),
+        "expired"
+    );
+    assert_eq!(
+        ok(&v, &hs(&with(claims(), "exp", json!(NOW - 29))))
+            .sub
+            .as_str(),
+        "alice"
+    );
+}
+
+#[test]
+fn nbf_in_the_future_is_not_yet_valid() {
+    let v = hs_verifier();
+    assert_eq!(
+        reason(&v, hs(&with(claims(), "nbf", json!(NOW + 31))).as_bytes()),
+        "not_yet_valid"
+    );
+    assert_eq!(
+        ok(&v, &hs(&with(claims(), "nbf", json!(NOW + 30))))
+            .sub
+            .as_str(),
+        "alice"
+    );
+    assert_eq!(
+        reason(&v, hs(&with(claims(), "nbf", json!("soon"))).as_bytes()),
+        "invalid_claim"
+    );
+}
+
+#[test]
+fn wrong_issuer_is_refused() {
+    let v = hs_verifier();
+    assert_eq!(
+        reason(
+            &v,
+            hs(&with(claims(), "iss", json!("someone-else"))).as_bytes()
+        ),
+        "wrong_issuer"
+    );
+    assert_eq!(
+        reason(&v, hs(&without(claims(), "iss")).as_bytes()),
+        "missing_claim"
+    );
+}
+
+#[test]
+fn wrong_audience_is_refused() {
+    let v = hs_verifier();
+    assert_eq!(
+        reason(&v, hs(&with(claims(), "aud", json!("other"))).as_bytes()),
+        "wrong_audience"
+    );
+    assert_eq!(
+        reason(&v, hs(&with(claims(), "aud", json!(["a", "b"]))).as_bytes()),
+        "wrong_audience"
+    );
+    assert_eq!(
+        ok(&v, &hs(&with(claims(), "aud", json!(["a", "termgate-gw"]))))
+            .sub
+            .as_str(),
+        "alice"
+    );
+    assert_eq!(
+        reason(&v, hs(&without(claims(), "aud")).as_bytes()),
+        "missing_claim"
+    );
+}
+
+#[test]
+fn missing_sub_is_missing_claim() {
+    assert_eq!(
+        reason(&hs_verifier(), hs(&without(claims(), "sub")).as_bytes()),
+        "missing_claim"
+    );
+}
+
+#[test]
+fn missing_exp_is_missing_claim() {
+    assert_eq!(
+        reason(&hs_verifier(), hs(&without(claims(), "exp")).as_bytes()),
+        "missing_claim"
+    );
+}
+
+#[test]
+fn bad_sub_characters_are_invalid_sub() {
+    let v = hs_verifier();
+    for sub in [
+        json!("al ice"),
+        json!("alice/../bob"),
+        json!(""),
+        json!("ålice"),
+        json!("a".repeat(129)),
+        json!(42),
+    ] {
+        assert_eq!(
+            reason(&v, hs(&with(claims(), "sub", sub.clone())).as_bytes()),
+            "invalid_sub",
+            "{sub}"
+        );
+    }
+}
+
+#[test]
+fn unknown_kid_is_refused() {
+    let t = sign(Algorithm::RS256, &rsa_key(), Some("rsa-9"), &claims());
+    assert_eq!(reason(&jwks_verifier(), t.as_bytes()), "unknown_kid");
+    let named = Verifier::new(
+        &KeyMaterial::PemPublicKeys(vec![PemKey {
+            kid: Some("k1".into()),
+            pem: fixture("rsa.pub"),
+        }]),
+        settings(),
+    )
+    .unwrap();
+    assert_eq!(reason(&named, t.as_bytes()), "unknown_kid");
+}
+
+#[test]
+fn jwks_selects_the_key_by_kid() {
+    let v = jwks_verifier();
+    let t = sign(Algorithm::RS256, &rsa_key(), Some("rsa-1"), &claims());
+    assert_eq!(ok(&v, &t).sub.as_str(), "alice");
+    let t = sign(Algorithm::ES256, &ec_key(), Some("ec-1"), &claims());
+    assert_eq!(ok(&v, &t).sub.as_str(), "alice");
+    // A kid naming a key of another family than the token's alg.
+    let t = sign(Algorithm::ES256, &ec_key(), Some("rsa-1"), &claims());
+    assert_eq!(reason(&v, t.as_bytes()), "algorithm_not_allowed");
+}
+
+#[test]
+fn oversized_token_is_refused_before_parsing() {
+    let big = hs(&with(claims(), "pad", json!("x".repeat(MAX_TOKEN_BYTES))));
+    assert!(big.len() > MAX_TOKEN_BYTES);
+    assert_eq!(reason(&hs_verifier(), big.as_bytes()), "oversized");
+    assert_eq!(
+        reason(&hs_verifier(), &vec![b'a'; MAX_TOKEN_BYTES + 1]),
+        "oversized"
+    );
+}
+
+#[test]
+fn non_utf8_is_malformed() {
+    let mut t = hs(&claims()).into_bytes();
+    t[3] = 0xff;
+    assert_eq!(reason(&hs_verifier(), &t), "malformed");
+}
+
+#[test]
+fn truncated_tokens_are_refused() {
+    let v = hs_verifier();
+    let t = hs(&claims());
+    let (without_sig, _) = t.rsplit_once('.').unwrap();
+    assert_eq!(reason(&v, without_sig.as_bytes()), "malformed");
+    assert_eq!(reason(&v, b""), "malformed");
+    let first_dot = t.find('.').unwrap();
+    assert_eq!(reason(&v, &t.as_bytes()[..first_dot]), "malformed");
+    assert_eq!(reason(&v, &t.as_bytes()[..first_dot / 2]), "malformed");
+    // Cut anywhere: never accepted, never a panic.
+    for cut in 0..t.len() {
+        let r = reason(&v, &t.as_bytes()[..cut]);
+        assert!(
+            matches!(r, "malformed" | "bad_signature"),
+            "cut at {cut}: {r}"
+        );
+    }
+}
+
+#[test]
+fn garbage_header_or_payload_is_malformed() {
+    let v = hs_verifier();
+    assert_eq!(reason(&v, b"a.b.c"), "malformed");
+    assert_eq!(reason(&v, b"....."), "malformed");
+    let h = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256"}"#);
+    let crit = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","crit":["exp"]}"#);
+    assert_eq!(
+        reason(&v, format!("{crit}.e30.AAAA").as_bytes()),
+        "malformed"
+    );
+    // A correctly signed payload that is not a JSON object.
+    let key = EncodingKey::from_secret(SECRET).unwrap();
+    let t = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &json!([1, 2]), &key).unwrap();
+    assert!(matches!(
+        reason(&v, t.as_bytes()),
+        "malformed" | "bad_signature"
+    ));
+    assert_eq!(
+        reason(&v, format!("{h}.!!!.AAAA").as_bytes()),
+        "bad_signature"
+    );
+}
+
+#[test]
+fn unusable_key_material_is_refused_at_construction() {
+    assert!(matches!(
+        Verifier::new(
+            &KeyMaterial::PemPublicKeys(vec![PemKey {
+                kid: None,
+                pem: b"not pem".to_vec()
+            }]),
+            settings()
+        ),
+        Err(KeyError::UnsupportedPem { index: 0 })
+    ));
+    assert!(matches!(
+        Verifier::new(&KeyMaterial::Jwks(b"{".to_vec()), settings()),
+        Err(KeyError::BadJwks(_))
+    ));
+    assert!(matches!(
+        Verifier::new(&KeyMaterial::Jwks(br#"{"keys":[]}"#.to_vec()), settings()),
+        Err(KeyError::NoKeys)
+    ));
+    let dup = vec![
+        PemKey {
+            kid: Some("a".into()),
+            pem: fixture("rsa.pub"),
+        },
+        PemKey {
+            kid: Some("a".into()),
+            pem: fixture("ec.pub"),
+        },
+    ];
+    assert_eq!(
+        Verifier::new(&KeyMaterial::PemPublicKeys(dup), settings()).unwrap_err(),
+        KeyError::DuplicateKid("a".into())
+    );
+    let oct = br#"{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"x"}]}"#;
+    assert!(matches!(
+        Verifier::new(&KeyMaterial::Jwks(oct.to_vec()), settings()),
+        Err(KeyError::BadJwk { index: 0, .. })
+    ));
+}
+
+#[test]
+fn allowed_algorithms_follow_the_keys() {
+    assert_eq!(
+        hs_verifier().allowed_algorithms().collect::<Vec<_>>(),
+        ["HS256"]
+    );
+    assert_eq!(
+        pem_verifier().allowed_algorithms().collect::<Vec<_>>(),
+        ["ES256", "EdDSA", "RS256"]
+    );
+}
+
+#[test]
+fn signer_tokens_verify() {
+    let s = policy::Signer::from_private_pem(&fixture("ed.key"), None).unwrap();
+    let t = s
+        .sign(&policy::TokenClaims {
+            sub: "bob".into(),
+            exp: NOW + 60,
+            iat: NOW,
+            iss: Some("termgate".into()),
+            aud: Some("termgate-gw".into()),
+            roles: vec!["admin".into()],
+        })
+        .unwrap();
+    let p = ok(&pem_verifier(), &t);
+    assert_eq!((p.sub.as_str(), p.admin), ("bob", true));
+    assert!(policy::Signer::hs256(b"short").is_err());
+}
+
+fn mutate(token: &str, pos: usize, byte: u8) -> Vec<u8> {
+    let mut t = token.as_bytes().to_vec();
+    if !t.is_empty() {
+        let i = pos % t.len();
+        t[i] = byte;
+    }
+    t
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn verify_never_panics_on_random_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = hs_verifier().verify(&bytes, NOW);
+        let _ = pem_verifier().verify(&bytes, NOW);
+    }
+
+    #[test]
+    fn any_single_byte_change_to_a_valid_token_is_refused(pos in any::<usize>(), byte in any::<u8>()) {
+        let t = hs(&claims());
+        let m = mutate(&t, pos, byte);
+        prop_assume!(m != t.as_bytes());
+        let r = hs_verifier().verify(&m, NOW);
+        // base64url tolerates changes to the unused low bits of the last character.
+        if let Ok(p) = r {
+            prop_assert_eq!(p.sub.as_str(), "alice");
+        }
+    }
+
+    #[test]
+    fn structured_garbage_never_panics(h in "[A-Za-z0-9_-]{0,40}", p in "[A-Za-z0-9_-]{0,80}", s in "[A-Za-z0-9_-]{0,80}") {
+        let t = format!("{h}.{p}.{s}");
+        let r = hs_verifier().verify(t.as_bytes(), NOW);
+        prop_assert!(r.is_err());
+        let reason = r.unwrap_err().reason();
+        prop_assert!(["malformed", "algorithm_not_allowed", "bad_signature"].contains(&reason), "{}", reason);
+    }
+}
+
+#[test]
+fn every_reason_code_is_snake_case_and_distinct() {
+    let all = [
+        TokenError::Oversized,
+        TokenError::Malformed("x"),
+        TokenError::AlgorithmNotAllowed("x".into()),
+        TokenError::UnknownKid("x".into()),
+        TokenError::BadSignature,
+        TokenError::Expired,
+        TokenError::NotYetValid,
+        TokenError::WrongIssuer,
+        TokenError::WrongAudience,
+        TokenError::MissingClaim("x"),
+        TokenError::InvalidClaim("x"),
+        TokenError::InvalidSub,
+    ];
+    let mut codes: Vec<_> = all.iter().map(|e| e.reason()).collect();
+    assert!(codes
+        .iter()
+        .all(|c| c.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')));
+    codes.sort();
+    codes.dedup();
+    assert_eq!(codes.len(), all.len());
+}

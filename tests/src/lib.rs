@@ -1,0 +1,95 @@
+//! termgate's end-to-end harness: real binaries, real files, real Docker and ttyd.
+//!
+//! The binaries are built by `cargo build --workspace --bins` before the tests run
+//! (`deploy/test` does it); the harness finds them next to the test executable, or in
+//! `TERMGATE_BIN_DIR`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The example configuration shipped with the config crate.
+pub const EXAMPLE_CONFIG: &str = include_str!("../../config/termgate.example.toml");
+
+/// Path of a workspace binary such as `termgate-control`.
+pub fn binary(name: &str) -> PathBuf {
+    let dir = std::env::var_os("TERMGATE_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            // target/<profile>/deps/<test-exe> → target/<profile>
+            let exe = std::env::current_exe().expect("test executable path");
+            exe.parent()
+                .and_then(Path::parent)
+                .expect("target directory")
+                .to_path_buf()
+        });
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: build the binaries first (cargo build --workspace --bins; deploy/test does it)",
+        path.display()
+    );
+    path
+}
+
+/// A state directory holding a configuration and its secret files.
+pub struct ConfigDir {
+    /// The directory (removed on drop).
+    pub dir: tempfile::TempDir,
+}
+
+impl ConfigDir {
+    /// The example configuration with generated dev secrets, plus `extra` TOML appended.
+    pub fn example(extra: &str) -> ConfigDir {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir(dir.path().join("secrets")).expect("secrets dir");
+        std::fs::write(dir.path().join("secrets/hs256.key"), random_hex(32)).expect("secret");
+        std::fs::write(dir.path().join("secrets/service.token"), random_hex(24)).expect("token");
+        std::fs::write(
+            dir.path().join("termgate.toml"),
+            format!("{EXAMPLE_CONFIG}\n{extra}\n"),
+        )
+        .expect("config");
+        ConfigDir { dir }
+    }
+
+    /// Path of the configuration file.
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("termgate.toml")
+    }
+
+    /// Replaces the configuration text.
+    pub fn write_config(&self, text: &str) {
+        std::fs::write(self.config_path(), text).expect("config");
+    }
+
+    /// Writes a file relative to the directory.
+    pub fn write(&self, rel: &str, contents: &[u8]) {
+        std::fs::write(self.dir.path().join(rel), contents).expect("file");
+    }
+
+    /// Loads the configuration the way the binaries do.
+    pub fn load(&self) -> config::Config {
+        config::load(&self.config_path()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Runs a binary with `--config <this>` and the given arguments.
+    pub fn run(&self, bin: &str, args: &[&str]) -> Output {
+        Command::new(binary(bin))
+            .args(args)
+            .arg("--config")
+            .arg(self.config_path())
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("run binary")
+    }
+}
+
+/// Hex of `bytes` random bytes from the OS.
+pub fn random_hex(bytes: usize) -> String {
+    use std::io::Read;
+    let mut buf = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .expect("/dev/urandom");
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
