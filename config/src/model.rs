@@ -148,6 +148,16 @@ pub struct GatewayConfig {
     /// How long an unknown session id is remembered as unknown, milliseconds.
     #[serde(default = "defaults::negative_cache_ms")]
     pub negative_cache_ms: u64,
+    /// Route lookups at control (cache misses) allowed per user per minute.
+    #[serde(default = "defaults::lookup_misses")]
+    pub lookup_misses_per_minute: u32,
+    /// Unix socket over which a new gateway process takes the listeners of the old one
+    /// (zero-downtime upgrade: start the new one with `--upgrade`, then SIGQUIT the old).
+    #[serde(default = "defaults::upgrade_socket")]
+    pub upgrade_socket: PathBuf,
+    /// Pid file of the gateway process.
+    #[serde(default = "defaults::pid_file")]
+    pub pid_file: PathBuf,
 }
 
 /// `[control]`
@@ -390,6 +400,9 @@ pub const KEYS: &[(&str, &str)] = &[
     ("gateway.max_body_bytes", "65536"),
     ("gateway.auth_failures_per_minute", "30"),
     ("gateway.negative_cache_ms", "2000"),
+    ("gateway.lookup_misses_per_minute", "120"),
+    ("gateway.upgrade_socket", "\"gateway-upgrade.sock\""),
+    ("gateway.pid_file", "\"gateway.pid\""),
     ("control.listen", "\"127.0.0.1:7070\""),
     ("control.admin_listen", "\"127.0.0.1:9070\""),
     ("control.docker_host", ""),
@@ -486,6 +499,15 @@ mod defaults {
     }
     pub fn negative_cache_ms() -> u64 {
         2000
+    }
+    pub fn lookup_misses() -> u32 {
+        120
+    }
+    pub fn upgrade_socket() -> PathBuf {
+        "gateway-upgrade.sock".into()
+    }
+    pub fn pid_file() -> PathBuf {
+        "gateway.pid".into()
     }
     pub fn control_listen() -> String {
         "127.0.0.1:7070".into()

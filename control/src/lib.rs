@@ -1,1 +1,15 @@
+//! termgate's control service: the only component that holds the Docker socket.
+//!
+//! It decides who may have which session (through `policy`), makes sessions real on
+//! Docker (`docker`), keeps its books in sled (`store`), repairs drift (`reconcile`)
+//! and tells gateways what exists (the route feed in `api`). It never carries terminal
+//! bytes.
 
+pub mod api;
+pub mod docker;
+pub mod error;
+pub mod metrics;
+pub mod model;
+pub mod reconcile;
+pub mod service;
+pub mod store;

@@ -1,10 +1,16 @@
-//! `termgate-control`: the control service, and `token` for dev sign-in.
+//! `termgate-control`: the control service, `token` for dev sign-in, `check`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use control::api::{self, Listener};
+use control::docker::Docker;
+use control::service::{now, Control};
+use control::store::Store;
 
 #[derive(Parser)]
 #[command(name = "termgate-control", version, about = "termgate control service")]
@@ -54,10 +60,138 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Some(Command::Check) | None => {
+        Some(Command::Check) => {
             println!("configuration {} is valid", cli.config.display());
             ExitCode::SUCCESS
         }
+        None => {
+            init_tracing();
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("termgate-control: cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(serve(config)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e:#}");
+                    eprintln!("termgate-control: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+async fn serve(config: config::Config) -> anyhow::Result<()> {
+    let config = Arc::new(config);
+    if config.secrets().service_token.is_none() {
+        anyhow::bail!("control.service_token_file: required to serve the route feed");
+    }
+    let missing = config.missing_bind_sources();
+    if !missing.is_empty() {
+        let list: Vec<String> = missing.iter().map(|e| e.to_string()).collect();
+        anyhow::bail!(
+            "bind mount sources are missing:\n  - {}",
+            list.join("\n  - ")
+        );
+    }
+    let verifier = config.verifier().context("auth")?;
+    let store_path = config.resolve(&config.store.path);
+    let store = Store::open(&store_path, config.store.change_log_len)
+        .with_context(|| format!("store.path: cannot open {}", store_path.display()))?;
+    let docker = Docker::connect(
+        config.control.docker_host.as_deref(),
+        Duration::from_secs(config.control.docker_timeout_seconds),
+    )
+    .await
+    .context("control.docker_host: cannot reach Docker")?;
+    match docker.seccomp_supported().await {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!("the Docker daemon reports no seccomp support: session containers run without a seccomp filter"),
+        Err(e) => tracing::warn!(error = %e, "cannot read the daemon's security options"),
+    }
+    let api_listener = tokio::net::TcpListener::bind(&config.control.listen)
+        .await
+        .with_context(|| format!("control.listen: cannot listen on {}", config.control.listen))?;
+    let admin_listener = tokio::net::TcpListener::bind(&config.control.admin_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "control.admin_listen: cannot listen on {}",
+                config.control.admin_listen
+            )
+        })?;
+
+    let control = Arc::new(Control::new(Arc::clone(&config), store, docker, verifier));
+    match control.rebuild_from_labels().await {
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "could not check Docker for sessions to rebuild"),
+    }
+    let first = control.reconcile_pass().await;
+    tracing::info!(
+        ?first,
+        rev = control.store.rev(),
+        at = now(),
+        "first reconcile pass done"
+    );
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let reconciler = tokio::spawn(Arc::clone(&control).run_reconciler(stop_rx.clone()));
+    let grace = Duration::from_secs(2);
+    let api = tokio::spawn(api::serve(
+        Arc::clone(&control),
+        api_listener,
+        Listener::Api,
+        stop_rx.clone(),
+        grace,
+    ));
+    let admin = tokio::spawn(api::serve(
+        Arc::clone(&control),
+        admin_listener,
+        Listener::Admin,
+        stop_rx,
+        grace,
+    ));
+    tracing::info!(listen = %config.control.listen, admin = %config.control.admin_listen, instance = %config.instance, "control is serving");
+
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(3), async {
+        let _ = api.await;
+        let _ = admin.await;
+        let _ = reconciler.await;
+    })
+    .await;
+    control.store.flush().context("flushing the store")?;
+    tracing::info!("stopped; store flushed");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
     }
 }
 
@@ -75,14 +209,11 @@ fn token(
     let signer = config.signer().ok_or(
         "no signing key: configure auth.hs256_secret_file, or auth.signing_key_file next to public keys",
     )?;
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_err(|e| e.to_string())?
-        .as_secs();
+    let issued = now();
     let claims = policy::TokenClaims {
         sub: sub.to_owned(),
-        exp: now + ttl.unwrap_or(config.auth.token_ttl_seconds),
-        iat: now,
+        exp: issued + ttl.unwrap_or(config.auth.token_ttl_seconds),
+        iat: issued,
         iss: config.auth.issuer.clone(),
         aud: config.auth.audience.clone(),
         roles: if admin {

@@ -1,1 +1,14 @@
+//! termgate's gateway: the single ingress. It authenticates every request, and on the
+//! websocket upgrade checks Origin and ownership before ttyd sees a byte; it keeps a
+//! route cache fed by control, keeps serving known sessions when control is down, and
+//! closes live terminals whose access ended.
 
+pub mod admin;
+pub mod control_client;
+pub mod feed;
+pub mod metrics;
+pub mod proxy;
+pub mod routes;
+pub mod state;
+pub mod terminals;
+pub mod ui;

@@ -2,8 +2,20 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
+use gateway::admin::Admin;
+use gateway::feed::{ExpirySweeper, FeedFollower};
+use gateway::proxy::{Proxy, TtydUpstream};
+use gateway::state::Gateway;
+use pingora::lb::health_check::TcpHealthCheck;
+use pingora::lb::LoadBalancer;
+use pingora::server::configuration::{Opt, ServerConf};
+use pingora::server::Server;
+use pingora::services::background::background_service;
+use pingora::services::listening::Service;
 
 #[derive(Parser)]
 #[command(name = "termgate-gateway", version, about = "termgate gateway")]
@@ -11,18 +23,121 @@ struct Cli {
     /// Configuration file.
     #[arg(long, default_value = "termgate.toml")]
     config: PathBuf,
+    /// Take the listeners over from a running gateway (zero-downtime upgrade); then send
+    /// SIGQUIT to the old process.
+    #[arg(long)]
+    upgrade: bool,
+    /// Validate the configuration and exit.
+    #[arg(long)]
+    check: bool,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match config::load(&cli.config) {
-        Ok(_) => {
-            println!("configuration {} is valid", cli.config.display());
-            ExitCode::SUCCESS
-        }
+    let config = match config::load(&cli.config) {
+        Ok(c) => c,
         Err(e) => {
             eprintln!("termgate-gateway: {}: {e}", cli.config.display());
-            ExitCode::from(2)
+            return ExitCode::from(2);
+        }
+    };
+    if cli.check {
+        println!("configuration {} is valid", cli.config.display());
+        return ExitCode::SUCCESS;
+    }
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    match run(config, cli.upgrade) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("termgate-gateway: {e:#}");
+            ExitCode::FAILURE
         }
     }
+}
+
+fn run(config: config::Config, upgrade: bool) -> anyhow::Result<()> {
+    let config = Arc::new(config);
+    let g = &config.gateway;
+    let control_addr = g
+        .control_url
+        .strip_prefix("http://")
+        .ok_or_else(|| anyhow::anyhow!("gateway.control_url: must start with http://"))?
+        .to_owned();
+    let state = Gateway::new(Arc::clone(&config))?;
+
+    let conf = ServerConf {
+        grace_period_seconds: Some(g.drain_seconds),
+        graceful_shutdown_timeout_seconds: Some(1),
+        upgrade_sock: config
+            .resolve(&g.upgrade_socket)
+            .to_string_lossy()
+            .into_owned(),
+        pid_file: config.resolve(&g.pid_file).to_string_lossy().into_owned(),
+        threads: 2,
+        ..ServerConf::default()
+    };
+    let opt = Opt {
+        upgrade,
+        ..Opt::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(opt, conf);
+    server.bootstrap();
+
+    let (ttyd, health) = if g.ttyd_upstreams.is_empty() {
+        let socket = config
+            .resolve(&config.ttyd.socket)
+            .to_string_lossy()
+            .into_owned();
+        (TtydUpstream::Unix(socket), None)
+    } else {
+        let mut lb = LoadBalancer::try_from_iter(g.ttyd_upstreams.iter().map(String::as_str))
+            .map_err(|e| anyhow::anyhow!("gateway.ttyd_upstreams: {e}"))?;
+        lb.set_health_check(TcpHealthCheck::new());
+        lb.health_check_frequency = Some(Duration::from_secs(1));
+        let bg = background_service("ttyd health check", lb);
+        let task = bg.task();
+        (TtydUpstream::Tcp(task), Some(bg))
+    };
+
+    let mut proxy = pingora::proxy::http_proxy_service(
+        &server.configuration,
+        Proxy {
+            g: Arc::clone(&state),
+            ttyd,
+            control_addr,
+        },
+    );
+    match (&g.tls_cert_file, &g.tls_key_file) {
+        (Some(cert), Some(key)) => {
+            let cert = config.resolve(cert).to_string_lossy().into_owned();
+            let key = config.resolve(key).to_string_lossy().into_owned();
+            proxy
+                .add_tls(&g.listen, &cert, &key)
+                .map_err(|e| anyhow::anyhow!("gateway.tls_cert_file: {e}"))?;
+        }
+        _ => proxy.add_tcp(&g.listen),
+    }
+    let mut admin = Service::new("termgate admin".into(), Admin(Arc::clone(&state)));
+    admin.add_tcp(&g.admin_listen);
+
+    server.add_service(proxy);
+    server.add_service(admin);
+    server.add_service(background_service(
+        "route feed",
+        FeedFollower(Arc::clone(&state)),
+    ));
+    server.add_service(background_service(
+        "token expiry",
+        ExpirySweeper(Arc::clone(&state)),
+    ));
+    if let Some(h) = health {
+        server.add_service(h);
+    }
+    tracing::info!(listen = %g.listen, admin = %g.admin_listen, "gateway is serving");
+    server.run_forever();
 }

@@ -9,8 +9,10 @@
 
 pub mod access;
 pub mod error;
+pub mod feed;
 pub mod identity;
 pub mod origin;
+pub mod path;
 pub mod quota;
 pub mod sandbox;
 pub mod session_id;
@@ -22,6 +24,7 @@ pub use identity::{
     VerifierSettings,
 };
 pub use origin::{CredentialSource, Origin, OriginDenied, OriginPolicy};
+pub use path::{classify, PathError, PublicRoute, TerminalPart};
 pub use quota::{QuotaExceeded, QuotaLimits, QuotaScope};
 pub use sandbox::{ContainerSpec, MountKind, MountSpec, Rule, Violation};
 pub use session_id::{SessionId, SessionIdError};

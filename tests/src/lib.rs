@@ -4,6 +4,11 @@
 //! (`deploy/test` does it); the harness finds them next to the test executable, or in
 //! `TERMGATE_BIN_DIR`.
 
+pub mod stack;
+pub mod term;
+pub mod ttyd;
+pub mod upstream;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -18,17 +18,19 @@ fn stderr(o: &std::process::Output) -> String {
 #[test]
 fn both_binaries_accept_the_example_config() {
     let dir = ConfigDir::example("");
-    for bin in ["termgate-control", "termgate-gateway"] {
-        let o = dir.run(bin, &[]);
-        assert!(o.status.success(), "{bin}: {}", stderr(&o));
-    }
+    assert!(dir.run("termgate-control", &["check"]).status.success());
+    let o = dir.run("termgate-gateway", &["--check"]);
+    assert!(o.status.success(), "{}", stderr(&o));
 }
 
 #[test]
 fn a_privileged_profile_stops_both_binaries_naming_profile_and_rule() {
     let dir = ConfigDir::example("[profiles.evil]\nimage = \"x\"\nprivileged = true\n");
-    for bin in ["termgate-control", "termgate-gateway"] {
-        let o = dir.run(bin, &[]);
+    for (bin, check) in [
+        ("termgate-control", "check"),
+        ("termgate-gateway", "--check"),
+    ] {
+        let o = dir.run(bin, &[check]);
         assert_eq!(o.status.code(), Some(2), "{bin}");
         let e = stderr(&o);
         assert!(
@@ -41,7 +43,7 @@ fn a_privileged_profile_stops_both_binaries_naming_profile_and_rule() {
 #[test]
 fn a_docker_socket_mount_stops_control_naming_profile_and_rule() {
     let extra = "[profiles.sock]\nimage = \"x\"\n[[profiles.sock.mounts]]\nsource = \"/var/run/docker.sock\"\ntarget = \"/var/run/docker.sock\"\n";
-    let o = ConfigDir::example(extra).run("termgate-control", &[]);
+    let o = ConfigDir::example(extra).run("termgate-control", &["check"]);
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
     assert!(
@@ -55,7 +57,7 @@ fn seccomp_unconfined_stops_control_naming_profile_and_rule() {
     let o = ConfigDir::example(
         "[profiles.loose]\nimage = \"x\"\nsecurity_opt = [\"seccomp=unconfined\"]\n",
     )
-    .run("termgate-control", &[]);
+    .run("termgate-control", &["check"]);
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
     assert!(
@@ -68,6 +70,7 @@ fn seccomp_unconfined_stops_control_naming_profile_and_rule() {
 fn a_misspelled_env_override_stops_the_gateway_naming_key_and_variable() {
     let dir = ConfigDir::example("");
     let o = std::process::Command::new(e2e::binary("termgate-gateway"))
+        .arg("--check")
         .arg("--config")
         .arg(dir.config_path())
         .env("TERMGATE__GATEWAY__LISEN", "127.0.0.1:1")

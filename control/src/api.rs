@@ -1,0 +1,386 @@
+//! control's HTTP API (hyper 1): routing, authentication, bodies, JSON.
+//!
+//! User calls carry the user's JWT as a bearer token (the gateway turns the cookie into
+//! one); the route feed carries the service token. Bodies are bounded, unknown fields
+//! refused, and every error is DESIGN's JSON shape.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use policy::{Principal, SessionId};
+use serde::Serialize;
+use tokio::net::TcpListener;
+
+use crate::error::ApiError;
+use crate::service::{now, Control, CreateRequest, RedrawRequest, SessionView};
+
+type Reply = Response<Full<Bytes>>;
+
+/// Longest a feed poller may ask to wait, seconds.
+const MAX_FEED_WAIT: u64 = 30;
+
+fn json<T: Serialize>(status: u16, value: &T) -> Reply {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn empty(status: u16) -> Reply {
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::NO_CONTENT);
+    r
+}
+
+fn error(e: &ApiError) -> Reply {
+    let mut r = Response::new(Full::new(Bytes::from(e.body())));
+    *r.status_mut() = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn bearer(req: &Request<Incoming>) -> Option<&[u8]> {
+    let v = req.headers().get(AUTHORIZATION)?.as_bytes();
+    let (scheme, rest) = v.split_at(v.iter().position(|b| *b == b' ')?);
+    scheme
+        .eq_ignore_ascii_case(b"bearer")
+        .then(|| rest.trim_ascii())
+}
+
+fn authenticate(control: &Control, req: &Request<Incoming>) -> Result<Principal, ApiError> {
+    let token = bearer(req)
+        .ok_or_else(|| ApiError::new(401, "unauthenticated", "a bearer token is required"))?;
+    control.verifier.verify(token, now()).map_err(|e| {
+        tracing::info!(target: "audit", decision = "deny", reason = e.reason(), "token refused");
+        ApiError::new(
+            401,
+            "unauthenticated",
+            format!("token refused: {}", e.reason()),
+        )
+    })
+}
+
+/// Compares in time independent of where the inputs differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn authenticate_service(control: &Control, req: &Request<Incoming>) -> Result<(), ApiError> {
+    let expected = control
+        .config
+        .secrets()
+        .service_token
+        .as_ref()
+        .map(|s| s.expose());
+    match (bearer(req), expected) {
+        (Some(got), Some(want)) if constant_time_eq(got, want) => Ok(()),
+        _ => Err(ApiError::new(
+            401,
+            "unauthenticated",
+            "the service token is required",
+        )),
+    }
+}
+
+fn query_param<'a>(req: &'a Request<Incoming>, name: &str) -> Option<&'a str> {
+    req.uri()
+        .query()?
+        .split('&')
+        .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(
+    req: Request<Incoming>,
+    limit: usize,
+) -> Result<T, ApiError> {
+    let too_big = || {
+        ApiError::new(
+            413,
+            "body_too_large",
+            format!("request body is larger than {limit} bytes"),
+        )
+    };
+    if let Some(len) = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        if len > limit {
+            return Err(too_big());
+        }
+    }
+    let body = Limited::new(req.into_body(), limit)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                too_big()
+            } else {
+                ApiError::bad_request("bad_body", "could not read the request body")
+            }
+        })?
+        .to_bytes();
+    serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request("invalid_json", format!("invalid request body: {e}")))
+}
+
+fn session_id(seg: &str) -> Result<SessionId, ApiError> {
+    // A malformed id cannot name anyone's session: the same 404 as an unknown one.
+    SessionId::parse(seg).map_err(|_| ApiError::not_found())
+}
+
+#[derive(Serialize)]
+struct Sessions<'a> {
+    sessions: Vec<SessionView<'a>>,
+}
+
+async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, ApiError> {
+    let path = req.uri().path().to_owned();
+    let segments: Vec<&str> = path
+        .strip_prefix("/v1/")
+        .map(|p| p.split('/').collect())
+        .unwrap_or_default();
+    let method = req.method().clone();
+    let limit = control.config.control.max_body_bytes;
+    let not_allowed =
+        || ApiError::new(405, "method_not_allowed", "method not allowed on this path");
+    match segments.as_slice() {
+        ["healthz"] => Ok(json(
+            200,
+            &serde_json::json!({"status": "ok", "rev": control.store.rev()}),
+        )),
+        ["routes"] => {
+            authenticate_service(&control, &req)?;
+            if method != Method::GET {
+                return Err(not_allowed());
+            }
+            let after = query_param(&req, "after")
+                .unwrap_or("0")
+                .parse::<u64>()
+                .map_err(|_| {
+                    ApiError::bad_request("invalid_query", "after must be a revision number")
+                })?;
+            let wait = query_param(&req, "wait")
+                .unwrap_or("0")
+                .parse::<u64>()
+                .map_err(|_| ApiError::bad_request("invalid_query", "wait must be seconds"))?;
+            let page = control
+                .feed(after, Duration::from_secs(wait.min(MAX_FEED_WAIT)))
+                .await?;
+            Ok(json(200, &page))
+        }
+        ["routes", id] => {
+            authenticate_service(&control, &req)?;
+            if method != Method::GET {
+                return Err(not_allowed());
+            }
+            let id = session_id(id)?;
+            let route = control.route(&id)?.ok_or_else(ApiError::not_found)?;
+            let locked = control.store.is_locked(&route.owner)?;
+            Ok(json(
+                200,
+                &serde_json::json!({"route": route, "owner_locked": locked, "rev": control.store.rev()}),
+            ))
+        }
+        ["profiles"] => {
+            authenticate(&control, &req)?;
+            if method != Method::GET {
+                return Err(not_allowed());
+            }
+            let profiles: Vec<_> = control
+                .config
+                .profiles
+                .iter()
+                .map(|(name, p)| {
+                    let options: serde_json::Map<String, serde_json::Value> = p
+                        .options
+                        .iter()
+                        .map(|(k, o)| (k.clone(), serde_json::json!({"description": o.description, "values": o.values, "default": o.default})))
+                        .collect();
+                    serde_json::json!({"name": name, "description": p.description, "options": options})
+                })
+                .collect();
+            Ok(json(200, &serde_json::json!({ "profiles": profiles })))
+        }
+        ["sessions"] => {
+            let who = authenticate(&control, &req)?;
+            match method {
+                Method::GET => {
+                    let all = query_param(&req, "all") == Some("true");
+                    let owner = query_param(&req, "owner").map(str::to_owned);
+                    let list = control.list(&who, owner.as_deref(), all)?;
+                    Ok(json(
+                        200,
+                        &Sessions {
+                            sessions: list.iter().map(SessionView::from).collect(),
+                        },
+                    ))
+                }
+                Method::POST => {
+                    let body: CreateRequest = read_json(req, limit).await?;
+                    let s = control.create(&who, body).await?;
+                    Ok(json(201, &SessionView::from(&s)))
+                }
+                _ => Err(not_allowed()),
+            }
+        }
+        ["history"] => {
+            let who = authenticate(&control, &req)?;
+            if method != Method::GET {
+                return Err(not_allowed());
+            }
+            let all = query_param(&req, "all") == Some("true");
+            let owner = query_param(&req, "owner").map(str::to_owned);
+            let list = control.history(&who, owner.as_deref(), all)?;
+            Ok(json(
+                200,
+                &Sessions {
+                    sessions: list.iter().map(SessionView::from).collect(),
+                },
+            ))
+        }
+        ["sessions", id] => {
+            let who = authenticate(&control, &req)?;
+            let id = session_id(id)?;
+            match method {
+                Method::GET => {
+                    let s = control.get(&who, &id)?;
+                    Ok(json(200, &SessionView::from(&s)))
+                }
+                Method::DELETE => {
+                    control.end(&who, &id).await?;
+                    Ok(empty(204))
+                }
+                _ => Err(not_allowed()),
+            }
+        }
+        ["sessions", id, "redraw"] => {
+            let who = authenticate(&control, &req)?;
+            let id = session_id(id)?;
+            if method != Method::POST {
+                return Err(not_allowed());
+            }
+            let body: RedrawRequest = read_json(req, limit).await?;
+            control.redraw(&who, &id, body).await?;
+            Ok(empty(204))
+        }
+        ["users", sub, "lock"] => {
+            let who = authenticate(&control, &req)?;
+            let sub = (*sub).to_owned();
+            match method {
+                Method::POST => control.set_lock(&who, &sub, true).map(|_| empty(204)),
+                Method::DELETE => control.set_lock(&who, &sub, false).map(|_| empty(204)),
+                _ => Err(not_allowed()),
+            }
+        }
+        _ => Err(ApiError::new(404, "not_found", "no such endpoint")),
+    }
+}
+
+async fn handle(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, Infallible> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let reply = match route(control, req).await {
+        Ok(r) => r,
+        Err(e) => error(&e),
+    };
+    tracing::debug!(%method, %path, status = reply.status().as_u16(), "request");
+    Ok(reply)
+}
+
+async fn handle_admin(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, Infallible> {
+    Ok(match req.uri().path() {
+        "/metrics" => {
+            let mut r = Response::new(Full::new(Bytes::from(control.metrics.render())));
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            r
+        }
+        "/healthz" => json(200, &serde_json::json!({"status": "ok"})),
+        _ => error(&ApiError::new(404, "not_found", "no such endpoint")),
+    })
+}
+
+/// Which of control's two listeners.
+#[derive(Clone, Copy)]
+pub enum Listener {
+    /// The internal API.
+    Api,
+    /// Metrics and health.
+    Admin,
+}
+
+/// Serves one listener until `shutdown` fires, then lets open requests finish for up
+/// to `grace`.
+pub async fn serve(
+    control: Arc<Control>,
+    listener: TcpListener,
+    which: Listener,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => break,
+        };
+        let (stream, _peer): (_, SocketAddr) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let control = Arc::clone(&control);
+        let service = hyper::service::service_fn(move |req| {
+            let control = Arc::clone(&control);
+            async move {
+                match which {
+                    Listener::Api => handle(control, req).await,
+                    Listener::Admin => handle_admin(control, req).await,
+                }
+            }
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(10))
+            .max_buf_size(64 * 1024)
+            .serve_connection(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
+    let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_eq_compares_whole_values() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+        assert!(!constant_time_eq(b"", b"a"));
+    }
+}

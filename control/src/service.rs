@@ -1,0 +1,649 @@
+//! The control service's operations: create, end, list, redraw, locks, route feed.
+//! HTTP lives in `api`; this module decides (through `policy`), writes the store and
+//! drives Docker, with compensation on every failure path.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use config::{Config, Profile};
+use policy::{Action, Decision, Principal, QuotaLimits, SessionId, Verifier};
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+
+use crate::docker::{ContainerRequest, Docker, DockerError};
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::model::{FeedPage, Route, Session, SessionState};
+use crate::store::{Store, StoreError};
+
+/// Labels that prove termgate made a container (DESIGN §4).
+pub mod labels {
+    /// `session` on session containers, `home` on home volumes.
+    pub const MANAGED: &str = "termgate.managed";
+    /// The deployment's `instance`.
+    pub const INSTANCE: &str = "termgate.instance";
+    /// The session id.
+    pub const SESSION: &str = "termgate.session";
+    /// The owner `sub`.
+    pub const OWNER: &str = "termgate.owner";
+    /// Profile name (for rebuilding the store).
+    pub const PROFILE: &str = "termgate.profile";
+    /// Display name (for rebuilding the store).
+    pub const NAME: &str = "termgate.name";
+    /// Creation time, Unix seconds (for rebuilding the store).
+    pub const CREATED: &str = "termgate.created";
+}
+
+/// Who ends sessions the reconciler ends.
+pub const SYSTEM: &str = "termgate";
+
+/// Body of `POST /v1/sessions`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRequest {
+    /// Profile name.
+    pub profile: String,
+    /// Display name (default: the profile name).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Option values by option name.
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+}
+
+/// Body of `POST /v1/sessions/<id>/redraw`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedrawRequest {
+    /// Terminal columns.
+    pub cols: u16,
+    /// Terminal rows.
+    pub rows: u16,
+}
+
+/// A session as the API shows it (no container id).
+#[derive(Debug, Serialize)]
+pub struct SessionView<'a> {
+    id: &'a SessionId,
+    owner: &'a str,
+    name: &'a str,
+    profile: &'a str,
+    options: &'a BTreeMap<String, String>,
+    state: &'static str,
+    created_at: u64,
+    terminal_url: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ended_at: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ended_by: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    end_reason: Option<&'a str>,
+}
+
+impl<'a> From<&'a Session> for SessionView<'a> {
+    fn from(s: &'a Session) -> Self {
+        SessionView {
+            id: &s.id,
+            owner: &s.owner,
+            name: &s.name,
+            profile: &s.profile,
+            options: &s.options,
+            state: s.state.as_str(),
+            created_at: s.created_at,
+            terminal_url: format!("/s/{}/", s.id),
+            ended_at: s.ended_at,
+            ended_by: s.ended_by.as_deref(),
+            end_reason: s.end_reason.as_deref(),
+        }
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Aborts the process at a named step when `TERMGATE_FAILPOINT` names it. Debug builds
+/// only: the crash-safety tests use it to stop control between two steps.
+pub fn failpoint(name: &str) {
+    if cfg!(debug_assertions) && std::env::var("TERMGATE_FAILPOINT").is_ok_and(|v| v == name) {
+        eprintln!("failpoint {name}: aborting");
+        std::process::abort();
+    }
+}
+
+/// Name of a user's persistent home volume: stable, label-safe, collision-free.
+pub fn home_volume_name(instance: &str, sub: &str) -> String {
+    let digest = sha2::Sha256::digest(sub.as_bytes());
+    let hex: String = digest.iter().take(10).map(|b| format!("{b:02x}")).collect();
+    format!("termgate-home-{instance}-{hex}")
+}
+
+/// Docker's name for a session's container.
+pub fn container_name(id: &SessionId) -> String {
+    format!("termgate-{id}")
+}
+
+/// The control service.
+pub struct Control {
+    /// Configuration.
+    pub config: Arc<Config>,
+    /// The store.
+    pub store: Store,
+    /// Docker.
+    pub docker: Docker,
+    /// Token verifier.
+    pub verifier: Verifier,
+    /// Metrics.
+    pub metrics: Metrics,
+    redraw_locks: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Sessions whose container is being removed right now, so that the API and the
+    /// reconciler never race to remove the same container.
+    ending: Mutex<std::collections::HashSet<SessionId>>,
+}
+
+/// Removes `id` from [`Control::ending`] when the end attempt is over.
+struct EndingGuard<'a>(&'a Control, SessionId);
+
+impl Drop for EndingGuard<'_> {
+    fn drop(&mut self) {
+        self.0
+            .ending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.1);
+    }
+}
+
+impl Control {
+    /// Assembles the service.
+    pub fn new(config: Arc<Config>, store: Store, docker: Docker, verifier: Verifier) -> Self {
+        Control {
+            config,
+            store,
+            docker,
+            verifier,
+            metrics: Metrics::default(),
+            redraw_locks: Mutex::new(HashMap::new()),
+            ending: Mutex::new(Default::default()),
+        }
+    }
+
+    fn limits(&self) -> QuotaLimits {
+        QuotaLimits {
+            per_user: self.config.quota.per_user,
+            global: self.config.quota.global,
+        }
+    }
+
+    fn locked(&self, sub: &str) -> Result<bool, ApiError> {
+        Ok(self.store.is_locked(sub)?)
+    }
+
+    fn refresh_gauges(&self) {
+        if let Ok((_, total)) = self.store.counts("") {
+            self.metrics.sessions_active.set(i64::from(total));
+        }
+        self.metrics
+            .feed_rev
+            .set(i64::try_from(self.store.rev()).unwrap_or(i64::MAX));
+    }
+
+    /// Creates a session for `who`.
+    pub async fn create(&self, who: &Principal, req: CreateRequest) -> Result<Session, ApiError> {
+        let started = Instant::now();
+        if let Decision::Deny(d) =
+            policy::decide(who, None, self.locked(who.sub.as_str())?, Action::Create)
+        {
+            return Err(ApiError::denied(d));
+        }
+        let profile = self.config.profiles.get(&req.profile).ok_or_else(|| {
+            ApiError::bad_request(
+                "unknown_profile",
+                format!("no profile named {:?}", req.profile),
+            )
+        })?;
+        let options = resolve_options(profile, &req.options)?;
+        let name = match req.name {
+            None => req.profile.clone(),
+            Some(n) => {
+                if n.chars().count() > 64 || n.chars().any(char::is_control) {
+                    return Err(ApiError::bad_request(
+                        "invalid_name",
+                        "name must be at most 64 printable characters",
+                    ));
+                }
+                n
+            }
+        };
+        let mut random = [0u8; 10];
+        getrandom::getrandom(&mut random)
+            .map_err(|e| ApiError::new(500, "internal", format!("no randomness: {e}")))?;
+        let session = Session {
+            id: SessionId::from_random(random),
+            owner: who.sub.to_string(),
+            name,
+            profile: req.profile.clone(),
+            options,
+            state: SessionState::Creating,
+            created_at: now(),
+            container_id: None,
+            ended_at: None,
+            ended_by: None,
+            end_reason: None,
+        };
+        self.store.insert_creating(&session, self.limits()).map_err(|e| {
+            if let StoreError::Quota(q) = &e {
+                tracing::info!(target: "audit", sub = %who.sub, decision = "deny", reason = "quota_exceeded", limit = q.limit, "create refused");
+            }
+            ApiError::from(e)
+        })?;
+        failpoint("create:after_record");
+        self.refresh_gauges();
+
+        let docker_started = Instant::now();
+        let made = self.make_container(&session, profile).await;
+        self.metrics
+            .create_phase("docker", docker_started.elapsed().as_secs_f64());
+        let container_id = match made {
+            Ok(id) => id,
+            Err(e) => {
+                self.metrics.docker_error("create");
+                // Compensate: whatever was made goes, and the record ends as failed.
+                let _ = self.docker.remove(&container_name(&session.id)).await;
+                let _ = self.store.end(
+                    &session.id,
+                    SessionState::Failed,
+                    SYSTEM,
+                    &format!("creation failed: {e}"),
+                    now(),
+                    self.config.control.history_per_user,
+                );
+                self.refresh_gauges();
+                tracing::warn!(target: "audit", session = %session.id, sub = %who.sub, error = %e, "create failed");
+                return Err(e.into());
+            }
+        };
+        failpoint("create:after_start");
+        let cid = container_id.clone();
+        let updated = self.store.update(&session.id, move |s| {
+            // A delete may have started while the container was being made; keep it.
+            if s.state == SessionState::Creating {
+                s.state = SessionState::Running;
+            }
+            s.container_id = Some(cid);
+        });
+        match updated {
+            Ok(s) if s.state == SessionState::Running => {
+                self.metrics
+                    .create_phase("total", started.elapsed().as_secs_f64());
+                self.refresh_gauges();
+                tracing::info!(target: "audit", session = %s.id, sub = %who.sub, profile = %s.profile, "session created");
+                Ok(s)
+            }
+            other => {
+                // Ended or being ended concurrently: the container must not outlive it.
+                let _ = self.docker.remove(&container_id).await;
+                if let Ok(s) = &other {
+                    let by = s.ended_by.clone().unwrap_or_else(|| SYSTEM.into());
+                    let _ = self.store.end(
+                        &s.id,
+                        SessionState::Terminated,
+                        &by,
+                        "ended while being created",
+                        now(),
+                        self.config.control.history_per_user,
+                    );
+                }
+                self.refresh_gauges();
+                Err(ApiError::new(
+                    409,
+                    "conflict",
+                    "the session was ended while it was being created",
+                ))
+            }
+        }
+    }
+
+    async fn make_container(&self, s: &Session, profile: &Profile) -> Result<String, DockerError> {
+        let instance = &self.config.instance;
+        let home = match &profile.home {
+            Some(_) => {
+                let volume = home_volume_name(instance, &s.owner);
+                self.docker
+                    .ensure_home_volume(&volume, &s.owner, instance)
+                    .await?;
+                Some(volume)
+            }
+            None => None,
+        };
+        let mut env: Vec<String> = profile
+            .env
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        for (opt, value) in &s.options {
+            if let Some(o) = profile.options.get(opt) {
+                env.push(format!("{}={value}", o.env));
+            }
+        }
+        let labels = BTreeMap::from([
+            (labels::MANAGED.to_owned(), "session".to_owned()),
+            (labels::INSTANCE.to_owned(), instance.clone()),
+            (labels::SESSION.to_owned(), s.id.to_string()),
+            (labels::OWNER.to_owned(), s.owner.clone()),
+            (labels::PROFILE.to_owned(), s.profile.clone()),
+            (labels::NAME.to_owned(), s.name.clone()),
+            (labels::CREATED.to_owned(), s.created_at.to_string()),
+        ]);
+        let req = ContainerRequest {
+            name: container_name(&s.id),
+            image: profile.image.clone(),
+            command: profile.command.clone(),
+            env,
+            labels,
+            spec: profile.sandbox_spec(home.as_deref()),
+            tmp_size_mb: profile.tmp_size_mb,
+        };
+        let id = self.docker.create(&req).await?;
+        failpoint("create:after_container");
+        self.docker.start(&id).await?;
+        Ok(id)
+    }
+
+    /// Looks a session up for `who`: active or ended; others' and unknown alike → 404.
+    pub fn get(&self, who: &Principal, id: &SessionId) -> Result<Session, ApiError> {
+        let s = match self.store.get(id)? {
+            Some(s) => Some(s),
+            None => self.store.get_ended(id)?,
+        };
+        let locked = self.locked(who.sub.as_str())?;
+        match policy::decide(
+            who,
+            s.as_ref().map(|s| s.owner.as_str()),
+            locked,
+            Action::Read,
+        ) {
+            Decision::Allow { .. } => s.ok_or_else(ApiError::not_found),
+            Decision::Deny(d) => Err(ApiError::denied(d)),
+        }
+    }
+
+    /// Active sessions of `who`, or (admin) of `owner`, or (admin, `all`) of everyone.
+    pub fn list(
+        &self,
+        who: &Principal,
+        owner: Option<&str>,
+        all: bool,
+    ) -> Result<Vec<Session>, ApiError> {
+        let target = self.list_target(who, owner, all)?;
+        Ok(self.store.list_active(target.as_deref())?)
+    }
+
+    /// Ended sessions, newest first, with the same visibility as [`Control::list`].
+    pub fn history(
+        &self,
+        who: &Principal,
+        owner: Option<&str>,
+        all: bool,
+    ) -> Result<Vec<Session>, ApiError> {
+        let target = self.list_target(who, owner, all)?;
+        Ok(self
+            .store
+            .list_history(target.as_deref(), self.config.control.history_per_user)?)
+    }
+
+    fn list_target(
+        &self,
+        who: &Principal,
+        owner: Option<&str>,
+        all: bool,
+    ) -> Result<Option<String>, ApiError> {
+        if self.locked(who.sub.as_str())? {
+            return Err(ApiError::denied(policy::Denial::LOCKED));
+        }
+        if (owner.is_some() || all) && !who.admin {
+            return Err(ApiError::new(
+                403,
+                "admin_required",
+                "only an admin may list other users' sessions",
+            ));
+        }
+        Ok(match (all, owner) {
+            (true, _) => None,
+            (false, Some(o)) => Some(o.to_owned()),
+            (false, None) => Some(who.sub.to_string()),
+        })
+    }
+
+    /// Ends a session: record `stopping`, stop and remove the container, record it ended.
+    pub async fn end(&self, who: &Principal, id: &SessionId) -> Result<(), ApiError> {
+        let s = self.store.get(id)?;
+        let locked = self.locked(who.sub.as_str())?;
+        if let Decision::Deny(d) = policy::decide(
+            who,
+            s.as_ref().map(|s| s.owner.as_str()),
+            locked,
+            Action::End,
+        ) {
+            return Err(ApiError::denied(d));
+        }
+        let by = who.sub.to_string();
+        let reason = if s.as_ref().is_some_and(|s| s.owner != by) {
+            "ended by an admin"
+        } else {
+            "ended by its owner"
+        };
+        let by_for_record = by.clone();
+        let s = self.store.update(id, move |s| {
+            s.state = SessionState::Stopping;
+            s.ended_by.get_or_insert(by_for_record);
+        })?;
+        failpoint("delete:after_stopping");
+        self.refresh_gauges();
+        self.finish_stopping(&s, reason).await?;
+        tracing::info!(target: "audit", session = %id, sub = %by, reason, "session ended");
+        Ok(())
+    }
+
+    /// Removes the container of a `stopping` session and records it ended. Also used by
+    /// the reconciler for sessions whose end was interrupted.
+    pub async fn finish_stopping(&self, s: &Session, reason: &str) -> Result<(), ApiError> {
+        if !self
+            .ending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(s.id)
+        {
+            // Another task is ending it right now; that task records the outcome.
+            return Ok(());
+        }
+        let _guard = EndingGuard(self, s.id);
+        let target = s
+            .container_id
+            .clone()
+            .unwrap_or_else(|| container_name(&s.id));
+        if let Err(e) = self
+            .docker
+            .stop(&target, self.config.control.stop_timeout_seconds)
+            .await
+        {
+            self.metrics.docker_error("stop");
+            tracing::warn!(session = %s.id, error = %e, "stop failed; removing by force");
+        }
+        if let Err(e) = self.remove_container(&target).await {
+            self.metrics.docker_error("remove");
+            // The record stays `stopping`; the reconciler finishes the job later.
+            return Err(e.into());
+        }
+        // A create racing with this end may have made the container under its name only.
+        if s.container_id.is_some() {
+            let _ = self.docker.remove(&container_name(&s.id)).await;
+        }
+        failpoint("delete:after_remove");
+        let by = s.ended_by.clone().unwrap_or_else(|| SYSTEM.into());
+        match self.store.end(
+            &s.id,
+            SessionState::Terminated,
+            &by,
+            reason,
+            now(),
+            self.config.control.history_per_user,
+        ) {
+            Ok(_) | Err(StoreError::NotFound) => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.refresh_gauges();
+        Ok(())
+    }
+
+    /// Removes a container and waits until Docker no longer has it. A removal already in
+    /// progress elsewhere (Docker answers 409) counts as success once it completes.
+    pub async fn remove_container(&self, target: &str) -> Result<(), DockerError> {
+        match self.docker.remove(target).await {
+            Ok(()) => Ok(()),
+            Err(DockerError::Conflict(m)) => {
+                let deadline = Instant::now()
+                    + Duration::from_secs(self.config.control.docker_timeout_seconds);
+                while Instant::now() < deadline {
+                    if self.docker.inspect(target).await?.is_none() {
+                        return Ok(());
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(DockerError::Conflict(m))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Forces a repaint: resize to `cols-1`, pause, back to `cols`. Serialised per session
+    /// so that two nudges never interleave and undo each other.
+    pub async fn redraw(
+        &self,
+        who: &Principal,
+        id: &SessionId,
+        req: RedrawRequest,
+    ) -> Result<(), ApiError> {
+        if !(2..=1000).contains(&req.cols) || !(1..=1000).contains(&req.rows) {
+            return Err(ApiError::bad_request(
+                "invalid_size",
+                "cols must be 2-1000 and rows 1-1000",
+            ));
+        }
+        let s = self.store.get(id)?;
+        let locked = self.locked(who.sub.as_str())?;
+        if let Decision::Deny(d) = policy::decide(
+            who,
+            s.as_ref().map(|s| s.owner.as_str()),
+            locked,
+            Action::Redraw,
+        ) {
+            return Err(ApiError::denied(d));
+        }
+        let Some(container) = s.as_ref().and_then(|s| s.route()).map(|r| r.container) else {
+            return Err(ApiError::new(
+                409,
+                "not_running",
+                "the session is not running",
+            ));
+        };
+        let lock = {
+            let mut locks = self.redraw_locks.lock().unwrap_or_else(|p| p.into_inner());
+            locks.retain(|_, l| Arc::strong_count(l) > 1);
+            locks.entry(*id).or_default().clone()
+        };
+        let _serial = lock.lock().await;
+        self.docker
+            .resize(&container, req.cols - 1, req.rows)
+            .await?;
+        tokio::time::sleep(Duration::from_millis(self.config.control.redraw_pause_ms)).await;
+        self.docker.resize(&container, req.cols, req.rows).await?;
+        Ok(())
+    }
+
+    /// Locks (`true`) or unlocks a user; admin only. Published on the route feed.
+    pub fn set_lock(&self, who: &Principal, sub: &str, lock: bool) -> Result<(), ApiError> {
+        if !who.admin {
+            return Err(ApiError::new(
+                403,
+                "admin_required",
+                "only an admin may lock users",
+            ));
+        }
+        if policy::Sub::parse(sub).is_none() {
+            return Err(ApiError::bad_request(
+                "invalid_sub",
+                "not a valid user name",
+            ));
+        }
+        let changed = if lock {
+            self.store.lock_user(sub, who.sub.as_str(), now())?
+        } else {
+            self.store.unlock_user(sub)?
+        };
+        self.refresh_gauges();
+        tracing::info!(target: "audit", sub = %sub, by = %who.sub, locked = lock, changed, "user lock");
+        Ok(())
+    }
+
+    /// One route, for a gateway's cache miss.
+    pub fn route(&self, id: &SessionId) -> Result<Option<Route>, ApiError> {
+        Ok(self.store.get(id)?.and_then(|s| s.route()))
+    }
+
+    /// The route feed: waits up to `wait` for a change after `after`, then answers.
+    pub async fn feed(&self, after: u64, wait: Duration) -> Result<FeedPage, ApiError> {
+        let mut rx = self.store.subscribe();
+        if *rx.borrow_and_update() == after && !wait.is_zero() {
+            let _ = tokio::time::timeout(wait, rx.changed()).await;
+        }
+        Ok(self.store.feed(after)?)
+    }
+}
+
+/// Checks user-chosen options against the profile and fills in defaults.
+fn resolve_options(
+    profile: &Profile,
+    chosen: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, ApiError> {
+    if let Some(unknown) = chosen.keys().find(|k| !profile.options.contains_key(*k)) {
+        return Err(ApiError::bad_request(
+            "invalid_option",
+            format!("this profile has no option {unknown:?}"),
+        ));
+    }
+    let mut out = BTreeMap::new();
+    for (name, o) in &profile.options {
+        let value = chosen.get(name).unwrap_or(&o.default);
+        if !o.values.contains(value) {
+            return Err(ApiError::bad_request(
+                "invalid_option",
+                format!("option {name:?} must be one of {:?}", o.values),
+            ));
+        }
+        out.insert(name.clone(), value.clone());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_volume_names_are_distinct_and_docker_safe() {
+        let a = home_volume_name("prod", "a@b");
+        let b = home_volume_name("prod", "a-at-b");
+        assert_ne!(a, b);
+        assert!(a.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-'));
+        assert_ne!(
+            home_volume_name("one", "alice"),
+            home_volume_name("two", "alice")
+        );
+    }
+}

@@ -1,0 +1,247 @@
+// termgate sessions page. No framework: a few fetch calls and DOM updates.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+
+const MESSAGES = {
+  quota_exceeded: "You have reached your session limit. End a session to start another.",
+  docker_unavailable: "Sessions cannot be started right now: the container engine is not answering.",
+  control_unavailable: "The control service is not answering. Open terminals keep working; try again shortly.",
+  unauthenticated: "Your sign-in has expired or is not valid. Please sign in again.",
+  user_locked: "Your account is locked by an administrator.",
+  session_not_found: "That session does not exist (or is not yours).",
+  too_many_failures: "Too many failed sign-ins from this address. Wait a minute and try again.",
+};
+
+function say(text, isError) {
+  const s = $("status");
+  s.textContent = text || "";
+  s.className = isError ? "error" : "";
+}
+
+async function call(method, path, body) {
+  const opts = { method, headers: {}, credentials: "same-origin" };
+  if (body !== undefined) {
+    opts.headers["Content-Type"] = "application/json";
+    opts.body = JSON.stringify(body);
+  }
+  let resp;
+  try {
+    resp = await fetch(path, opts);
+  } catch (e) {
+    throw { code: "network", message: "The gateway is not reachable." };
+  }
+  const text = await resp.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
+  if (!resp.ok) {
+    const code = data && data.error ? data.error.code : "http_" + resp.status;
+    const message = MESSAGES[code] || (data && data.error ? data.error.message : "Request failed (" + resp.status + ").");
+    if (code === "unauthenticated") showSignIn();
+    throw { code, message, status: resp.status };
+  }
+  return data;
+}
+
+function when(ts) {
+  return ts ? new Date(ts * 1000).toLocaleString() : "";
+}
+
+function showSignIn() {
+  $("sign-in").hidden = false;
+  $("sessions").hidden = true;
+  $("terminal").hidden = true;
+  $("who").hidden = true;
+}
+
+async function signIn(token) {
+  const me = await call("POST", "/auth/session", { token: token.trim() });
+  say("");
+  await showSessions(me);
+}
+
+async function showSessions(me) {
+  $("who-name").textContent = me.sub + (me.admin ? " (admin)" : "");
+  $("who").hidden = false;
+  $("sign-in").hidden = true;
+  $("terminal").hidden = true;
+  $("sessions").hidden = false;
+  await Promise.all([loadProfiles(), refresh()]);
+}
+
+let profiles = [];
+
+async function loadProfiles() {
+  const data = await call("GET", "/api/profiles");
+  profiles = data.profiles;
+  const sel = $("profile");
+  sel.replaceChildren(...profiles.map((p) => {
+    const o = document.createElement("option");
+    o.value = p.name;
+    o.textContent = p.description ? p.name + " — " + p.description : p.name;
+    return o;
+  }));
+  renderOptions();
+}
+
+function renderOptions() {
+  const p = profiles.find((x) => x.name === $("profile").value);
+  const box = $("options");
+  box.replaceChildren();
+  if (!p) return;
+  for (const [name, o] of Object.entries(p.options || {})) {
+    const label = document.createElement("label");
+    label.htmlFor = "opt-" + name;
+    label.textContent = o.description || name;
+    const sel = document.createElement("select");
+    sel.id = "opt-" + name;
+    sel.dataset.option = name;
+    for (const v of o.values) {
+      const opt = document.createElement("option");
+      opt.value = v;
+      opt.textContent = v;
+      opt.selected = v === o.default;
+      sel.append(opt);
+    }
+    box.append(label, sel);
+  }
+}
+
+function button(text, onClick, label) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.textContent = text;
+  if (label) b.setAttribute("aria-label", label);
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+function cell(text) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  return td;
+}
+
+async function refresh() {
+  const [active, ended] = await Promise.all([call("GET", "/api/sessions"), call("GET", "/api/history")]);
+  const rows = active.sessions.map((s) => {
+    const tr = document.createElement("tr");
+    tr.dataset.session = s.id;
+    const actions = document.createElement("td");
+    if (s.state === "running") actions.append(button("Open", () => openTerminal(s), "Open terminal of " + s.name));
+    actions.append(button("End", () => endSession(s), "End session " + s.name));
+    tr.append(cell(s.name), cell(s.profile), cell(s.state), cell(when(s.created_at)), actions);
+    return tr;
+  });
+  $("session-rows").replaceChildren(...rows);
+  $("no-sessions").hidden = rows.length > 0;
+  $("ended-rows").replaceChildren(...ended.sessions.map((s) => {
+    const tr = document.createElement("tr");
+    tr.dataset.session = s.id;
+    tr.append(cell(s.name), cell(s.state), cell(when(s.ended_at)), cell(s.end_reason || ""));
+    return tr;
+  }));
+}
+
+async function create(ev) {
+  ev.preventDefault();
+  const options = {};
+  for (const sel of $("options").querySelectorAll("select")) options[sel.dataset.option] = sel.value;
+  const body = { profile: $("profile").value, options };
+  const name = $("name").value.trim();
+  if (name) body.name = name;
+  say("Starting a session…");
+  try {
+    const s = await call("POST", "/api/sessions", body);
+    say("Session " + s.name + " is " + s.state + ".");
+    $("name").value = "";
+    await refresh();
+  } catch (e) {
+    say(e.message, true);
+  }
+}
+
+async function endSession(s) {
+  say("Ending " + s.name + "…");
+  try {
+    await call("DELETE", "/api/sessions/" + s.id);
+    say("Session " + s.name + " ended.");
+  } catch (e) {
+    say(e.message, true);
+  }
+  await refresh().catch((e) => say(e.message, true));
+}
+
+function openTerminal(s) {
+  const url = "/s/" + s.id + "/";
+  $("terminal-title").textContent = "Terminal: " + s.name;
+  $("terminal-link").href = url;
+  const frame = $("terminal-frame");
+  frame.src = url;
+  $("sessions").hidden = true;
+  $("terminal").hidden = false;
+  frame.focus();
+  // A reattach replays nothing; nudge the program to repaint once the terminal is up.
+  frame.addEventListener("load", () => setTimeout(() => redraw(s, frame), 800), { once: true });
+}
+
+async function redraw(s, frame) {
+  let cols = 80, rows = 24;
+  try {
+    const term = frame.contentWindow.term;
+    if (term && term.cols) { cols = term.cols; rows = term.rows; }
+  } catch (e) { /* size estimate below */ }
+  if (cols === 80 && rows === 24) {
+    cols = Math.max(20, Math.floor(frame.clientWidth / 9));
+    rows = Math.max(5, Math.floor(frame.clientHeight / 17));
+  }
+  try {
+    await call("POST", "/api/sessions/" + s.id + "/redraw", { cols, rows });
+  } catch (e) { /* the terminal works without the nudge */ }
+}
+
+async function start() {
+  $("sign-in-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    try {
+      await signIn($("token").value);
+      $("token").value = "";
+    } catch (e) {
+      say(e.message, true);
+    }
+  });
+  $("sign-out").addEventListener("click", async () => {
+    await call("DELETE", "/auth/session").catch(() => {});
+    say("Signed out.");
+    showSignIn();
+  });
+  $("create-form").addEventListener("submit", create);
+  $("profile").addEventListener("change", renderOptions);
+  $("close-terminal").addEventListener("click", async () => {
+    $("terminal-frame").src = "about:blank";
+    $("terminal").hidden = true;
+    $("sessions").hidden = false;
+    await refresh().catch((e) => say(e.message, true));
+  });
+
+  // A sign-in link carries the token in the fragment, which never reaches a server log.
+  const m = location.hash.match(/^#token=([A-Za-z0-9._-]+)$/);
+  if (m) {
+    history.replaceState(null, "", location.pathname);
+    try {
+      await signIn(m[1]);
+      return;
+    } catch (e) {
+      say(e.message, true);
+    }
+  }
+  try {
+    const me = await call("GET", "/auth/session");
+    await showSessions(me);
+  } catch (e) {
+    if (e.code !== "unauthenticated") say(e.message, true);
+    showSignIn();
+  }
+}
+
+start();

@@ -1,0 +1,122 @@
+//! The gateway's calls to control: one-off route lookups and the route feed.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::header::AUTHORIZATION;
+use hyper::{Request, StatusCode};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use policy::feed::{FeedPage, Route};
+use policy::SessionId;
+use serde::Deserialize;
+
+/// Control could not be asked (down, slow, or answered something unexpected).
+#[derive(Debug, thiserror::Error)]
+#[error("control unavailable: {0}")]
+pub struct Unavailable(pub String);
+
+/// The answer of a one-off lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lookup {
+    /// The route, if the session is running.
+    pub route: Option<Route>,
+    /// Whether its owner is locked.
+    pub owner_locked: bool,
+    /// Control's revision at the time.
+    pub rev: u64,
+}
+
+#[derive(Deserialize)]
+struct LookupBody {
+    route: Route,
+    #[serde(default)]
+    owner_locked: bool,
+    rev: u64,
+}
+
+/// A client for control's internal API.
+#[derive(Clone)]
+pub struct ControlClient {
+    client: Client<HttpConnector, Empty<Bytes>>,
+    base: String,
+    bearer: String,
+    timeout: Duration,
+}
+
+impl ControlClient {
+    /// A client for `base` (`http://host:port`) presenting `service_token`.
+    pub fn new(base: &str, service_token: &[u8], timeout: Duration) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        ControlClient {
+            client,
+            base: base.trim_end_matches('/').to_owned(),
+            bearer: format!("Bearer {}", String::from_utf8_lossy(service_token)),
+            timeout,
+        }
+    }
+
+    async fn get(&self, path: &str, timeout: Duration) -> Result<(StatusCode, Bytes), Unavailable> {
+        let req = Request::get(format!("{}{path}", self.base))
+            .header(AUTHORIZATION, &self.bearer)
+            .body(Empty::new())
+            .map_err(|e| Unavailable(e.to_string()))?;
+        let call = async {
+            let resp = self
+                .client
+                .request(req)
+                .await
+                .map_err(|e| Unavailable(e.to_string()))?;
+            let status = resp.status();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| Unavailable(e.to_string()))?
+                .to_bytes();
+            Ok((status, body))
+        };
+        tokio::time::timeout(timeout, call)
+            .await
+            .map_err(|_| Unavailable(format!("no answer within {timeout:?}")))?
+    }
+
+    /// Asks control for one session's route.
+    pub async fn lookup(&self, id: &SessionId) -> Result<Lookup, Unavailable> {
+        let (status, body) = self.get(&format!("/v1/routes/{id}"), self.timeout).await?;
+        match status {
+            StatusCode::OK => {
+                let b: LookupBody = serde_json::from_slice(&body)
+                    .map_err(|e| Unavailable(format!("bad lookup answer: {e}")))?;
+                Ok(Lookup {
+                    route: Some(b.route),
+                    owner_locked: b.owner_locked,
+                    rev: b.rev,
+                })
+            }
+            StatusCode::NOT_FOUND => Ok(Lookup {
+                route: None,
+                owner_locked: false,
+                rev: 0,
+            }),
+            s => Err(Unavailable(format!("lookup answered {s}"))),
+        }
+    }
+
+    /// Long-polls the feed for changes after `after`, waiting up to `wait`.
+    pub async fn feed(&self, after: u64, wait: Duration) -> Result<FeedPage, Unavailable> {
+        let path = format!("/v1/routes?after={after}&wait={}", wait.as_secs());
+        let (status, body) = self.get(&path, wait + self.timeout).await?;
+        if status != StatusCode::OK {
+            return Err(Unavailable(format!("feed answered {status}")));
+        }
+        serde_json::from_slice(&body).map_err(|e| Unavailable(format!("bad feed answer: {e}")))
+    }
+}

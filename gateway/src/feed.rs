@@ -1,0 +1,91 @@
+//! Background services: the route feed follower and the token-expiry sweeper.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+
+use crate::state::{now, Gateway};
+
+/// How long one feed poll may wait at control.
+const FEED_WAIT: Duration = Duration::from_secs(20);
+
+/// Follows control's route feed, applying changes and closing revoked terminals.
+pub struct FeedFollower(pub Arc<Gateway>);
+
+#[async_trait]
+impl BackgroundService for FeedFollower {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let g = &self.0;
+        let mut backoff = Duration::from_millis(100);
+        let mut last_answer = Instant::now();
+        loop {
+            // The first poll asks without waiting so that readiness comes quickly.
+            let wait = if g.routes.is_synced() {
+                FEED_WAIT
+            } else {
+                Duration::ZERO
+            };
+            let polled = tokio::select! {
+                r = g.control.feed(g.routes.rev(), wait) => r,
+                _ = shutdown.changed() => return,
+            };
+            match polled {
+                Ok(page) => {
+                    backoff = Duration::from_millis(100);
+                    last_answer = Instant::now();
+                    let revoked = g.routes.apply(&page);
+                    if page.reset {
+                        tracing::info!(
+                            rev = page.rev,
+                            routes = page.routes.len(),
+                            "route feed reset applied"
+                        );
+                    }
+                    g.enforce(&revoked);
+                    g.metrics
+                        .feed_revision
+                        .set(i64::try_from(page.rev).unwrap_or(i64::MAX));
+                    g.metrics.feed_lag_seconds.set(0);
+                }
+                Err(e) => {
+                    g.metrics
+                        .feed_lag_seconds
+                        .set(i64::try_from(last_answer.elapsed().as_secs()).unwrap_or(i64::MAX));
+                    tracing::warn!(error = %e, retry_in = ?backoff, "route feed unavailable; serving known sessions");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = shutdown.changed() => return,
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+}
+
+/// Closes terminals whose token expired; independent of traffic and of control.
+pub struct ExpirySweeper(pub Arc<Gateway>);
+
+#[async_trait]
+impl BackgroundService for ExpirySweeper {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let g = &self.0;
+                    let n = g.terminals.close_expired(now());
+                    if n > 0 {
+                        tracing::info!(target: "audit", closed = n, reason = "token_expired", "live terminals closed");
+                        g.metrics.closed.get_or_create(&crate::metrics::Label { kind: "token_expired" }).inc_by(n as u64);
+                    }
+                    g.metrics.open_terminals.set(i64::try_from(g.terminals.open()).unwrap_or(i64::MAX));
+                }
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}

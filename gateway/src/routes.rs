@@ -1,0 +1,349 @@
+//! The route cache: what the gateway knows about sessions and locked users, fed by
+//! control's route feed. Reads are on every terminal request, so the lock is a plain
+//! `RwLock` held for a map lookup only (never across an await).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use policy::feed::{Change, FeedPage, Route};
+use policy::SessionId;
+
+/// The answer of a cache lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// A running session's route.
+    Hit(Route),
+    /// Recently confirmed unknown: answer 404 without asking control.
+    Negative,
+    /// Not known: ask control once.
+    Miss,
+}
+
+/// What a feed update takes away, so live terminals can be closed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Revocations {
+    /// Sessions whose route was removed or whose owner changed.
+    pub sessions: Vec<SessionId>,
+    /// Users who were locked.
+    pub users: Vec<String>,
+}
+
+impl Revocations {
+    /// Whether nothing was revoked.
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty() && self.users.is_empty()
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    rev: u64,
+    routes: HashMap<SessionId, Route>,
+    locked: HashSet<String>,
+    negative: HashMap<SessionId, Instant>,
+}
+
+/// Routes and locks, as of a feed revision.
+pub struct RouteCache {
+    inner: RwLock<Inner>,
+    synced: AtomicBool,
+    negative_ttl: Duration,
+}
+
+impl RouteCache {
+    /// An empty cache; unknown ids are remembered for `negative_ttl`.
+    pub fn new(negative_ttl: Duration) -> Self {
+        RouteCache {
+            inner: RwLock::new(Inner::default()),
+            synced: AtomicBool::new(false),
+            negative_ttl,
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the cache has applied at least one feed answer.
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// The feed revision the cache reflects.
+    pub fn rev(&self) -> u64 {
+        self.read().rev
+    }
+
+    /// Number of known routes.
+    pub fn len(&self) -> usize {
+        self.read().routes.len()
+    }
+
+    /// Whether no route is known.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Looks a session up.
+    pub fn get(&self, id: &SessionId) -> Lookup {
+        let inner = self.read();
+        if let Some(r) = inner.routes.get(id) {
+            return Lookup::Hit(r.clone());
+        }
+        match inner.negative.get(id) {
+            Some(t) if t.elapsed() < self.negative_ttl => Lookup::Negative,
+            _ => Lookup::Miss,
+        }
+    }
+
+    /// Whether `sub` is locked.
+    pub fn is_locked(&self, sub: &str) -> bool {
+        self.read().locked.contains(sub)
+    }
+
+    /// Records the answer of a one-off lookup made at control revision `rev`. Ignored when
+    /// the cache has already seen a later revision (the feed knows better).
+    pub fn learn(&self, id: SessionId, route: Option<Route>, owner_locked: bool, rev: u64) {
+        let mut inner = self.write();
+        if rev < inner.rev {
+            return;
+        }
+        match route {
+            Some(r) => {
+                if owner_locked {
+                    inner.locked.insert(r.owner.clone());
+                }
+                inner.negative.remove(&id);
+                inner.routes.insert(id, r);
+            }
+            None => {
+                // Bound the negative cache: drop expired entries when it grows.
+                if inner.negative.len() > 10_000 {
+                    let ttl = self.negative_ttl;
+                    inner.negative.retain(|_, t| t.elapsed() < ttl);
+                }
+                inner.negative.insert(id, Instant::now());
+            }
+        }
+    }
+
+    /// Applies a feed answer; returns what it revoked.
+    pub fn apply(&self, page: &FeedPage) -> Revocations {
+        let mut out = Revocations::default();
+        let mut inner = self.write();
+        if page.reset {
+            let routes: HashMap<SessionId, Route> =
+                page.routes.iter().map(|r| (r.session, r.clone())).collect();
+            for (id, old) in &inner.routes {
+                match routes.get(id) {
+                    Some(new) if new.owner == old.owner => {}
+                    _ => out.sessions.push(*id),
+                }
+            }
+            let locked: HashSet<String> = page.locked.iter().cloned().collect();
+            out.users = locked.difference(&inner.locked).cloned().collect();
+            inner.routes = routes;
+            inner.locked = locked;
+            inner.negative.clear();
+        } else {
+            for change in &page.changes {
+                if change.rev() <= inner.rev {
+                    continue;
+                }
+                match change {
+                    Change::Upsert { route, .. } => {
+                        if inner
+                            .routes
+                            .get(&route.session)
+                            .is_some_and(|old| old.owner != route.owner)
+                        {
+                            out.sessions.push(route.session);
+                        }
+                        inner.negative.remove(&route.session);
+                        inner.routes.insert(route.session, route.clone());
+                    }
+                    Change::Remove { session, .. } => {
+                        inner.routes.remove(session);
+                        out.sessions.push(*session);
+                    }
+                    Change::Lock { sub, .. } => {
+                        inner.locked.insert(sub.clone());
+                        out.users.push(sub.clone());
+                    }
+                    Change::Unlock { sub, .. } => {
+                        inner.locked.remove(sub);
+                    }
+                }
+            }
+        }
+        inner.rev = page.rev;
+        drop(inner);
+        self.synced.store(true, Ordering::Release);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u8) -> SessionId {
+        SessionId::from_random([n; 10])
+    }
+
+    fn route(n: u8, owner: &str) -> Route {
+        Route {
+            session: id(n),
+            owner: owner.into(),
+            container: format!("c{n}"),
+        }
+    }
+
+    fn page(rev: u64, changes: Vec<Change>) -> FeedPage {
+        FeedPage {
+            rev,
+            reset: false,
+            changes,
+            routes: vec![],
+            locked: vec![],
+        }
+    }
+
+    #[test]
+    fn upsert_then_remove_revokes_the_session() {
+        let c = RouteCache::new(Duration::from_secs(1));
+        assert!(!c.is_synced());
+        c.apply(&page(
+            1,
+            vec![Change::Upsert {
+                rev: 1,
+                route: route(1, "alice"),
+            }],
+        ));
+        assert!(c.is_synced());
+        assert_eq!(c.get(&id(1)), Lookup::Hit(route(1, "alice")));
+        let r = c.apply(&page(
+            2,
+            vec![Change::Remove {
+                rev: 2,
+                session: id(1),
+            }],
+        ));
+        assert_eq!(r.sessions, vec![id(1)]);
+        assert_eq!(c.get(&id(1)), Lookup::Miss);
+    }
+
+    #[test]
+    fn an_owner_change_revokes_live_terminals() {
+        let c = RouteCache::new(Duration::from_secs(1));
+        c.apply(&page(
+            1,
+            vec![Change::Upsert {
+                rev: 1,
+                route: route(1, "alice"),
+            }],
+        ));
+        let r = c.apply(&page(
+            2,
+            vec![Change::Upsert {
+                rev: 2,
+                route: route(1, "bob"),
+            }],
+        ));
+        assert_eq!(r.sessions, vec![id(1)]);
+    }
+
+    #[test]
+    fn lock_and_unlock_follow_the_feed() {
+        let c = RouteCache::new(Duration::from_secs(1));
+        let r = c.apply(&page(
+            1,
+            vec![Change::Lock {
+                rev: 1,
+                sub: "alice".into(),
+            }],
+        ));
+        assert_eq!(r.users, vec!["alice".to_string()]);
+        assert!(c.is_locked("alice"));
+        c.apply(&page(
+            2,
+            vec![Change::Unlock {
+                rev: 2,
+                sub: "alice".into(),
+            }],
+        ));
+        assert!(!c.is_locked("alice"));
+    }
+
+    #[test]
+    fn a_reset_replaces_everything_and_revokes_what_vanished() {
+        let c = RouteCache::new(Duration::from_secs(1));
+        c.apply(&page(
+            3,
+            vec![
+                Change::Upsert {
+                    rev: 1,
+                    route: route(1, "alice"),
+                },
+                Change::Upsert {
+                    rev: 2,
+                    route: route(2, "bob"),
+                },
+            ],
+        ));
+        let r = c.apply(&FeedPage {
+            rev: 1,
+            reset: true,
+            changes: vec![],
+            routes: vec![route(2, "bob"), route(3, "carol")],
+            locked: vec!["dave".into()],
+        });
+        assert_eq!(r.sessions, vec![id(1)]);
+        assert_eq!(r.users, vec!["dave".to_string()]);
+        assert_eq!(
+            c.rev(),
+            1,
+            "a reset may move the revision backwards (restored store)"
+        );
+        assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn stale_changes_and_stale_lookups_are_ignored() {
+        let c = RouteCache::new(Duration::from_secs(1));
+        c.apply(&page(
+            5,
+            vec![Change::Remove {
+                rev: 5,
+                session: id(1),
+            }],
+        ));
+        c.apply(&page(
+            5,
+            vec![Change::Upsert {
+                rev: 4,
+                route: route(1, "alice"),
+            }],
+        ));
+        assert_eq!(c.get(&id(1)), Lookup::Miss);
+        c.learn(id(1), Some(route(1, "alice")), false, 4);
+        assert_eq!(c.get(&id(1)), Lookup::Miss);
+        c.learn(id(1), Some(route(1, "alice")), false, 6);
+        assert_eq!(c.get(&id(1)), Lookup::Hit(route(1, "alice")));
+    }
+
+    #[test]
+    fn negative_answers_expire() {
+        let c = RouteCache::new(Duration::from_millis(30));
+        c.learn(id(9), None, false, 0);
+        assert_eq!(c.get(&id(9)), Lookup::Negative);
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(c.get(&id(9)), Lookup::Miss);
+    }
+}

@@ -1,0 +1,101 @@
+//! What every request shares: configuration, verifier, route cache, live terminals.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use config::Config;
+use pingora_limits::rate::Rate;
+use policy::{OriginPolicy, Verifier};
+
+use crate::control_client::ControlClient;
+use crate::metrics::Metrics;
+use crate::routes::{Revocations, RouteCache};
+use crate::terminals::{CloseReason, Terminals};
+
+/// Seconds since the Unix epoch.
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The gateway's shared state.
+pub struct Gateway {
+    /// Configuration.
+    pub config: Arc<Config>,
+    /// Token verifier.
+    pub verifier: Verifier,
+    /// Allowed origins.
+    pub origins: OriginPolicy,
+    /// Routes and locks.
+    pub routes: RouteCache,
+    /// Open terminals.
+    pub terminals: Arc<Terminals>,
+    /// Control's internal API.
+    pub control: ControlClient,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Failed authentications per client address, per minute.
+    pub auth_failures: Rate,
+    /// Route lookups at control per user, per minute.
+    pub lookups: Rate,
+    /// The session cookie is marked `Secure` (TLS listener).
+    pub secure_cookie: bool,
+}
+
+impl Gateway {
+    /// Builds the shared state from a loaded configuration.
+    pub fn new(config: Arc<Config>) -> anyhow::Result<Arc<Self>> {
+        let verifier = config.verifier()?;
+        let token = config.secrets().service_token.as_ref().ok_or_else(|| {
+            anyhow::anyhow!("control.service_token_file: required to read the route feed")
+        })?;
+        let g = &config.gateway;
+        let control = ControlClient::new(
+            &g.control_url,
+            token.expose(),
+            Duration::from_millis(g.control_timeout_ms),
+        );
+        Ok(Arc::new(Gateway {
+            verifier,
+            origins: OriginPolicy::new(config.gateway_origins()),
+            routes: RouteCache::new(Duration::from_millis(g.negative_cache_ms)),
+            terminals: Terminals::new(g.max_terminals_per_user, g.max_terminals_per_session),
+            control,
+            metrics: Metrics::default(),
+            auth_failures: Rate::new(Duration::from_secs(60)),
+            lookups: Rate::new(Duration::from_secs(60)),
+            secure_cookie: g.tls_cert_file.is_some(),
+            config,
+        }))
+    }
+
+    /// Closes the live terminals a feed update revoked.
+    pub fn enforce(&self, revoked: &Revocations) {
+        for id in &revoked.sessions {
+            let n = self.terminals.close_session(id, CloseReason::RouteRemoved);
+            if n > 0 {
+                tracing::info!(target: "audit", session = %id, closed = n, reason = "route_removed", "live terminals closed");
+                self.metrics
+                    .closed
+                    .get_or_create(&crate::metrics::Label {
+                        kind: "route_removed",
+                    })
+                    .inc_by(n as u64);
+            }
+        }
+        for sub in &revoked.users {
+            let n = self.terminals.close_user(sub, CloseReason::UserLocked);
+            if n > 0 {
+                tracing::info!(target: "audit", sub = %sub, closed = n, reason = "user_locked", "live terminals closed");
+                self.metrics
+                    .closed
+                    .get_or_create(&crate::metrics::Label {
+                        kind: "user_locked",
+                    })
+                    .inc_by(n as u64);
+            }
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Live terminals and their enforcement.
+//!
+//! Every open terminal websocket holds a [`Ticket`]. When access ends — its route is
+//! removed, its owner changes, its user is locked, or its token expires — the gateway
+//! shuts down the terminal's upstream socket. That ends the proxy loop in both
+//! directions at once, whether or not bytes are flowing, and never touches the byte path
+//! itself. The socket is a duplicate of the upstream descriptor taken at connect time,
+//! so it stays valid (no descriptor reuse) for as long as the ticket lives.
+
+use std::collections::HashMap;
+use std::net::Shutdown;
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use policy::SessionId;
+
+/// Why a terminal was refused a slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitHit {
+    /// The user has too many open terminals.
+    User,
+    /// The session has too many open terminals.
+    Session,
+}
+
+/// Why a live terminal was closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The session ended or changed owner.
+    RouteRemoved,
+    /// The user was locked.
+    UserLocked,
+    /// The token expired.
+    TokenExpired,
+    /// The gateway is shutting down.
+    Shutdown,
+}
+
+impl CloseReason {
+    /// Stable name for logs and metrics.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CloseReason::RouteRemoved => "route_removed",
+            CloseReason::UserLocked => "user_locked",
+            CloseReason::TokenExpired => "token_expired",
+            CloseReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+struct Live {
+    session: SessionId,
+    sub: String,
+    expires_at: Option<u64>,
+    upstream: Option<socket2::Socket>,
+    closed: Option<CloseReason>,
+}
+
+#[derive(Default)]
+struct Inner {
+    live: HashMap<u64, Live>,
+    per_user: HashMap<String, u32>,
+    per_session: HashMap<SessionId, u32>,
+}
+
+/// The registry of open terminals.
+pub struct Terminals {
+    inner: Mutex<Inner>,
+    next: AtomicU64,
+    max_per_user: u32,
+    max_per_session: u32,
+}
+
+/// A terminal's slot; dropping it frees the slot.
+pub struct Ticket {
+    registry: Arc<Terminals>,
+    id: u64,
+}
+
+impl Terminals {
+    /// A registry with the given limits.
+    pub fn new(max_per_user: u32, max_per_session: u32) -> Arc<Self> {
+        Arc::new(Terminals {
+            inner: Mutex::new(Inner::default()),
+            next: AtomicU64::new(1),
+            max_per_user,
+            max_per_session,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes a slot for a terminal of `sub` on `session`; `expires_at` closes it then.
+    pub fn admit(
+        self: &Arc<Self>,
+        session: SessionId,
+        sub: &str,
+        expires_at: Option<u64>,
+    ) -> Result<Ticket, LimitHit> {
+        let mut inner = self.lock();
+        if inner.per_user.get(sub).copied().unwrap_or(0) >= self.max_per_user {
+            return Err(LimitHit::User);
+        }
+        if inner.per_session.get(&session).copied().unwrap_or(0) >= self.max_per_session {
+            return Err(LimitHit::Session);
+        }
+        *inner.per_user.entry(sub.to_owned()).or_default() += 1;
+        *inner.per_session.entry(session).or_default() += 1;
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        inner.live.insert(
+            id,
+            Live {
+                session,
+                sub: sub.to_owned(),
+                expires_at,
+                upstream: None,
+                closed: None,
+            },
+        );
+        Ok(Ticket {
+            registry: Arc::clone(self),
+            id,
+        })
+    }
+
+    /// Open terminals.
+    pub fn open(&self) -> usize {
+        self.lock().live.len()
+    }
+
+    fn close_where(&self, reason: CloseReason, pred: impl Fn(&Live) -> bool) -> usize {
+        let mut inner = self.lock();
+        let mut n = 0;
+        for live in inner
+            .live
+            .values_mut()
+            .filter(|l| l.closed.is_none() && pred(l))
+        {
+            live.closed = Some(reason);
+            if let Some(s) = &live.upstream {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Closes every terminal of a session.
+    pub fn close_session(&self, session: &SessionId, reason: CloseReason) -> usize {
+        self.close_where(reason, |l| l.session == *session)
+    }
+
+    /// Closes every terminal of a user.
+    pub fn close_user(&self, sub: &str, reason: CloseReason) -> usize {
+        self.close_where(reason, |l| l.sub == sub)
+    }
+
+    /// Closes terminals whose token expired at `now`.
+    pub fn close_expired(&self, now: u64) -> usize {
+        self.close_where(CloseReason::TokenExpired, |l| {
+            l.expires_at.is_some_and(|e| now >= e)
+        })
+    }
+
+    /// Closes everything (shutdown).
+    pub fn close_all(&self) -> usize {
+        self.close_where(CloseReason::Shutdown, |_| true)
+    }
+}
+
+impl Ticket {
+    /// Remembers the upstream socket so enforcement can shut it down. If the terminal
+    /// was revoked before the connection existed, it is shut down at once.
+    pub fn attach_upstream(&self, fd: RawFd) {
+        // SAFETY: Pingora hands us the live descriptor of the upstream connection for the
+        // duration of this call; we only duplicate it (F_DUPFD_CLOEXEC) and own the copy.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        let Ok(owned): Result<OwnedFd, _> = borrowed.try_clone_to_owned() else {
+            return;
+        };
+        let socket = socket2::Socket::from(owned);
+        let mut inner = self.registry.lock();
+        if let Some(live) = inner.live.get_mut(&self.id) {
+            if live.closed.is_some() {
+                let _ = socket.shutdown(Shutdown::Both);
+            }
+            live.upstream = Some(socket);
+        }
+    }
+
+    /// Why the terminal was closed by enforcement, if it was.
+    pub fn closed(&self) -> Option<CloseReason> {
+        self.registry
+            .lock()
+            .live
+            .get(&self.id)
+            .and_then(|l| l.closed)
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut inner = self.registry.lock();
+        if let Some(live) = inner.live.remove(&self.id) {
+            if let Some(n) = inner.per_user.get_mut(&live.sub) {
+                *n -= 1;
+                if *n == 0 {
+                    inner.per_user.remove(&live.sub);
+                }
+            }
+            if let Some(n) = inner.per_session.get_mut(&live.session) {
+                *n -= 1;
+                if *n == 0 {
+                    inner.per_session.remove(&live.session);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    fn id(n: u8) -> SessionId {
+        SessionId::from_random([n; 10])
+    }
+
+    #[test]
+    fn limits_per_user_and_per_session_hold_and_free_on_drop() {
+        let t = Terminals::new(2, 1);
+        let a = t.admit(id(1), "alice", None).unwrap();
+        assert_eq!(t.admit(id(1), "alice", None).err(), Some(LimitHit::Session));
+        let b = t.admit(id(2), "alice", None).unwrap();
+        assert_eq!(t.admit(id(3), "alice", None).err(), Some(LimitHit::User));
+        drop(a);
+        assert!(t.admit(id(1), "alice", None).is_ok());
+        drop(b);
+        assert_eq!(t.open(), 0);
+    }
+
+    #[test]
+    fn closing_shuts_the_upstream_socket_without_traffic() {
+        let t = Terminals::new(8, 8);
+        let (ours, mut peer) = UnixStream::pair().unwrap();
+        let ticket = t.admit(id(1), "alice", None).unwrap();
+        ticket.attach_upstream(ours.as_raw_fd());
+        assert_eq!(t.close_session(&id(1), CloseReason::RouteRemoved), 1);
+        let mut buf = [0u8; 1];
+        assert_eq!(peer.read(&mut buf).unwrap(), 0, "peer must see EOF");
+        assert_eq!(ticket.closed(), Some(CloseReason::RouteRemoved));
+    }
+
+    #[test]
+    fn users_and_expiry_are_enforced_selectively() {
+        let t = Terminals::new(8, 8);
+        let a = t.admit(id(1), "alice", Some(100)).unwrap();
+        let b = t.admit(id(2), "bob", Some(200)).unwrap();
+        assert_eq!(t.close_expired(150), 1);
+        assert_eq!(
+            (a.closed(), b.closed()),
+            (Some(CloseReason::TokenExpired), None)
+        );
+        assert_eq!(t.close_user("bob", CloseReason::UserLocked), 1);
+        assert_eq!(b.closed(), Some(CloseReason::UserLocked));
+        assert_eq!(
+            t.close_user("bob", CloseReason::UserLocked),
+            0,
+            "already closed"
+        );
+    }
+
+    #[test]
+    fn a_terminal_revoked_before_connecting_is_shut_on_attach() {
+        let t = Terminals::new(8, 8);
+        let ticket = t.admit(id(1), "alice", None).unwrap();
+        t.close_user("alice", CloseReason::UserLocked);
+        let (ours, mut peer) = UnixStream::pair().unwrap();
+        ticket.attach_upstream(ours.as_raw_fd());
+        let mut buf = [0u8; 1];
+        assert_eq!(peer.read(&mut buf).unwrap(), 0);
+    }
+}

@@ -1,0 +1,82 @@
+//! The route feed's records: what control publishes and gateways cache.
+//!
+//! Plain data shared by both sides of the feed; control writes it, gateways apply it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::session_id::SessionId;
+
+/// What a gateway needs to authorize and connect a terminal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    /// Session id.
+    pub session: SessionId,
+    /// Owner `sub`.
+    pub owner: String,
+    /// Container the terminal attaches to (ttyd's `arg`).
+    pub container: String,
+}
+
+/// One entry of the route feed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Change {
+    /// A session is running at this route (new, or changed).
+    Upsert {
+        /// Revision of this change.
+        rev: u64,
+        /// The route.
+        route: Route,
+    },
+    /// A session no longer has a route: close its terminals.
+    Remove {
+        /// Revision of this change.
+        rev: u64,
+        /// The session.
+        session: SessionId,
+    },
+    /// A user was locked: close their terminals, refuse them.
+    Lock {
+        /// Revision of this change.
+        rev: u64,
+        /// The user.
+        sub: String,
+    },
+    /// A user was unlocked.
+    Unlock {
+        /// Revision of this change.
+        rev: u64,
+        /// The user.
+        sub: String,
+    },
+}
+
+impl Change {
+    /// The change's revision.
+    pub fn rev(&self) -> u64 {
+        match self {
+            Change::Upsert { rev, .. }
+            | Change::Remove { rev, .. }
+            | Change::Lock { rev, .. }
+            | Change::Unlock { rev, .. } => *rev,
+        }
+    }
+}
+
+/// The answer to a feed poll.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeedPage {
+    /// The store's revision at the time of the answer.
+    pub rev: u64,
+    /// True: `routes` and `locked` are the whole state, replace everything.
+    pub reset: bool,
+    /// Changes after the poller's revision (when not a reset).
+    #[serde(default)]
+    pub changes: Vec<Change>,
+    /// Every route (reset only).
+    #[serde(default)]
+    pub routes: Vec<Route>,
+    /// Every locked user (reset only).
+    #[serde(default)]
+    pub locked: Vec<String>,
+}

@@ -1,0 +1,636 @@
+//! A running control service (and, as they arrive, gateway and ttyd) for one test.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::{binary, random_hex, ConfigDir};
+
+/// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Waits until `f` returns `Some`, or panics after `deadline` naming `what`.
+pub fn wait_for<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An HTTP answer: status and parsed JSON body (`Value::Null` when empty or not JSON).
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// Status code.
+    pub status: u16,
+    /// Body as JSON.
+    pub body: Value,
+    /// Body as text.
+    pub text: String,
+}
+
+/// A tiny HTTP client that never treats a status as an error.
+pub fn http(
+    method: &str,
+    url: &str,
+    bearer: Option<&str>,
+    body: Option<&Value>,
+) -> Result<Answer, String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into();
+    let auth = bearer.map(|t| format!("Bearer {t}"));
+    let result = match (method, body) {
+        ("GET", _) => {
+            let mut r = agent.get(url);
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.call()
+        }
+        ("DELETE", _) => {
+            let mut r = agent.delete(url);
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.call()
+        }
+        ("POST", b) => {
+            let mut r = agent.post(url);
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            match b {
+                Some(v) => r.send_json(v),
+                None => r.send_empty(),
+            }
+        }
+        (m, _) => return Err(format!("unsupported method {m}")),
+    };
+    let mut resp = result.map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Ok(Answer { status, body, text })
+}
+
+/// Runs `docker` with arguments; returns trimmed stdout (panics when docker fails).
+pub fn docker(args: &[&str]) -> String {
+    let o = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI");
+    assert!(
+        o.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+/// A control service with its own state directory, ports and deployment instance id,
+/// so tests run in parallel and clean up only what they made.
+pub struct ControlStack {
+    /// Configuration and state directory.
+    pub dir: ConfigDir,
+    /// This stack's `instance` (container labels).
+    pub instance: String,
+    /// Base URL of the API (`http://127.0.0.1:port`).
+    pub api: String,
+    /// Base URL of the admin listener.
+    pub admin: String,
+    env: Vec<(String, String)>,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl ControlStack {
+    /// Writes a config (the example, fast reconcile timings, `extra` TOML appended) and
+    /// starts control.
+    pub fn start(extra: &str) -> ControlStack {
+        let mut s = Self::prepare(extra);
+        s.spawn(&[]);
+        s
+    }
+
+    /// Like [`ControlStack::start`] but does not start the process.
+    pub fn prepare(extra: &str) -> ControlStack {
+        let dir = ConfigDir::example(extra);
+        let instance = format!("t{}", random_hex(5));
+        let (api, admin) = (free_port(), free_port());
+        let image = std::env::var("TERMGATE_SESSION_IMAGE")
+            .unwrap_or_else(|_| "termgate/session:dev".into());
+        let env = vec![
+            ("TERMGATE__INSTANCE".into(), instance.clone()),
+            (
+                "TERMGATE__CONTROL__LISTEN".into(),
+                format!("127.0.0.1:{api}"),
+            ),
+            (
+                "TERMGATE__CONTROL__ADMIN_LISTEN".into(),
+                format!("127.0.0.1:{admin}"),
+            ),
+            (
+                "TERMGATE__CONTROL__RECONCILE_INTERVAL_SECONDS".into(),
+                "1".into(),
+            ),
+            ("TERMGATE__CONTROL__ORPHAN_GRACE_SECONDS".into(), "2".into()),
+            (
+                "TERMGATE__CONTROL__CREATING_GRACE_SECONDS".into(),
+                "3".into(),
+            ),
+            ("TERMGATE__CONTROL__STOP_TIMEOUT_SECONDS".into(), "1".into()),
+            ("TERMGATE__PROFILES__DEFAULT__IMAGE".into(), image),
+        ];
+        let log = dir.dir.path().join("control.log");
+        ControlStack {
+            dir,
+            instance,
+            api: format!("http://127.0.0.1:{api}"),
+            admin: format!("http://127.0.0.1:{admin}"),
+            env,
+            child: None,
+            log,
+        }
+    }
+
+    /// Sets an environment override for the next start.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.into(), value.into()));
+    }
+
+    /// Starts the process with extra environment (e.g. a failpoint) and waits until it
+    /// answers `/v1/healthz` (unless a failpoint may stop it first).
+    pub fn spawn(&mut self, extra_env: &[(&str, &str)]) {
+        assert!(self.child.is_none(), "control already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let mut cmd = Command::new(binary("termgate-control"));
+        cmd.arg("--config")
+            .arg(self.dir.config_path())
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log);
+        for (k, v) in self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain(extra_env.iter().copied())
+        {
+            cmd.env(k, v);
+        }
+        self.child = Some(cmd.spawn().expect("spawn termgate-control"));
+        let url = format!("{}/v1/healthz", self.api);
+        let start = Instant::now();
+        loop {
+            if http("GET", &url, None, None).is_ok_and(|a| a.status == 200) {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "termgate-control exited during start ({status}):\n{}",
+                    self.log_text()
+                );
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "control did not start:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// The process's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Process id of the running control.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Waits for the process to exit by itself (e.g. at a failpoint).
+    pub fn wait_exit(&mut self, deadline: Duration) -> std::process::ExitStatus {
+        let child = self.child.as_mut().expect("running");
+        let status = wait_for("control to exit", deadline, || {
+            child.try_wait().ok().flatten()
+        });
+        self.child = None;
+        status
+    }
+
+    /// SIGKILL, no chance to flush.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait; returns how long the exit took.
+    pub fn terminate(&mut self) -> (std::process::ExitStatus, Duration) {
+        let mut c = self.child.take().expect("running");
+        let start = Instant::now();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
+        let status = wait_for(
+            "control to stop after SIGTERM",
+            Duration::from_secs(15),
+            || c.try_wait().ok().flatten(),
+        );
+        (status, start.elapsed())
+    }
+
+    /// A token for `sub` signed with the stack's dev key.
+    pub fn token(&self, sub: &str, admin: bool) -> String {
+        let config = self.dir.load();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs();
+        config
+            .signer()
+            .expect("dev key")
+            .sign(&policy::TokenClaims {
+                sub: sub.into(),
+                exp: now + 3600,
+                iat: now,
+                iss: config.auth.issuer.clone(),
+                aud: config.auth.audience.clone(),
+                roles: if admin { vec!["admin".into()] } else { vec![] },
+            })
+            .expect("sign")
+    }
+
+    /// The service token gateways use.
+    pub fn service_token(&self) -> String {
+        String::from_utf8(
+            self.dir
+                .load()
+                .secrets()
+                .service_token
+                .as_ref()
+                .expect("service token")
+                .expose()
+                .to_vec(),
+        )
+        .expect("utf-8")
+    }
+
+    /// An API call as `bearer`; panics only if the connection fails.
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        bearer: Option<&str>,
+        body: Option<Value>,
+    ) -> Answer {
+        http(
+            method,
+            &format!("{}{path}", self.api),
+            bearer,
+            body.as_ref(),
+        )
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}\n{}", self.log_text()))
+    }
+
+    /// Ids of every container labelled with this stack's instance (any state).
+    pub fn containers(&self) -> Vec<String> {
+        let out = docker(&[
+            "ps",
+            "-aq",
+            "--no-trunc",
+            "--filter",
+            &format!("label=termgate.instance={}", self.instance),
+        ]);
+        out.lines().map(str::to_owned).collect()
+    }
+
+    /// Creates a session as `token` and returns its JSON (asserting 201).
+    pub fn create(&self, token: &str) -> Value {
+        let a = self.call(
+            "POST",
+            "/v1/sessions",
+            Some(token),
+            Some(serde_json::json!({"profile": "default"})),
+        );
+        assert_eq!(a.status, 201, "create: {}\n{}", a.text, self.log_text());
+        a.body
+    }
+}
+
+impl Drop for ControlStack {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!("--- control log ---\n{}", self.log_text());
+        }
+        let filter = format!("label=termgate.instance={}", self.instance);
+        if let Ok(o) = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &filter])
+            .output()
+        {
+            let ids: Vec<String> = String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            if !ids.is_empty() {
+                let _ = Command::new("docker")
+                    .args(["rm", "-f", "-v"])
+                    .args(&ids)
+                    .output();
+            }
+        }
+        if let Ok(o) = Command::new("docker")
+            .args(["volume", "ls", "-q", "--filter", &filter])
+            .output()
+        {
+            let vols: Vec<String> = String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            if !vols.is_empty() {
+                let _ = Command::new("docker")
+                    .args(["volume", "rm", "-f"])
+                    .args(&vols)
+                    .output();
+            }
+        }
+    }
+}
+
+/// One running gateway process.
+pub struct GatewayProc {
+    /// Public port.
+    pub port: u16,
+    /// Admin port.
+    pub admin_port: u16,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl GatewayProc {
+    /// The process's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("gateway running").id()
+    }
+
+    /// SIGKILL.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends a signal (`TERM`, `QUIT`, …) and returns without waiting.
+    pub fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status();
+    }
+
+    /// Waits for the process to exit; returns how long it took.
+    pub fn wait_exit(&mut self, deadline: Duration) -> Duration {
+        let start = Instant::now();
+        let mut c = self.child.take().expect("gateway running");
+        wait_for("the gateway to exit", deadline, || {
+            c.try_wait().ok().flatten()
+        });
+        start.elapsed()
+    }
+}
+
+impl Drop for GatewayProc {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!("--- gateway log ---\n{}", self.log_text());
+        }
+    }
+}
+
+/// Control, a ttyd pool (behind a connection-counting proxy) and gateways, wired as
+/// on a single host.
+pub struct GatewayStack {
+    /// The control service.
+    pub control: ControlStack,
+    /// The real ttyd pool.
+    pub ttyd: crate::ttyd::TtydPool,
+    /// Counts every connection the gateways make to ttyd.
+    pub counter: crate::ttyd::CountingProxy,
+    /// Gateway processes (the first is started by `start`).
+    pub gateways: Vec<GatewayProc>,
+    upstream_socket: PathBuf,
+}
+
+impl GatewayStack {
+    /// Starts control, ttyd and one gateway; `extra` TOML is appended to the config.
+    pub fn start(extra: &str) -> GatewayStack {
+        let control = ControlStack::start(extra);
+        let ttyd = crate::ttyd::TtydPool::start();
+        let counter = crate::ttyd::CountingProxy::start(ttyd.target());
+        let upstream_socket = counter.socket_path().to_path_buf();
+        let mut s = GatewayStack {
+            control,
+            ttyd,
+            counter,
+            gateways: Vec::new(),
+            upstream_socket,
+        };
+        s.spawn_gateway(&[]);
+        s
+    }
+
+    /// Points the next gateways at another upstream socket (e.g. a recording upstream).
+    pub fn set_upstream_socket(&mut self, path: &std::path::Path) {
+        self.upstream_socket = path.to_path_buf();
+    }
+
+    /// Starts another gateway process sharing the same control; waits for `/readyz`.
+    pub fn spawn_gateway(&mut self, extra_env: &[(&str, &str)]) -> usize {
+        let (port, admin_port) = (free_port(), free_port());
+        self.spawn_gateway_on(port, admin_port, &[], extra_env, true)
+    }
+
+    /// Starts a gateway on given ports with extra arguments (e.g. `--upgrade`) and
+    /// environment; `wait` for readiness.
+    pub fn spawn_gateway_on(
+        &mut self,
+        port: u16,
+        admin_port: u16,
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+        wait: bool,
+    ) -> usize {
+        let n = self.gateways.len();
+        let dir = self.control.dir.dir.path();
+        let log = dir.join(format!("gateway-{n}-{port}.log"));
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("gateway log");
+        let origins = format!("[\"http://127.0.0.1:{port}\", \"http://localhost:{port}\"]");
+        let mut cmd = Command::new(binary("termgate-gateway"));
+        cmd.arg("--config")
+            .arg(self.control.dir.config_path())
+            .env("RUST_LOG", "info")
+            .env("TERMGATE__INSTANCE", &self.control.instance)
+            .env("TERMGATE__GATEWAY__LISTEN", format!("127.0.0.1:{port}"))
+            .env(
+                "TERMGATE__GATEWAY__ADMIN_LISTEN",
+                format!("127.0.0.1:{admin_port}"),
+            )
+            .env("TERMGATE__GATEWAY__CONTROL_URL", &self.control.api)
+            .env("TERMGATE__GATEWAY__ALLOWED_ORIGINS", origins)
+            .env(
+                "TERMGATE__GATEWAY__UPGRADE_SOCKET",
+                dir.join("gateway-upgrade.sock"),
+            )
+            .env(
+                "TERMGATE__GATEWAY__PID_FILE",
+                dir.join(format!("gateway-{n}.pid")),
+            )
+            .env("TERMGATE__TTYD__SOCKET", &self.upstream_socket)
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("log"))
+            .stderr(log_file);
+        cmd.args(args);
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn termgate-gateway");
+        self.gateways.push(GatewayProc {
+            port,
+            admin_port,
+            child: Some(child),
+            log,
+        });
+        if wait {
+            self.wait_ready(n);
+        }
+        n
+    }
+
+    /// Waits until gateway `n` reports ready (its route cache synced once).
+    pub fn wait_ready(&mut self, n: usize) {
+        let url = format!("http://127.0.0.1:{}/readyz", self.gateways[n].admin_port);
+        let start = Instant::now();
+        loop {
+            if http("GET", &url, None, None).is_ok_and(|a| a.status == 200) {
+                return;
+            }
+            let g = &mut self.gateways[n];
+            if let Some(status) = g.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!(
+                    "termgate-gateway exited during start ({status}):\n{}",
+                    g.log_text()
+                );
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "gateway not ready:\n{}",
+                g.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// The first gateway.
+    pub fn gw(&self) -> &GatewayProc {
+        &self.gateways[0]
+    }
+
+    /// The allowed Origin of gateway `n`.
+    pub fn origin(&self, n: usize) -> String {
+        format!("http://127.0.0.1:{}", self.gateways[n].port)
+    }
+
+    /// URL on gateway `n`.
+    pub fn url(&self, n: usize, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.gateways[n].port)
+    }
+
+    /// Signs `sub` in through gateway 0 and returns the `Cookie` header value to send.
+    pub fn sign_in(&self, sub: &str) -> String {
+        let token = self.control.token(sub, false);
+        self.sign_in_with(0, &token)
+    }
+
+    /// Posts `token` to `/auth/session` of gateway `n`; returns the cookie pair.
+    pub fn sign_in_with(&self, n: usize, token: &str) -> String {
+        let a = http(
+            "POST",
+            &self.url(n, "/auth/session"),
+            None,
+            Some(&serde_json::json!({"token": token})),
+        )
+        .expect("sign in");
+        assert_eq!(a.status, 200, "sign-in: {}", a.text);
+        format!("termgate_session={token}")
+    }
+
+    /// Opens a terminal websocket on gateway `n` at `path_and_query`.
+    pub fn open(
+        &self,
+        n: usize,
+        path_and_query: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<crate::term::Terminal, crate::term::ConnectError> {
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{}", self.gateways[n].port)
+            .parse()
+            .expect("addr");
+        crate::term::Terminal::connect(crate::term::Target::Tcp(addr), path_and_query, headers)
+    }
+
+    /// Opens the terminal of `session` as a browser would: cookie and this gateway's Origin.
+    pub fn open_as(
+        &self,
+        n: usize,
+        session: &str,
+        cookie: &str,
+    ) -> Result<crate::term::Terminal, crate::term::ConnectError> {
+        let origin = self.origin(n);
+        self.open(
+            n,
+            &format!("/s/{session}/ws"),
+            &[("Cookie", cookie), ("Origin", &origin)],
+        )
+    }
+}

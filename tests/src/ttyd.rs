@@ -1,0 +1,385 @@
+//! The real ttyd, started exactly as production starts it, plus a connection-counting
+//! proxy to put in front of its socket, and a throwaway session container.
+
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::random_hex;
+use crate::stack::docker;
+use crate::term::{Stream, Target};
+
+/// ttyd's arguments before the listen options, as production passes them.
+pub const TTYD_ARGS: &[&str] = &["-W", "-a", "-P", "5"];
+/// The header carrying the authenticated user (`ttyd -H`).
+pub const TTYD_USER_HEADER: &str = "X-Termgate-User";
+/// The fixed window title (`ttyd -t titleFixed=...`).
+pub const TTYD_TITLE: &str = "termgate";
+/// The command ttyd runs; the container name from the URL's `arg` is appended (`-a`).
+pub const TTYD_COMMAND: &[&str] = &["docker", "attach", "--detach-keys=ctrl-x,ctrl-x"];
+
+/// The ttyd binary: `$TERMGATE_TTYD`, else `<repo>/.tools/bin/ttyd`, else `ttyd` on PATH.
+pub fn ttyd_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("TERMGATE_TTYD") {
+        return PathBuf::from(p);
+    }
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/bin/ttyd");
+    if tools.is_file() {
+        return tools;
+    }
+    PathBuf::from("ttyd")
+}
+
+/// A fresh temporary directory with mode 0700 and a path short enough for unix
+/// sockets inside it (falls back to `/tmp` when `$TMPDIR` is long).
+pub fn private_dir(prefix: &str) -> tempfile::TempDir {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(prefix);
+    let dir = if std::env::temp_dir().as_os_str().len() > 60 {
+        builder.tempdir_in("/tmp")
+    } else {
+        builder.tempdir()
+    }
+    .expect("create private temp dir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+        .expect("chmod 0700 private temp dir");
+    dir
+}
+
+/// How a [`TtydPool`] listens.
+#[derive(Debug, Clone)]
+enum Listen {
+    Unix(PathBuf),
+    Tcp(u16),
+}
+
+/// A running ttyd (`ttyd -W -a -P 5 -i <dir>/ttyd.sock -H X-Termgate-User -t
+/// titleFixed=termgate docker attach --detach-keys=ctrl-x,ctrl-x`) in its own 0700
+/// directory, logging to `<dir>/ttyd.log`; killed on drop.
+pub struct TtydPool {
+    dir: tempfile::TempDir,
+    listen: Listen,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl TtydPool {
+    /// Starts ttyd on `<fresh 0700 dir>/ttyd.sock` and waits (10 s) until the socket
+    /// accepts a connection.
+    pub fn start() -> TtydPool {
+        let dir = private_dir("tg-ttyd.");
+        let sock = dir.path().join("ttyd.sock");
+        Self::spawn(dir, Listen::Unix(sock))
+    }
+
+    /// Starts ttyd on TCP `port` of the loopback interface (`-p <port> -i lo`) and waits
+    /// (10 s) until it accepts a connection.
+    pub fn start_tcp(port: u16) -> TtydPool {
+        Self::spawn(private_dir("tg-ttyd."), Listen::Tcp(port))
+    }
+
+    fn spawn(dir: tempfile::TempDir, listen: Listen) -> TtydPool {
+        let log = dir.path().join("ttyd.log");
+        let log_file = std::fs::File::create(&log).expect("create ttyd log file");
+        let mut cmd = Command::new(ttyd_binary());
+        cmd.args(TTYD_ARGS);
+        match &listen {
+            Listen::Unix(sock) => {
+                cmd.arg("-i").arg(sock);
+            }
+            Listen::Tcp(port) => {
+                cmd.args(["-p", &port.to_string(), "-i", "lo"]);
+            }
+        }
+        cmd.args([
+            "-H",
+            TTYD_USER_HEADER,
+            "-t",
+            &format!("titleFixed={TTYD_TITLE}"),
+        ])
+        .args(TTYD_COMMAND)
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().expect("clone ttyd log handle"))
+        .stderr(log_file);
+        let child = cmd.spawn().unwrap_or_else(|e| {
+            panic!(
+                "spawn {} (set TERMGATE_TTYD?): {e}",
+                ttyd_binary().display()
+            )
+        });
+        let mut pool = TtydPool {
+            dir,
+            listen,
+            child: Some(child),
+            log,
+        };
+        pool.wait_ready(Duration::from_secs(10));
+        pool
+    }
+
+    fn wait_ready(&mut self, deadline: Duration) {
+        let start = Instant::now();
+        let target = self.target();
+        loop {
+            if target.connect(Duration::from_millis(200)).is_ok() {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("ttyd exited during start ({status}):\n{}", self.log_text());
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "ttyd did not accept connections on {target} within {deadline:?}:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The unix socket path (`None` for a TCP pool).
+    pub fn socket_path(&self) -> Option<&Path> {
+        match &self.listen {
+            Listen::Unix(p) => Some(p),
+            Listen::Tcp(_) => None,
+        }
+    }
+
+    /// The TCP port (`None` for a unix socket pool).
+    pub fn port(&self) -> Option<u16> {
+        match &self.listen {
+            Listen::Unix(_) => None,
+            Listen::Tcp(p) => Some(*p),
+        }
+    }
+
+    /// Where a client connects.
+    pub fn target(&self) -> Target {
+        match &self.listen {
+            Listen::Unix(p) => Target::Unix(p.clone()),
+            Listen::Tcp(p) => Target::Tcp(([127, 0, 0, 1], *p).into()),
+        }
+    }
+
+    /// The pool's private directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// ttyd's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Process id of ttyd while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether ttyd is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// SIGKILLs ttyd (idempotent); its terminals' websockets drop with it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for TtydPool {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- ttyd log ({}) ---\n{}",
+                self.dir.path().display(),
+                self.log_text()
+            );
+        }
+    }
+}
+
+/// A unix socket proxy that forwards every accepted connection byte for byte to a
+/// target and counts the connections it accepted.
+pub struct CountingProxy {
+    dir: tempfile::TempDir,
+    path: PathBuf,
+    accepted: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    open: Arc<Mutex<Vec<Stream>>>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl CountingProxy {
+    /// Listens on `<fresh 0700 dir>/proxy.sock`, forwarding to `target`.
+    pub fn start(target: Target) -> CountingProxy {
+        let dir = private_dir("tg-proxy.");
+        let path = dir.path().join("proxy.sock");
+        let listener = UnixListener::bind(&path).expect("bind counting proxy socket");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let open = Arc::new(Mutex::new(Vec::new()));
+        let acceptor = {
+            let (accepted, stop, open) =
+                (Arc::clone(&accepted), Arc::clone(&stop), Arc::clone(&open));
+            std::thread::Builder::new()
+                .name("counting-proxy".into())
+                .spawn(move || {
+                    for client in listener.incoming() {
+                        if stop.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        let Ok(client) = client else { continue };
+                        accepted.fetch_add(1, Ordering::SeqCst);
+                        if let Err(e) = forward(Stream::Unix(client), &target, &open) {
+                            eprintln!("counting proxy: forwarding to {target}: {e}");
+                        }
+                    }
+                })
+                .expect("spawn counting proxy thread")
+        };
+        CountingProxy {
+            dir,
+            path,
+            accepted,
+            stop,
+            open,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    /// The proxy's socket path.
+    pub fn socket_path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Where a client connects to go through the proxy.
+    pub fn target(&self) -> Target {
+        Target::Unix(self.path.clone())
+    }
+
+    /// The proxy's private directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// How many connections the proxy accepted so far.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+/// Connects to `target` and copies both ways on two threads; whichever direction ends
+/// first shuts both sockets down.
+fn forward(client: Stream, target: &Target, open: &Mutex<Vec<Stream>>) -> io::Result<()> {
+    let upstream = match target.connect(Duration::from_secs(5)) {
+        Ok(u) => u,
+        Err(e) => {
+            client.shutdown();
+            return Err(e);
+        }
+    };
+    {
+        let mut open = open.lock().expect("proxy connection list");
+        open.push(client.try_clone()?);
+        open.push(upstream.try_clone()?);
+    }
+    let pairs = [
+        (client.try_clone()?, upstream.try_clone()?),
+        (upstream, client),
+    ];
+    for (mut from, mut to) in pairs {
+        std::thread::Builder::new()
+            .name("counting-proxy-copy".into())
+            .spawn(move || {
+                let _ = io::copy(&mut from, &mut to);
+                from.shutdown();
+                to.shutdown();
+            })?;
+    }
+    Ok(())
+}
+
+impl Drop for CountingProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the acceptor so it sees the flag (this wake-up is not counted).
+        let _ = UnixStream::connect(&self.path);
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
+        for s in self
+            .open
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default()
+        {
+            s.shutdown();
+        }
+    }
+}
+
+/// A session container (`docker run -d -t -i` of the session image) named
+/// `termgate-harness-<random>`, labelled `termgate.instance=harness-<random>`; removed on
+/// drop, also when the test fails.
+pub struct SessionContainer {
+    /// The container name (what ttyd's `arg` carries).
+    pub name: String,
+    /// The `termgate.instance` label value.
+    pub instance: String,
+}
+
+impl SessionContainer {
+    /// Starts a container of `$TERMGATE_SESSION_IMAGE` (default `termgate/session:dev`).
+    pub fn start() -> SessionContainer {
+        let id = random_hex(5);
+        let c = SessionContainer {
+            name: format!("termgate-harness-{id}"),
+            instance: format!("harness-{id}"),
+        };
+        let image = std::env::var("TERMGATE_SESSION_IMAGE")
+            .unwrap_or_else(|_| "termgate/session:dev".into());
+        let label = format!("termgate.instance={}", c.instance);
+        docker(&[
+            "run", "-d", "-t", "-i", "--name", &c.name, "--label", &label, &image,
+        ]);
+        c
+    }
+
+    /// Whether the container is running (`docker inspect`).
+    pub fn is_running(&self) -> bool {
+        Command::new("docker")
+            .args(["inspect", "-f", "{{.State.Running}}", &self.name])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "true")
+    }
+
+    /// The websocket path ttyd attaches to this container on.
+    pub fn ws_path(&self) -> String {
+        format!("/ws?arg={}", self.name)
+    }
+}
+
+impl Drop for SessionContainer {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["rm", "-f", "-v", &self.name])
+            .output();
+    }
+}

@@ -1,0 +1,821 @@
+//! The control service against a real Docker daemon, a real sled directory and the
+//! real binary.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use e2e::stack::{docker, http, wait_for, ControlStack};
+use serde_json::{json, Value};
+
+fn inspect(id: &str) -> Value {
+    let out = docker(&["inspect", id]);
+    let v: Value = serde_json::from_str(&out).expect("inspect JSON");
+    v[0].clone()
+}
+
+/// Session ids of the containers labelled with the stack's instance, in one docker call
+/// (no race with a container vanishing between listing and inspecting).
+fn container_sessions(stack: &ControlStack) -> HashSet<String> {
+    docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=termgate.instance={}", stack.instance),
+        "--format",
+        "{{.Label \"termgate.session\"}}",
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+fn container_of(stack: &ControlStack, session: &str) -> String {
+    docker(&[
+        "ps",
+        "-aq",
+        "--no-trunc",
+        "--filter",
+        &format!("label=termgate.instance={}", stack.instance),
+        "--filter",
+        &format!("label=termgate.session={session}"),
+    ])
+}
+
+fn exec(container: &str, script: &str) -> (bool, String) {
+    let o = std::process::Command::new("docker")
+        .args(["exec", container, "/bin/sh", "-c", script])
+        .output()
+        .expect("docker exec");
+    (
+        o.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    )
+}
+
+#[test]
+fn a_created_session_runs_in_a_hardened_container() {
+    let stack = ControlStack::start("");
+    let alice = stack.token("alice", false);
+    let s = stack.create(&alice);
+    assert_eq!(s["state"], "running");
+    assert_eq!(s["owner"], "alice");
+    let id = s["id"].as_str().unwrap();
+    assert_eq!(s["terminal_url"], format!("/s/{id}/"));
+    assert!(
+        s.get("container_id").is_none(),
+        "the API must not expose container ids"
+    );
+
+    let c = container_of(&stack, id);
+    let i = inspect(&c);
+    let hc = &i["HostConfig"];
+    assert_eq!(hc["CapDrop"], json!(["ALL"]));
+    assert!(hc["CapAdd"].is_null() || hc["CapAdd"] == json!([]));
+    assert_eq!(hc["SecurityOpt"], json!(["no-new-privileges:true"]));
+    assert_eq!(hc["Privileged"], false);
+    assert_eq!(hc["ReadonlyRootfs"], true);
+    assert_eq!(hc["NetworkMode"], "none");
+    assert_eq!(hc["Init"], true);
+    assert_eq!(hc["PidsLimit"], 128);
+    assert_eq!(hc["Memory"], 256 * 1024 * 1024);
+    assert_eq!(hc["MemorySwap"], hc["Memory"]);
+    assert_eq!(hc["NanoCpus"], 500_000_000);
+    assert!(hc["Binds"].is_null(), "legacy Binds must not be used");
+    assert_eq!(i["Config"]["User"], "1000:1000");
+    assert_eq!(i["Config"]["Tty"], true);
+    assert_eq!(i["Config"]["OpenStdin"], true);
+    assert_eq!(i["Name"], format!("/termgate-{id}"));
+    let labels = &i["Config"]["Labels"];
+    assert_eq!(labels["termgate.managed"], "session");
+    assert_eq!(labels["termgate.instance"], stack.instance.as_str());
+    assert_eq!(labels["termgate.session"], id);
+    assert_eq!(labels["termgate.owner"], "alice");
+    let mounts = i["Mounts"].as_array().unwrap();
+    assert!(mounts
+        .iter()
+        .all(|m| !m["Source"].as_str().unwrap_or("").contains("docker.sock")));
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m["Type"] == "volume" && m["Destination"] == "/home/user"),
+        "home volume: {mounts:?}"
+    );
+
+    let (_, status) = exec(&c, "grep -E '^(CapEff|NoNewPrivs)' /proc/1/status");
+    assert!(status.contains("CapEff:\t0000000000000000"), "{status}");
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    let (wrote_root, _) = exec(&c, "touch /root-write-test");
+    assert!(!wrote_root, "the root filesystem must refuse writes");
+    let (wrote_tmp, out) = exec(&c, "touch /tmp/ok && echo ok");
+    assert!(wrote_tmp, "/tmp must be writable: {out}");
+    let (found, _) = exec(
+        &c,
+        "ls /var/run/docker.sock || ls /run/docker.sock || ls /run/containerd",
+    );
+    assert!(!found, "no daemon socket may exist in a session");
+}
+
+#[test]
+fn only_the_owner_sees_a_session_and_others_get_the_unknown_answer() {
+    let stack = ControlStack::start("");
+    let (alice, bob, admin) = (
+        stack.token("alice", false),
+        stack.token("bob", false),
+        stack.token("root", true),
+    );
+    let s = stack.create(&alice);
+    let id = s["id"].as_str().unwrap();
+
+    let as_bob = stack.call("GET", &format!("/v1/sessions/{id}"), Some(&bob), None);
+    let unknown = stack.call("GET", "/v1/sessions/aaaaaaaaaaaaaaaa", Some(&bob), None);
+    assert_eq!(as_bob.status, 404);
+    assert_eq!(
+        as_bob.text, unknown.text,
+        "non-owner and unknown must look the same"
+    );
+    let malformed = stack.call("GET", "/v1/sessions/..%2F..%2Fetc", Some(&bob), None);
+    assert_eq!(malformed.status, 404);
+    assert_eq!(malformed.text, unknown.text);
+
+    assert_eq!(
+        stack
+            .call("GET", &format!("/v1/sessions/{id}"), Some(&alice), None)
+            .status,
+        200
+    );
+    assert_eq!(
+        stack
+            .call("GET", &format!("/v1/sessions/{id}"), Some(&admin), None)
+            .status,
+        200
+    );
+    assert_eq!(
+        stack.call("GET", "/v1/sessions", Some(&bob), None).body["sessions"],
+        json!([])
+    );
+    assert_eq!(
+        stack.call("GET", "/v1/sessions", Some(&alice), None).body["sessions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        stack
+            .call("GET", "/v1/sessions?owner=alice", Some(&admin), None)
+            .body["sessions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        stack
+            .call("GET", "/v1/sessions?owner=alice", Some(&bob), None)
+            .status,
+        403
+    );
+
+    // Bob cannot end it either, and the answer is the same 404.
+    let del = stack.call("DELETE", &format!("/v1/sessions/{id}"), Some(&bob), None);
+    assert_eq!((del.status, del.text), (404, unknown.text.clone()));
+    assert_eq!(
+        stack
+            .call("DELETE", &format!("/v1/sessions/{id}"), Some(&alice), None)
+            .status,
+        204
+    );
+    assert_eq!(
+        stack
+            .call("DELETE", &format!("/v1/sessions/{id}"), Some(&alice), None)
+            .status,
+        404
+    );
+    let hist = stack.call("GET", "/v1/history", Some(&alice), None).body;
+    assert_eq!(hist["sessions"][0]["state"], "terminated");
+    assert_eq!(hist["sessions"][0]["ended_by"], "alice");
+    assert!(
+        stack.containers().is_empty(),
+        "the container must be gone after the end"
+    );
+}
+
+#[test]
+fn bad_requests_get_clear_errors() {
+    let stack = ControlStack::start("");
+    let alice = stack.token("alice", false);
+    let cases = [
+        (
+            json!({"profile": "default", "colour": "red"}),
+            400,
+            "invalid_json",
+        ),
+        (json!({"profile": "nope"}), 400, "unknown_profile"),
+        (
+            json!({"profile": "default", "options": {"shell": "zsh"}}),
+            400,
+            "invalid_option",
+        ),
+        (
+            json!({"profile": "default", "options": {"editor": "vi"}}),
+            400,
+            "invalid_option",
+        ),
+        (
+            json!({"profile": "default", "name": "a\u{0007}b"}),
+            400,
+            "invalid_name",
+        ),
+    ];
+    for (body, status, code) in cases {
+        let a = stack.call("POST", "/v1/sessions", Some(&alice), Some(body.clone()));
+        assert_eq!(
+            (a.status, a.body["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{body}: {}",
+            a.text
+        );
+    }
+    let big = json!({"profile": "default", "name": "x".repeat(100_000)});
+    assert_eq!(
+        stack
+            .call("POST", "/v1/sessions", Some(&alice), Some(big))
+            .status,
+        413
+    );
+    let no_token = stack.call("GET", "/v1/sessions", None, None);
+    assert_eq!(
+        (no_token.status, no_token.body["error"]["code"].as_str()),
+        (401, Some("unauthenticated"))
+    );
+    let forged = stack.call("GET", "/v1/sessions", Some("a.b.c"), None);
+    assert_eq!(forged.status, 401);
+    assert!(forged.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("malformed"));
+    assert_eq!(
+        stack.call("GET", "/v1/routes", Some(&alice), None).status,
+        401,
+        "the feed needs the service token"
+    );
+    assert!(stack.containers().is_empty());
+}
+
+#[test]
+fn sixteen_concurrent_creates_with_quota_three_make_exactly_three() {
+    let stack = ControlStack::start("");
+    let alice = stack.token("alice", false);
+    let url = format!("{}/v1/sessions", stack.api);
+    let answers: Vec<(u16, Value)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16)
+            .map(|_| {
+                s.spawn(|| {
+                    http(
+                        "POST",
+                        &url,
+                        Some(&alice),
+                        Some(&json!({"profile": "default"})),
+                    )
+                    .unwrap()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .map(|a| (a.status, a.body))
+            .collect()
+    });
+    let created = answers.iter().filter(|(s, _)| *s == 201).count();
+    let refused = answers
+        .iter()
+        .filter(|(s, b)| *s == 429 && b["error"]["code"] == "quota_exceeded")
+        .count();
+    assert_eq!((created, refused), (3, 13), "{answers:?}");
+    assert_eq!(stack.containers().len(), 3);
+}
+
+#[test]
+fn a_container_killed_from_outside_is_recorded_within_two_seconds_and_published() {
+    let stack = ControlStack::start("");
+    let alice = stack.token("alice", false);
+    let svc = stack.service_token();
+    let s = stack.create(&alice);
+    let id = s["id"].as_str().unwrap().to_owned();
+    let rev = stack
+        .call("GET", "/v1/routes?after=0", Some(&svc), None)
+        .body["rev"]
+        .as_u64()
+        .unwrap();
+
+    // Bystanders: an unlabelled container and one of another instance.
+    let bystander = docker(&[
+        "run",
+        "-d",
+        "--rm",
+        "--entrypoint",
+        "/bin/sleep",
+        "termgate/session:dev",
+        "120",
+    ]);
+    let foreign = docker(&[
+        "run",
+        "-d",
+        "--rm",
+        "--label",
+        "termgate.managed=session",
+        "--label",
+        "termgate.instance=someone-else",
+        "--label",
+        "termgate.session=aaaaaaaaaaaaaaaa",
+        "--entrypoint",
+        "/bin/sleep",
+        "termgate/session:dev",
+        "120",
+    ]);
+    let _cleanup = Cleanup(vec![bystander.clone(), foreign.clone()]);
+
+    docker(&["kill", &container_of(&stack, &id)]);
+    let killed = Instant::now();
+    let state = wait_for("the kill to be recorded", Duration::from_secs(2), || {
+        let a = stack.call("GET", &format!("/v1/sessions/{id}"), Some(&alice), None);
+        let st = a.body["state"].as_str().unwrap_or("").to_owned();
+        (st == "exited" || st == "gone").then_some(st)
+    });
+    eprintln!("kill recorded as {state} after {:?}", killed.elapsed());
+    let feed = stack
+        .call("GET", &format!("/v1/routes?after={rev}"), Some(&svc), None)
+        .body;
+    assert!(
+        feed["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["op"] == "remove" && c["session"] == id.as_str()),
+        "{feed}"
+    );
+    // Several passes later, the bystanders are untouched.
+    std::thread::sleep(Duration::from_secs(4));
+    for c in [&bystander, &foreign] {
+        assert_eq!(
+            inspect(c)["State"]["Running"],
+            true,
+            "reconciler touched a container that is not its own"
+        );
+    }
+}
+
+struct Cleanup(Vec<String>);
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for c in &self.0 {
+            let _ = std::process::Command::new("docker")
+                .args(["rm", "-f", c])
+                .output();
+        }
+    }
+}
+
+#[test]
+fn a_waiting_feed_poller_sees_a_create_and_a_delete_within_100ms() {
+    let stack = ControlStack::start("");
+    let alice = stack.token("alice", false);
+    let svc = stack.service_token();
+    let rev = stack
+        .call("GET", "/v1/routes?after=0", Some(&svc), None)
+        .body["rev"]
+        .as_u64()
+        .unwrap();
+    let feed_url = format!("{}/v1/routes", stack.api);
+
+    // The poller long-polls from `rev` until it sees `op` for any session, and reports when.
+    let poll_until = |from: u64, op: &'static str| {
+        let (url, svc) = (feed_url.clone(), svc.clone());
+        std::thread::spawn(move || {
+            let mut after = from;
+            loop {
+                let page = http(
+                    "GET",
+                    &format!("{url}?after={after}&wait=10"),
+                    Some(&svc),
+                    None,
+                )
+                .unwrap()
+                .body;
+                let seen = Instant::now();
+                if let Some(c) = page["changes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["op"] == op)
+                {
+                    return (seen, c.clone());
+                }
+                after = page["rev"].as_u64().unwrap();
+            }
+        })
+    };
+    let poller = poll_until(rev, "upsert");
+    std::thread::sleep(Duration::from_millis(200));
+    let s = stack.create(&alice);
+    let acked = Instant::now();
+    let (seen, change) = poller.join().unwrap();
+    assert_eq!(change["route"]["session"], s["id"]);
+    let lag = seen.saturating_duration_since(acked);
+    assert!(
+        lag <= Duration::from_millis(100),
+        "create reached the poller {lag:?} after the 201"
+    );
+
+    let rev = stack
+        .call("GET", "/v1/routes?after=0", Some(&svc), None)
+        .body["rev"]
+        .as_u64()
+        .unwrap();
+    let poller = poll_until(rev, "remove");
+    std::thread::sleep(Duration::from_millis(200));
+    let id = s["id"].as_str().unwrap();
+    assert_eq!(
+        stack
+            .call("DELETE", &format!("/v1/sessions/{id}"), Some(&alice), None)
+            .status,
+        204
+    );
+    let acked = Instant::now();
+    let (seen, change) = poller.join().unwrap();
+    assert_eq!(change["session"], id);
+    let lag = seen.saturating_duration_since(acked);
+    assert!(
+        lag <= Duration::from_millis(100),
+        "delete reached the poller {lag:?} after the 204"
+    );
+}
+
+#[test]
+fn a_lost_store_is_rebuilt_from_labels_with_owners() {
+    let mut stack = ControlStack::start("");
+    let (alice, bob) = (stack.token("alice", false), stack.token("bob", false));
+    let a = stack.create(&alice)["id"].as_str().unwrap().to_owned();
+    let b = stack.create(&bob)["id"].as_str().unwrap().to_owned();
+    stack.kill9();
+    std::fs::remove_dir_all(stack.dir.dir.path().join("store")).unwrap();
+    stack.spawn(&[]);
+    assert!(
+        stack.log_text().contains("rebuilt from container labels"),
+        "{}",
+        stack.log_text()
+    );
+    let got = stack.call("GET", &format!("/v1/sessions/{a}"), Some(&alice), None);
+    assert_eq!(
+        (got.status, got.body["owner"].as_str()),
+        (200, Some("alice"))
+    );
+    assert_eq!(got.body["state"], "running");
+    assert_eq!(
+        stack
+            .call("GET", &format!("/v1/sessions/{b}"), Some(&alice), None)
+            .status,
+        404
+    );
+    assert_eq!(
+        stack
+            .call("GET", &format!("/v1/sessions/{b}"), Some(&bob), None)
+            .body["owner"],
+        "bob"
+    );
+    // Quota counts come back too: alice holds one of her three.
+    let counts: usize = stack.call("GET", "/v1/sessions", Some(&alice), None).body["sessions"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(counts, 1);
+}
+
+#[test]
+fn sigterm_stops_control_within_seconds_and_keeps_what_was_acknowledged() {
+    let mut stack = ControlStack::start("");
+    let alice = stack.token("alice", false);
+    let id = stack.create(&alice)["id"].as_str().unwrap().to_owned();
+    let (status, took) = stack.terminate();
+    assert!(status.success(), "{status}");
+    assert!(took < Duration::from_secs(5), "SIGTERM took {took:?}");
+    stack.spawn(&[]);
+    assert_eq!(
+        stack
+            .call("GET", &format!("/v1/sessions/{id}"), Some(&alice), None)
+            .body["state"],
+        "running"
+    );
+}
+
+#[test]
+fn a_locked_user_can_neither_create_nor_list_and_the_lock_is_published() {
+    let stack = ControlStack::start("");
+    let (alice, admin, svc) = (
+        stack.token("alice", false),
+        stack.token("root", true),
+        stack.service_token(),
+    );
+    assert_eq!(
+        stack
+            .call("POST", "/v1/users/alice/lock", Some(&alice), None)
+            .status,
+        403,
+        "only admins lock"
+    );
+    assert_eq!(
+        stack
+            .call("POST", "/v1/users/alice/lock", Some(&admin), None)
+            .status,
+        204
+    );
+    let a = stack.call(
+        "POST",
+        "/v1/sessions",
+        Some(&alice),
+        Some(json!({"profile": "default"})),
+    );
+    assert_eq!(
+        (a.status, a.body["error"]["code"].as_str()),
+        (403, Some("user_locked"))
+    );
+    let feed = stack
+        .call("GET", "/v1/routes?after=0", Some(&svc), None)
+        .body;
+    assert!(
+        feed["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["op"] == "lock" && c["sub"] == "alice"),
+        "{feed}"
+    );
+    assert_eq!(
+        stack
+            .call("DELETE", "/v1/users/alice/lock", Some(&admin), None)
+            .status,
+        204
+    );
+    assert_eq!(
+        stack
+            .call(
+                "POST",
+                "/v1/sessions",
+                Some(&alice),
+                Some(json!({"profile": "default"}))
+            )
+            .status,
+        201
+    );
+}
+
+#[test]
+fn redraw_resizes_twice_so_the_program_repaints() {
+    let extra = r#"
+[profiles.winch]
+image = "termgate/session:dev"
+command = ["-c", "trap 'echo WINCH-MARK' WINCH; echo ready; while :; do sleep 0.05; done"]
+"#;
+    let stack = ControlStack::start(extra);
+    let alice = stack.token("alice", false);
+    let s = stack.call(
+        "POST",
+        "/v1/sessions",
+        Some(&alice),
+        Some(json!({"profile": "winch"})),
+    );
+    assert_eq!(s.status, 201, "{}", s.text);
+    let id = s.body["id"].as_str().unwrap();
+    let c = container_of(&stack, id);
+    wait_for("the trap to be set", Duration::from_secs(5), || {
+        docker(&["logs", &c]).contains("ready").then_some(())
+    });
+    let r = stack.call(
+        "POST",
+        &format!("/v1/sessions/{id}/redraw"),
+        Some(&alice),
+        Some(json!({"cols": 100, "rows": 30})),
+    );
+    assert_eq!(r.status, 204, "{}", r.text);
+    let marks = wait_for("two WINCH marks", Duration::from_secs(5), || {
+        let n = docker(&["logs", &c]).matches("WINCH-MARK").count();
+        (n >= 2).then_some(n)
+    });
+    assert_eq!(marks, 2);
+}
+
+/// Creates sessions until one is acknowledged per user, crashing control at `failpoint`
+/// on the way; after a restart and a reconcile pass, records and containers must agree.
+fn crash_at(failpoint: &str, during_delete: bool) {
+    let mut stack = ControlStack::start("");
+    let alice = stack.token("alice", false);
+    let kept = stack.create(&alice)["id"].as_str().unwrap().to_owned();
+    let victim = if during_delete {
+        Some(stack.create(&alice)["id"].as_str().unwrap().to_owned())
+    } else {
+        None
+    };
+    stack.kill9();
+    stack.spawn(&[("TERMGATE_FAILPOINT", failpoint)]);
+    let r = match &victim {
+        Some(v) => http(
+            "DELETE",
+            &format!("{}/v1/sessions/{v}", stack.api),
+            Some(&alice),
+            None,
+        ),
+        None => http(
+            "POST",
+            &format!("{}/v1/sessions", stack.api),
+            Some(&alice),
+            Some(&json!({"profile": "default"})),
+        ),
+    };
+    assert!(
+        r.is_err() || r.as_ref().is_ok_and(|a| a.status >= 500),
+        "{failpoint}: control answered {r:?}"
+    );
+    stack.wait_exit(Duration::from_secs(10));
+    stack.spawn(&[]);
+
+    // After the grace periods and a pass: every container has a running record and
+    // every running record has its container.
+    wait_for(
+        &format!("{failpoint}: records and containers to agree"),
+        Duration::from_secs(20),
+        || {
+            let sessions = stack.call("GET", "/v1/sessions", Some(&alice), None).body["sessions"]
+                .as_array()
+                .unwrap()
+                .clone();
+            let running: HashSet<String> = sessions
+                .iter()
+                .filter(|s| s["state"] == "running")
+                .map(|s| s["id"].as_str().unwrap().to_owned())
+                .collect();
+            let settled = sessions.iter().all(|s| s["state"] == "running");
+            let labelled = container_sessions(&stack);
+            (settled && running == labelled).then_some(())
+        },
+    );
+    let got = stack.call("GET", &format!("/v1/sessions/{kept}"), Some(&alice), None);
+    assert_eq!(
+        got.body["state"], "running",
+        "{failpoint}: an acknowledged session was lost"
+    );
+    // Quota counts are right: alice can fill exactly up to her limit of three.
+    let held = stack.call("GET", "/v1/sessions", Some(&alice), None).body["sessions"]
+        .as_array()
+        .unwrap()
+        .len();
+    for _ in held..3 {
+        stack.create(&alice);
+    }
+    let over = stack.call(
+        "POST",
+        "/v1/sessions",
+        Some(&alice),
+        Some(json!({"profile": "default"})),
+    );
+    assert_eq!(
+        over.status, 429,
+        "{failpoint}: quota count drifted: {}",
+        over.text
+    );
+}
+
+#[test]
+fn a_crash_after_recording_a_create_leaves_no_orphan_and_no_drift() {
+    crash_at("create:after_record", false);
+}
+
+#[test]
+fn a_crash_after_creating_the_container_leaves_no_orphan_and_no_drift() {
+    crash_at("create:after_container", false);
+}
+
+#[test]
+fn a_crash_after_starting_the_container_leaves_no_orphan_and_no_drift() {
+    crash_at("create:after_start", false);
+}
+
+#[test]
+fn a_crash_after_recording_stopping_finishes_the_end() {
+    crash_at("delete:after_stopping", true);
+}
+
+#[test]
+fn a_crash_after_removing_the_container_finishes_the_end() {
+    crash_at("delete:after_remove", true);
+}
+
+#[test]
+fn kill_9_during_a_storm_of_creates_loses_no_acknowledged_session() {
+    let mut stack = ControlStack::prepare("");
+    stack.set_env("TERMGATE__QUOTA__PER_USER", "5");
+    stack.spawn(&[]);
+    let tokens: Vec<String> = (0..4)
+        .map(|i| stack.token(&format!("user{i}"), false))
+        .collect();
+    let url = format!("{}/v1/sessions", stack.api);
+    let pid = stack.pid();
+    let acknowledged: Vec<(usize, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..20)
+            .map(|n| {
+                let (url, token) = (url.clone(), tokens[n % 4].clone());
+                s.spawn(move || {
+                    http(
+                        "POST",
+                        &url,
+                        Some(&token),
+                        Some(&json!({"profile": "default"})),
+                    )
+                    .ok()
+                    .filter(|a| a.status == 201)
+                    .map(|a| (n % 4, a.body["id"].as_str().unwrap().to_owned()))
+                })
+            })
+            .collect();
+        // Let some creates finish, then kill -9 in the middle of the rest.
+        wait_for(
+            "a first acknowledged create",
+            Duration::from_secs(30),
+            || {
+                (docker(&[
+                    "ps",
+                    "-q",
+                    "--filter",
+                    &format!("label=termgate.instance={}", stack.instance),
+                ])
+                .lines()
+                .count()
+                    >= 3)
+                    .then_some(())
+            },
+        );
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+        handles
+            .into_iter()
+            .filter_map(|h| h.join().unwrap())
+            .collect()
+    });
+    stack.kill9();
+    assert!(!acknowledged.is_empty());
+    stack.spawn(&[]);
+    for (user, id) in &acknowledged {
+        let got = stack.call(
+            "GET",
+            &format!("/v1/sessions/{id}"),
+            Some(&tokens[*user]),
+            None,
+        );
+        assert_eq!(
+            got.body["state"], "running",
+            "acknowledged session {id} lost: {}",
+            got.text
+        );
+    }
+    let admin = stack.token("root", true);
+    wait_for("no orphan containers", Duration::from_secs(20), || {
+        let running: HashSet<String> = stack
+            .call("GET", "/v1/sessions?all=true", Some(&admin), None)
+            .body["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["state"] == "running")
+            .map(|s| s["id"].as_str().unwrap().to_owned())
+            .collect();
+        let labelled = container_sessions(&stack);
+        (running == labelled && acknowledged.iter().all(|(_, id)| running.contains(id)))
+            .then_some(())
+    });
+    eprintln!(
+        "storm: {} of 20 creates acknowledged before kill -9",
+        acknowledged.len()
+    );
+}
+
+#[test]
+fn metrics_are_served_on_the_admin_listener() {
+    let stack = ControlStack::start("");
+    let alice = stack.token("alice", false);
+    stack.create(&alice);
+    let m = http("GET", &format!("{}/metrics", stack.admin), None, None)
+        .unwrap()
+        .text;
+    for name in [
+        "termgate_control_sessions_active 1",
+        "termgate_control_create_seconds_bucket",
+        "termgate_control_feed_revision",
+    ] {
+        assert!(m.contains(name), "{name} missing from:\n{m}");
+    }
+}

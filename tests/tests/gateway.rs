@@ -1,0 +1,622 @@
+//! The gateway with real control, real ttyd (`ttyd -W -a … docker attach`) and real
+//! session containers.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use e2e::stack::{docker, http, wait_for, GatewayStack};
+use e2e::upstream::RecordingUpstream;
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(15);
+
+fn create(stack: &GatewayStack, sub: &str) -> String {
+    let token = stack.control.token(sub, false);
+    stack.control.create(&token)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn container_id(stack: &GatewayStack, session: &str) -> String {
+    docker(&[
+        "ps",
+        "-q",
+        "--no-trunc",
+        "--filter",
+        &format!("label=termgate.instance={}", stack.control.instance),
+        "--filter",
+        &format!("label=termgate.session={session}"),
+    ])
+}
+
+/// Sends raw bytes to the gateway and returns the status code of the answer.
+fn raw_status(port: u16, request: &str) -> u16 {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut buf = vec![0u8; 512];
+    let n = s.read(&mut buf).unwrap_or(0);
+    let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+    head.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_owner_types_through_the_gateway_and_reads_the_answer() {
+    let stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let cookie = stack.sign_in("alice");
+    let t = stack.open_as(0, &id, &cookie).expect("owner opens");
+    t.send_input(b"echo hello-$((6*7))\r").unwrap();
+    t.read_until("hello-42", T).unwrap();
+    assert_eq!(t.title().as_deref(), Some("termgate"));
+}
+
+#[test]
+fn two_tabs_mirror_and_a_reconnect_returns_to_the_same_shell() {
+    let stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let cookie = stack.sign_in("alice");
+    let a = stack.open_as(0, &id, &cookie).unwrap();
+    let b = stack.open_as(0, &id, &cookie).unwrap();
+    a.send_input(b"X=kept-$((100+23)); echo mirror-$((40+2))\r")
+        .unwrap();
+    a.read_until("mirror-42", T).unwrap();
+    b.read_until("mirror-42", T)
+        .expect("the second tab mirrors the first");
+    drop(a);
+    drop(b);
+    let c = stack.open_as(0, &id, &cookie).unwrap();
+    c.send_input(b"echo got-$X\r").unwrap();
+    c.read_until("got-kept-123", T)
+        .expect("the same running shell after reconnect");
+}
+
+#[test]
+fn non_owner_and_unknown_get_the_same_404_and_ttyd_sees_no_connection() {
+    let stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let bob = stack.sign_in("bob");
+    let before = stack.counter.connections();
+    let other = stack
+        .open_as(0, &id, &bob)
+        .expect_err("bob must not open alice's terminal");
+    let unknown = stack
+        .open_as(0, "aaaaaaaaaaaaaaaa", &bob)
+        .expect_err("unknown session");
+    assert_eq!(other.status(), Some(404));
+    assert_eq!(
+        other.body(),
+        unknown.body(),
+        "non-owner and unknown must look the same"
+    );
+    assert_eq!(other.json().unwrap()["error"]["code"], "session_not_found");
+    for part in ["", "token"] {
+        let a = http(
+            "GET",
+            &stack.url(0, &format!("/s/{id}/{part}")),
+            Some(&stack.control.token("bob", false)),
+            None,
+        )
+        .unwrap();
+        assert_eq!(a.status, 404, "/s/<id>/{part}");
+    }
+    assert_eq!(
+        stack.counter.connections(),
+        before,
+        "ttyd must see no connection for a denied request"
+    );
+}
+
+#[test]
+fn credentials_and_origins_are_checked_before_ttyd() {
+    let stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let cookie = stack.sign_in("alice");
+    let token = stack.control.token("alice", false);
+    let path = format!("/s/{id}/ws");
+    let before = stack.counter.connections();
+
+    let none = stack.open(0, &path, &[]).unwrap_err();
+    assert_eq!(none.status(), Some(401));
+    let foreign = stack
+        .open(
+            0,
+            &path,
+            &[("Cookie", &cookie), ("Origin", "http://evil.example")],
+        )
+        .unwrap_err();
+    assert_eq!(
+        (
+            foreign.status(),
+            foreign.json().unwrap()["error"]["code"].clone()
+        ),
+        (Some(403), json!("origin_not_allowed"))
+    );
+    let missing = stack.open(0, &path, &[("Cookie", &cookie)]).unwrap_err();
+    assert_eq!(
+        (
+            missing.status(),
+            missing.json().unwrap()["error"]["code"].clone()
+        ),
+        (Some(403), json!("origin_missing"))
+    );
+    let null = stack
+        .open(0, &path, &[("Cookie", &cookie), ("Origin", "null")])
+        .unwrap_err();
+    assert_eq!(null.status(), Some(403));
+    let query = stack
+        .open(
+            0,
+            &format!("{path}?token={token}"),
+            &[("Origin", &stack.origin(0))],
+        )
+        .unwrap_err();
+    assert_eq!(
+        query.status(),
+        Some(401),
+        "tokens are never read from the query string"
+    );
+    assert_eq!(stack.counter.connections(), before);
+
+    let bearer = format!("Bearer {token}");
+    let t = stack
+        .open(0, &path, &[("Authorization", &bearer)])
+        .expect("bearer without Origin opens");
+    t.send_input(b"echo bearer-$((1+1))\r").unwrap();
+    t.read_until("bearer-2", T).unwrap();
+}
+
+#[test]
+fn a_client_arg_never_chooses_the_container() {
+    let stack = GatewayStack::start("");
+    let mine = create(&stack, "alice");
+    let theirs = create(&stack, "bob");
+    let their_container = container_id(&stack, &theirs);
+    let cookie = stack.sign_in("alice");
+    let origin = stack.origin(0);
+    let t = stack
+        .open(
+            0,
+            &format!("/s/{mine}/ws?arg={their_container}&arg=x"),
+            &[("Cookie", &cookie), ("Origin", &origin)],
+        )
+        .unwrap();
+    t.send_input(b"echo host-$(hostname)\r").unwrap();
+    let out = t.read_until("host-", T).unwrap();
+    let my_host = &container_id(&stack, &mine)[..12];
+    let out = t.read_until(&format!("host-{my_host}"), T).unwrap_or(out);
+    assert!(
+        out.contains(&format!("host-{my_host}")),
+        "landed elsewhere: {out}"
+    );
+    assert!(!out.contains(&their_container[..12]));
+}
+
+#[test]
+fn tokens_and_client_termgate_headers_never_reach_the_upstream() {
+    let mut stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let container = container_id(&stack, &id);
+    let recorder = RecordingUpstream::unix();
+    stack.set_upstream_socket(recorder.socket_path().unwrap());
+    let n = stack.spawn_gateway(&[]);
+    let cookie = stack.sign_in_with(n, &stack.control.token("alice", false));
+    let origin = stack.origin(n);
+    let _t = stack
+        .open(
+            n,
+            &format!("/s/{id}/ws?arg=evil"),
+            &[
+                ("Cookie", &format!("{cookie}; other=1")),
+                ("Origin", &origin),
+                ("X-Termgate-User", "mallory"),
+                ("X-Termgate-Admin", "1"),
+            ],
+        )
+        .expect("upgrade through the recorder");
+    let reqs = recorder.requests();
+    let r = reqs.last().expect("the upstream received the upgrade");
+    assert_eq!(r.target, format!("/ws?arg={container}"));
+    assert_eq!(r.header_all("x-termgate-user"), vec!["alice"]);
+    for (k, _) in &r.headers {
+        let k = k.to_ascii_lowercase();
+        assert!(
+            k != "cookie" && k != "authorization",
+            "{k} reached the upstream"
+        );
+        assert!(
+            !k.starts_with("x-termgate-") || k == "x-termgate-user",
+            "{k} reached the upstream"
+        );
+    }
+    assert!(
+        r.header("sec-websocket-key").is_some(),
+        "websocket headers pass through"
+    );
+    let token = stack.control.token("alice", false);
+    let _ = http(
+        "GET",
+        &stack.url(n, &format!("/s/{id}/token")),
+        Some(&token),
+        None,
+    )
+    .unwrap();
+    let r = recorder.requests().last().cloned().unwrap();
+    assert_eq!(r.target, "/token");
+    assert!(r.header("authorization").is_none());
+}
+
+#[test]
+fn path_tricks_are_refused_before_ttyd() {
+    let stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let token = stack.control.token("alice", false);
+    let port = stack.gw().port;
+    let before = stack.counter.connections();
+    for path in [
+        format!("/s/{id}/ws/"),
+        format!("/s/{id}//ws"),
+        format!("/s/{id}/./ws"),
+        format!("/s/{id}/../{id}/ws"),
+        format!("/s/{id}%2fws"),
+        format!("/s/{id}/%77s"),
+        format!("/s/%2e%2e/{id}/ws"),
+        format!("/s/{id}/ws%00"),
+        format!("/S/{id}/ws"),
+        format!("/s/{}/ws", id.to_uppercase()),
+        format!("/s/{id}/wsx"),
+        format!("/s/{id}"),
+        "/ws".into(),
+        "/token".into(),
+    ] {
+        let status = raw_status(port, &format!("GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"));
+        assert!(status == 404 || status == 400, "{path}: {status}");
+    }
+    assert_eq!(
+        stack.counter.connections(),
+        before,
+        "no trick may reach ttyd"
+    );
+}
+
+#[test]
+fn ending_the_session_closes_its_live_terminal_within_two_seconds() {
+    let stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let cookie = stack.sign_in("alice");
+    let t = stack.open_as(0, &id, &cookie).unwrap();
+    t.send_input(b"echo up\r").unwrap();
+    t.read_until("up", T).unwrap();
+    let alice = stack.control.token("alice", false);
+    let start = Instant::now();
+    assert_eq!(
+        stack
+            .control
+            .call("DELETE", &format!("/v1/sessions/{id}"), Some(&alice), None)
+            .status,
+        204
+    );
+    let took = t
+        .wait_closed(Duration::from_secs(2))
+        .map(|_| start.elapsed())
+        .expect("closed within 2 s");
+    eprintln!("DELETE → terminal closed: {took:?}");
+}
+
+#[test]
+fn locking_a_user_closes_their_terminal_and_refuses_new_ones() {
+    let stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let cookie = stack.sign_in("alice");
+    let t = stack.open_as(0, &id, &cookie).unwrap();
+    t.read_until("$", T).ok();
+    let admin = stack.control.token("root", true);
+    let start = Instant::now();
+    assert_eq!(
+        stack
+            .control
+            .call("POST", "/v1/users/alice/lock", Some(&admin), None)
+            .status,
+        204
+    );
+    t.wait_closed(Duration::from_secs(2))
+        .expect("closed within 2 s of the lock");
+    eprintln!("lock → terminal closed: {:?}", start.elapsed());
+    let again = stack.open_as(0, &id, &cookie).unwrap_err();
+    assert_eq!(
+        (
+            again.status(),
+            again.json().unwrap()["error"]["code"].clone()
+        ),
+        (Some(403), json!("user_locked"))
+    );
+}
+
+#[test]
+fn token_expiry_closes_the_live_terminal_without_traffic() {
+    let stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let config = stack.control.dir.load();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let short = config
+        .signer()
+        .unwrap()
+        .sign(&policy::TokenClaims {
+            sub: "alice".into(),
+            exp: now + 3,
+            iat: now,
+            iss: config.auth.issuer.clone(),
+            aud: config.auth.audience.clone(),
+            roles: vec![],
+        })
+        .unwrap();
+    let bearer = format!("Bearer {short}");
+    let t = stack
+        .open(0, &format!("/s/{id}/ws"), &[("Authorization", &bearer)])
+        .unwrap();
+    let waited = t
+        .wait_closed(Duration::from_secs(8))
+        .expect("closed at expiry");
+    assert!(
+        waited >= Duration::from_millis(1500),
+        "closed too early: {waited:?}"
+    );
+}
+
+#[test]
+fn with_control_killed_an_open_terminal_flows_and_a_known_session_opens() {
+    let mut stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let cookie = stack.sign_in("alice");
+    let t = stack.open_as(0, &id, &cookie).unwrap();
+    wait_for("the route to reach the cache", T, || {
+        http(
+            "GET",
+            &format!("http://127.0.0.1:{}/readyz", stack.gw().admin_port),
+            None,
+            None,
+        )
+        .ok()
+        .filter(|a| a.body["routes"] == 1)
+    });
+    stack.control.kill9();
+    t.send_input(b"echo still-$((2*3))\r").unwrap();
+    t.read_until("still-6", T)
+        .expect("an open terminal keeps flowing");
+    let t2 = stack
+        .open_as(0, &id, &cookie)
+        .expect("a known session opens without control");
+    t2.send_input(b"echo again-$((3*3))\r").unwrap();
+    t2.read_until("again-9", T).unwrap();
+    let start = Instant::now();
+    let a = http(
+        "GET",
+        &stack.url(0, "/api/sessions"),
+        Some(&stack.control.token("alice", false)),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        (a.status, a.body["error"]["code"].as_str()),
+        (503, Some("control_unavailable")),
+        "{}",
+        a.text
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+    let unknown = stack.open_as(0, "bbbbbbbbbbbbbbbb", &cookie).unwrap_err();
+    assert_eq!(
+        unknown.status(),
+        Some(503),
+        "an unknown session cannot be decided without control"
+    );
+}
+
+#[test]
+fn after_a_gateway_restart_clients_reconnect() {
+    let mut stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let cookie = stack.sign_in("alice");
+    let t = stack.open_as(0, &id, &cookie).unwrap();
+    t.send_input(b"Y=before; echo set-$Y\r").unwrap();
+    t.read_until("set-before", T).unwrap();
+    let (port, admin) = (stack.gw().port, stack.gw().admin_port);
+    stack.gateways[0].kill9();
+    t.wait_closed(T)
+        .expect("the old connection ends with the gateway");
+    stack.gateways.clear();
+    stack.spawn_gateway_on(port, admin, &[], &[], true);
+    let t = stack
+        .open_as(0, &id, &cookie)
+        .expect("reconnect after restart");
+    t.send_input(b"echo y-$Y\r").unwrap();
+    t.read_until("y-before", T).unwrap();
+}
+
+#[test]
+fn two_gateways_share_control_and_enforce_the_same_decisions() {
+    let mut stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let second = stack.spawn_gateway(&[]);
+    let alice = stack.sign_in("alice");
+    let bob = stack.sign_in("bob");
+    let mut terms = Vec::new();
+    for n in [0, second] {
+        let t = stack.open_as(n, &id, &alice).unwrap();
+        t.send_input(b"echo via-gw\r").unwrap();
+        t.read_until("via-gw", T).unwrap();
+        assert_eq!(stack.open_as(n, &id, &bob).unwrap_err().status(), Some(404));
+        terms.push(t);
+    }
+    let alice_token = stack.control.token("alice", false);
+    assert_eq!(
+        stack
+            .control
+            .call(
+                "DELETE",
+                &format!("/v1/sessions/{id}"),
+                Some(&alice_token),
+                None
+            )
+            .status,
+        204
+    );
+    for t in &terms {
+        t.wait_closed(Duration::from_secs(2))
+            .expect("both gateways close the terminal");
+    }
+}
+
+#[test]
+fn sign_in_sets_a_strict_cookie_and_sign_out_clears_it() {
+    let stack = GatewayStack::start("");
+    let token = stack.control.token("alice", false);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let resp = agent
+        .post(&stack.url(0, "/auth/session"))
+        .send_json(json!({"token": token}))
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let cookie = resp
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for part in ["HttpOnly", "SameSite=Strict", "Path=/", "Max-Age="] {
+        assert!(cookie.contains(part), "{cookie}");
+    }
+    let max_age: u64 = cookie
+        .split("Max-Age=")
+        .nth(1)
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(max_age <= 3600, "cookie outlives the token: {cookie}");
+    let resp = agent.delete(&stack.url(0, "/auth/session")).call().unwrap();
+    assert!(resp
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .contains("Max-Age=0"));
+    let bad = http(
+        "POST",
+        &stack.url(0, "/auth/session"),
+        None,
+        Some(&json!({"token": "a.b.c"})),
+    )
+    .unwrap();
+    assert_eq!(bad.status, 401);
+    let cross = agent
+        .post(&stack.url(0, "/auth/session"))
+        .header("Origin", "http://evil.example")
+        .send_json(json!({"token": token}))
+        .unwrap();
+    assert_eq!(
+        cross.status().as_u16(),
+        403,
+        "a sign-in posted from another site is refused"
+    );
+}
+
+#[test]
+fn the_api_is_forwarded_with_the_cookie_as_a_bearer_and_bounded() {
+    let stack = GatewayStack::start("");
+    let cookie = stack.sign_in("alice");
+    let origin = stack.origin(0);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let resp = agent
+        .post(&stack.url(0, "/api/sessions"))
+        .header("Cookie", &cookie)
+        .header("Origin", &origin)
+        .send_json(json!({"profile": "default"}))
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    let list = agent
+        .get(&stack.url(0, "/api/sessions"))
+        .header("Cookie", &cookie)
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_json::<serde_json::Value>()
+        .unwrap();
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 1);
+    let cross = agent
+        .post(&stack.url(0, "/api/sessions"))
+        .header("Cookie", &cookie)
+        .header("Origin", "http://evil.example")
+        .send_json(json!({"profile": "default"}))
+        .unwrap();
+    assert_eq!(cross.status().as_u16(), 403);
+    let big = json!({"profile": "default", "name": "x".repeat(100_000)});
+    let r = agent
+        .post(&stack.url(0, "/api/sessions"))
+        .header("Cookie", &cookie)
+        .header("Origin", &origin)
+        .send_json(big)
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    let huge_header = "a".repeat(20_000);
+    let status = raw_status(stack.gw().port, &format!("GET /api/sessions HTTP/1.1\r\nHost: x\r\nX-Big: {huge_header}\r\nConnection: close\r\n\r\n"));
+    assert!(
+        status == 431 || status == 400,
+        "oversized headers: {status}"
+    );
+}
+
+#[test]
+fn admin_listener_serves_health_readiness_and_metrics() {
+    let stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let cookie = stack.sign_in("alice");
+    let t = stack.open_as(0, &id, &cookie).unwrap();
+    t.send_input(b"echo m\r").unwrap();
+    t.read_until("m", T).unwrap();
+    let _ = stack.open_as(0, "aaaaaaaaaaaaaaaa", &cookie);
+    drop(t);
+    let admin = format!("http://127.0.0.1:{}", stack.gw().admin_port);
+    assert_eq!(
+        http("GET", &format!("{admin}/healthz"), None, None)
+            .unwrap()
+            .status,
+        200
+    );
+    assert_eq!(
+        http("GET", &format!("{admin}/readyz"), None, None)
+            .unwrap()
+            .status,
+        200
+    );
+    let m = wait_for("terminal metrics", T, || {
+        let m = http("GET", &format!("{admin}/metrics"), None, None)
+            .unwrap()
+            .text;
+        m.contains("termgate_gateway_terminal_bytes_total{kind=\"down\"}")
+            .then_some(m)
+    });
+    for name in [
+        "termgate_gateway_terminal_requests_total{kind=\"allow\"}",
+        "termgate_gateway_terminal_requests_total{kind=\"session_not_found\"}",
+        "termgate_gateway_feed_revision",
+    ] {
+        assert!(m.contains(name), "{name} missing:\n{m}");
+    }
+}
