@@ -448,14 +448,15 @@ impl Drop for GatewayProc {
 /// Control, a ttyd pool (behind a connection-counting proxy) and gateways, wired as
 /// on a single host.
 pub struct GatewayStack {
+    /// Gateway processes (the first is started by `start`). Declared first so they
+    /// stop (and print their logs on failure) before control's directory is removed.
+    pub gateways: Vec<GatewayProc>,
     /// The control service.
     pub control: ControlStack,
     /// The real ttyd pool.
     pub ttyd: crate::ttyd::TtydPool,
     /// Counts every connection the gateways make to ttyd.
     pub counter: crate::ttyd::CountingProxy,
-    /// Gateway processes (the first is started by `start`).
-    pub gateways: Vec<GatewayProc>,
     upstream_socket: PathBuf,
 }
 

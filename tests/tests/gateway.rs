@@ -620,3 +620,258 @@ fn admin_listener_serves_health_readiness_and_metrics() {
         assert!(m.contains(name), "{name} missing:\n{m}");
     }
 }
+
+#[test]
+fn a_zero_downtime_upgrade_hands_the_listeners_over_without_refusing_anyone() {
+    let mut stack = GatewayStack::start("");
+    let (port, admin) = (stack.gw().port, stack.gw().admin_port);
+    let url = stack.url(0, "/healthz");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hammer = {
+        let (url, stop) = (url.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match http("GET", &url, None, None) {
+                    Ok(a) if a.status == 200 => ok += 1,
+                    other => failed.push(format!("{other:?}")),
+                }
+            }
+            (ok, failed)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let new = stack.spawn_gateway_on(port, admin, &["--upgrade"], &[], false);
+    std::thread::sleep(Duration::from_millis(500));
+    stack.gateways[0].signal("QUIT");
+    stack.wait_ready(new);
+    std::thread::sleep(Duration::from_millis(500));
+    let new_pid = stack.gateways[new].pid();
+    stack.gateways[0].wait_exit(Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = hammer.join().unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed during the upgrade: {:?}",
+        failed.len(),
+        ok as usize + failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    assert!(ok > 20, "too few requests made: {ok}");
+    // The new process now owns the port.
+    assert_eq!(http("GET", &url, None, None).unwrap().status, 200);
+    assert!(
+        stack.gateways[new]
+            .log_text()
+            .contains("gateway is serving"),
+        "pid {new_pid}"
+    );
+}
+
+#[test]
+fn sigterm_drains_open_terminals_then_closes_them_and_exits() {
+    let mut stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let n = stack.spawn_gateway(&[("TERMGATE__GATEWAY__DRAIN_SECONDS", "2")]);
+    let cookie = stack.sign_in_with(n, &stack.control.token("alice", false));
+    let t = stack.open_as(n, &id, &cookie).unwrap();
+    t.send_input(b"echo before-term\r").unwrap();
+    t.read_until("before-term", T).unwrap();
+    let start = Instant::now();
+    stack.gateways[n].signal("TERM");
+    std::thread::sleep(Duration::from_millis(500));
+    t.send_input(b"echo during-drain\r").unwrap();
+    t.read_until("during-drain", T)
+        .expect("an open terminal keeps working while draining");
+    t.wait_closed(Duration::from_secs(6))
+        .expect("closed at the end of the drain");
+    stack.gateways[n].wait_exit(Duration::from_secs(6));
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(8),
+        "drain took {took:?}"
+    );
+}
+
+#[test]
+fn a_dead_ttyd_is_a_prompt_502_not_a_hang() {
+    let mut stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let cookie = stack.sign_in("alice");
+    stack.ttyd.kill();
+    let start = Instant::now();
+    let e = stack.open_as(0, &id, &cookie).unwrap_err();
+    assert_eq!(e.status(), Some(502), "{e}");
+    assert_eq!(e.json().unwrap()["error"]["code"], "terminal_unavailable");
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn terminal_limits_and_failed_sign_in_limits_answer_429() {
+    let mut stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let n = stack.spawn_gateway(&[
+        ("TERMGATE__GATEWAY__MAX_TERMINALS_PER_SESSION", "1"),
+        ("TERMGATE__GATEWAY__AUTH_FAILURES_PER_MINUTE", "3"),
+    ]);
+    let cookie = stack.sign_in_with(n, &stack.control.token("alice", false));
+    let first = stack.open_as(n, &id, &cookie).unwrap();
+    let second = stack.open_as(n, &id, &cookie).unwrap_err();
+    assert_eq!(
+        (
+            second.status(),
+            second.json().unwrap()["error"]["code"].clone()
+        ),
+        (Some(429), json!("too_many_terminals"))
+    );
+    drop(first);
+    wait_for("the slot to be freed", T, || {
+        stack.open_as(n, &id, &cookie).ok()
+    });
+
+    let statuses: Vec<u16> = (0..6)
+        .map(|_| {
+            http(
+                "GET",
+                &stack.url(n, "/api/sessions"),
+                Some("not.a.token"),
+                None,
+            )
+            .unwrap()
+            .status
+        })
+        .collect();
+    assert!(
+        statuses.contains(&429),
+        "no rate limit after repeated failures: {statuses:?}"
+    );
+    let good = http(
+        "GET",
+        &stack.url(n, "/api/sessions"),
+        Some(&stack.control.token("alice", false)),
+        None,
+    )
+    .unwrap();
+    assert_eq!(good.status, 429, "the address stays limited for the window");
+}
+
+#[test]
+fn every_request_leaves_one_access_line_and_terminal_decisions_an_audit_line() {
+    let stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let cookie = stack.sign_in("alice");
+    let t = stack.open_as(0, &id, &cookie).unwrap();
+    t.send_input(b"echo logged\r").unwrap();
+    t.read_until("logged", T).unwrap();
+    drop(t);
+    let bob = stack.sign_in("bob");
+    let _ = stack.open_as(0, &id, &bob);
+    let log = wait_for("access lines", T, || {
+        let log = stack.gw().log_text();
+        (log.matches("access").count() >= 3 && log.contains("session_not_found")).then_some(log)
+    });
+    let allow = log
+        .lines()
+        .find(|l| l.contains("access") && l.contains("status=101"))
+        .expect("an access line for the upgrade");
+    for field in [
+        "request_id=",
+        "sub=\"alice\"",
+        &format!("session={id}"),
+        "decision=\"allow\"",
+        "bytes_up=",
+        "bytes_down=",
+        "duration_ms=",
+    ] {
+        assert!(allow.contains(field), "{field} missing from: {allow}");
+    }
+    assert!(
+        log.lines().any(|l| l.contains("audit")
+            && l.contains("sub=\"bob\"")
+            && l.contains("session_not_found")),
+        "{log}"
+    );
+    assert!(
+        !log.contains(&stack.control.token("alice", false)[..40]),
+        "tokens must never be logged"
+    );
+}
+
+#[test]
+fn the_tls_listener_serves_and_marks_the_cookie_secure() {
+    let mut stack = GatewayStack::start("");
+    let dir = stack.control.dir.dir.path().to_path_buf();
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let o = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let n = stack.spawn_gateway(&[
+        ("TERMGATE__GATEWAY__TLS_CERT_FILE", cert.to_str().unwrap()),
+        ("TERMGATE__GATEWAY__TLS_KEY_FILE", key.to_str().unwrap()),
+    ]);
+    let base = format!("https://127.0.0.1:{}", stack.gateways[n].port);
+    let curl = |args: &[&str]| {
+        let o = std::process::Command::new("curl")
+            .args(["-sk", "--max-time", "5"])
+            .args(args)
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert_eq!(
+        curl(&[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &format!("{base}/healthz")
+        ]),
+        "200"
+    );
+    let token = stack.control.token("alice", false);
+    let head = curl(&[
+        "-D",
+        "-",
+        "-o",
+        "/dev/null",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        &format!("{{\"token\":\"{token}\"}}"),
+        &format!("{base}/auth/session"),
+    ]);
+    let cookie = head
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("set-cookie"))
+        .unwrap_or_else(|| panic!("{head}"));
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    let plain = http(
+        "GET",
+        &format!("http://127.0.0.1:{}/healthz", stack.gateways[n].port),
+        None,
+        None,
+    );
+    assert!(
+        plain.is_err() || plain.unwrap().status != 200,
+        "the TLS port must not answer plain HTTP"
+    );
+}
