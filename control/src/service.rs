@@ -99,6 +99,15 @@ impl<'a> From<&'a Session> for SessionView<'a> {
     }
 }
 
+/// Where the time of a create went.
+#[derive(Debug, Clone, Copy)]
+pub struct CreateTiming {
+    /// Docker's share: home volume, create and start.
+    pub docker: Duration,
+    /// The whole create inside control.
+    pub total: Duration,
+}
+
 /// Seconds since the Unix epoch.
 pub fn now() -> u64 {
     SystemTime::now()
@@ -193,8 +202,12 @@ impl Control {
             .set(i64::try_from(self.store.rev()).unwrap_or(i64::MAX));
     }
 
-    /// Creates a session for `who`.
-    pub async fn create(&self, who: &Principal, req: CreateRequest) -> Result<Session, ApiError> {
+    /// Creates a session for `who`; also says how long Docker took and how long in all.
+    pub async fn create(
+        &self,
+        who: &Principal,
+        req: CreateRequest,
+    ) -> Result<(Session, CreateTiming), ApiError> {
         let started = Instant::now();
         if let Decision::Deny(d) =
             policy::decide(who, None, self.locked(who.sub.as_str())?, Action::Create)
@@ -247,8 +260,9 @@ impl Control {
 
         let docker_started = Instant::now();
         let made = self.make_container(&session, profile).await;
+        let docker_time = docker_started.elapsed();
         self.metrics
-            .create_phase("docker", docker_started.elapsed().as_secs_f64());
+            .create_phase("docker", docker_time.as_secs_f64());
         let container_id = match made {
             Ok(id) => id,
             Err(e) => {
@@ -279,11 +293,15 @@ impl Control {
         });
         match updated {
             Ok(s) if s.state == SessionState::Running => {
+                let timing = CreateTiming {
+                    docker: docker_time,
+                    total: started.elapsed(),
+                };
                 self.metrics
-                    .create_phase("total", started.elapsed().as_secs_f64());
+                    .create_phase("total", timing.total.as_secs_f64());
                 self.refresh_gauges();
-                tracing::info!(target: "audit", session = %s.id, sub = %who.sub, profile = %s.profile, "session created");
-                Ok(s)
+                tracing::info!(target: "audit", session = %s.id, sub = %who.sub, profile = %s.profile, docker_ms = timing.docker.as_millis() as u64, total_ms = timing.total.as_millis() as u64, "session created");
+                Ok((s, timing))
             }
             other => {
                 // Ended or being ended concurrently: the container must not outlive it.
@@ -420,20 +438,27 @@ impl Control {
         })
     }
 
-    /// Ends a session: record `stopping`, stop and remove the container, record it ended.
-    pub async fn end(&self, who: &Principal, id: &SessionId) -> Result<(), ApiError> {
+    /// The active session `id`, if `who` may do `action` to it; others' and unknown alike
+    /// are the same 404.
+    fn authorized(
+        &self,
+        who: &Principal,
+        id: &SessionId,
+        action: Action,
+    ) -> Result<Session, ApiError> {
         let s = self.store.get(id)?;
         let locked = self.locked(who.sub.as_str())?;
-        if let Decision::Deny(d) = policy::decide(
-            who,
-            s.as_ref().map(|s| s.owner.as_str()),
-            locked,
-            Action::End,
-        ) {
-            return Err(ApiError::denied(d));
+        match policy::decide(who, s.as_ref().map(|s| s.owner.as_str()), locked, action) {
+            Decision::Allow { .. } => s.ok_or_else(ApiError::not_found),
+            Decision::Deny(d) => Err(ApiError::denied(d)),
         }
+    }
+
+    /// Ends a session: record `stopping`, stop and remove the container, record it ended.
+    pub async fn end(&self, who: &Principal, id: &SessionId) -> Result<(), ApiError> {
+        let s = self.authorized(who, id, Action::End)?;
         let by = who.sub.to_string();
-        let reason = if s.as_ref().is_some_and(|s| s.owner != by) {
+        let reason = if s.owner != by {
             "ended by an admin"
         } else {
             "ended by its owner"
@@ -535,17 +560,8 @@ impl Control {
                 "cols must be 2-1000 and rows 1-1000",
             ));
         }
-        let s = self.store.get(id)?;
-        let locked = self.locked(who.sub.as_str())?;
-        if let Decision::Deny(d) = policy::decide(
-            who,
-            s.as_ref().map(|s| s.owner.as_str()),
-            locked,
-            Action::Redraw,
-        ) {
-            return Err(ApiError::denied(d));
-        }
-        let Some(container) = s.as_ref().and_then(|s| s.route()).map(|r| r.container) else {
+        let s = self.authorized(who, id, Action::Redraw)?;
+        let Some(container) = s.route().map(|r| r.container) else {
             return Err(ApiError::new(
                 409,
                 "not_running",

@@ -15,6 +15,7 @@
 #   ensure_ttyd           pinned ttyd binary at .tools/bin/ttyd ($TERMGATE_TTYD)
 #   ensure_busybox        path of a static busybox ($TERMGATE_BUSYBOX)
 #   ensure_session_image  the offline-built session image ($TERMGATE_SESSION_IMAGE)
+#   ensure_chromium       a headless-capable chromium on PATH (browser e2e test)
 
 # Checkout root: two levels above this file (deploy/lib/prereqs.sh).
 TERMGATE_ROOT="$(cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -533,4 +534,22 @@ ensure_session_image() {
         docker image rm "$old_id" >/dev/null 2>&1 || true
     fi
     info "built $image (version $SESSION_IMAGE_VERSION)"
+}
+
+# --------------------------------------------------------------------------
+# Chromium (the browser end-to-end test drives it over the DevTools protocol)
+# --------------------------------------------------------------------------
+
+ensure_chromium() {
+    step "chromium"
+    if command -v chromium >/dev/null 2>&1; then
+        info "$(command -v chromium)"
+        return 0
+    fi
+    if ! _tg_is_root; then
+        die "chromium is not installed (the browser end-to-end test needs it); as root run: apt-get install -y chromium"
+    fi
+    _tg_apt_install chromium
+    command -v chromium >/dev/null 2>&1 || die "chromium still missing after apt-get install chromium"
+    info "installed $(command -v chromium)"
 }

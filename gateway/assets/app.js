@@ -48,6 +48,7 @@ function when(ts) {
 }
 
 function showSignIn() {
+  closeFrame();
   $("sign-in").hidden = false;
   $("sessions").hidden = true;
   $("terminal").hidden = true;
@@ -61,6 +62,11 @@ async function signIn(token) {
 }
 
 async function showSessions(me) {
+  closeFrame();
+  // Never show the previous user's rows under the new name while the lists load.
+  $("session-rows").replaceChildren();
+  $("ended-rows").replaceChildren();
+  $("no-sessions").hidden = true;
   $("who-name").textContent = me.sub + (me.admin ? " (admin)" : "");
   $("who").hidden = false;
   $("sign-in").hidden = true;
@@ -177,12 +183,56 @@ function openTerminal(s) {
   $("terminal-title").textContent = "Terminal: " + s.name;
   $("terminal-link").href = url;
   const frame = $("terminal-frame");
+  frame.addEventListener("load", () => terminalLoaded(s, frame), { once: true });
   frame.src = url;
   $("sessions").hidden = true;
   $("terminal").hidden = false;
   frame.focus();
-  // A reattach replays nothing; nudge the program to repaint once the terminal is up.
-  frame.addEventListener("load", () => setTimeout(() => redraw(s, frame), 800), { once: true });
+}
+
+function terminalLoaded(s, frame) {
+  // A refusal (the session ended meanwhile, the sign-in expired) is the gateway's error
+  // page, not ttyd's: say so in words and go back to the list.
+  let doc = null;
+  try { doc = frame.contentDocument; } catch (e) { doc = null; }
+  const errorMeta = doc && doc.querySelector ? doc.querySelector('meta[name="termgate-error"]') : null;
+  if (doc && (doc.contentType === "application/json" || errorMeta)) {
+    let code = "", message = "";
+    if (errorMeta) {
+      code = errorMeta.content;
+    } else {
+      try {
+        const data = JSON.parse(doc.body.textContent);
+        code = data.error.code;
+        message = data.error.message;
+      } catch (e) { /* not an error body we know */ }
+    }
+    say(MESSAGES[code] || message || "The terminal could not be opened.", true);
+    closeTerminal();
+    return;
+  }
+  // A reattach replays nothing; nudge the program to repaint once the terminal is up
+  // (unless it was closed meanwhile: a closed frame has no size to send).
+  setTimeout(() => { if (frame.isConnected) redraw(s, frame); }, 800);
+}
+
+// Navigating the frame away from ttyd's page makes ttyd ask "Leave site?" (its
+// beforeunload guard), although the session keeps running. Replacing the frame
+// disconnects the terminal without that prompt.
+function closeFrame() {
+  const old = $("terminal-frame");
+  if (!old.getAttribute("src")) return;
+  const fresh = document.createElement("iframe");
+  fresh.id = old.id;
+  fresh.title = old.title;
+  old.replaceWith(fresh);
+}
+
+async function closeTerminal() {
+  closeFrame();
+  $("terminal").hidden = true;
+  $("sessions").hidden = false;
+  await refresh().catch((e) => say(e.message, true));
 }
 
 async function redraw(s, frame) {
@@ -198,6 +248,15 @@ async function redraw(s, frame) {
   try {
     await call("POST", "/api/sessions/" + s.id + "/redraw", { cols, rows });
   } catch (e) { /* the terminal works without the nudge */ }
+}
+
+// A sign-in link carries the token in the fragment, which never reaches a server log.
+// Returns it (and clears it from the address bar), or null.
+function linkToken() {
+  const m = location.hash.match(/^#token=([A-Za-z0-9._-]+)$/);
+  if (!m) return null;
+  history.replaceState(null, "", location.pathname);
+  return m[1];
 }
 
 async function start() {
@@ -217,19 +276,26 @@ async function start() {
   });
   $("create-form").addEventListener("submit", create);
   $("profile").addEventListener("change", renderOptions);
-  $("close-terminal").addEventListener("click", async () => {
-    $("terminal-frame").src = "about:blank";
-    $("terminal").hidden = true;
-    $("sessions").hidden = false;
-    await refresh().catch((e) => say(e.message, true));
+  $("close-terminal").addEventListener("click", () => {
+    say("");
+    closeTerminal();
   });
 
-  // A sign-in link carries the token in the fragment, which never reaches a server log.
-  const m = location.hash.match(/^#token=([A-Za-z0-9._-]+)$/);
-  if (m) {
-    history.replaceState(null, "", location.pathname);
+  // A sign-in link opened in a tab that already shows this page changes only the
+  // fragment: no reload, so it is picked up here.
+  window.addEventListener("hashchange", async () => {
+    const token = linkToken();
+    if (!token) return;
     try {
-      await signIn(m[1]);
+      await signIn(token);
+    } catch (e) {
+      say(e.message, true);
+    }
+  });
+  const token = linkToken();
+  if (token) {
+    try {
+      await signIn(token);
       return;
     } catch (e) {
       say(e.message, true);

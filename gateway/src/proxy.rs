@@ -105,6 +105,9 @@ async fn reply_error(
 ) -> Result<bool> {
     ctx.decision = "deny";
     ctx.reason = code;
+    if wants_html(session.req_header()) {
+        return crate::ui::error_page(session, status, code, message).await;
+    }
     reply_json(
         session,
         status,
@@ -112,6 +115,15 @@ async fn reply_error(
         &[],
     )
     .await
+}
+
+/// A browser navigating to a page (not a script, not a websocket) gets an HTML error
+/// page; everything else gets the JSON shape. Both say the same thing.
+fn wants_html(req: &RequestHeader) -> bool {
+    req.method == "GET"
+        && header(req, "upgrade").is_none()
+        && !req.uri.path().starts_with("/api/")
+        && header(req, "accept").is_some_and(|a| a.windows(9).any(|w| w == b"text/html"))
 }
 
 fn header<'a>(req: &'a RequestHeader, name: &str) -> Option<&'a [u8]> {

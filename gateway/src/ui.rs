@@ -67,3 +67,39 @@ pub async fn serve(session: &mut Session, name: &str) -> Result<bool> {
         .await?;
     Ok(true)
 }
+
+/// An HTML error page for browser navigations, with the same code and message as the
+/// JSON answer (so a non-owner and an unknown session still look the same).
+pub async fn error_page(
+    session: &mut Session,
+    status: u16,
+    code: &str,
+    message: &str,
+) -> Result<bool> {
+    let escape = |t: &str| {
+        t.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let body = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{status} · termgate</title><meta name=\"termgate-error\" content=\"{}\"><link rel=\"icon\" href=\"data:,\"><link rel=\"stylesheet\" href=\"/assets/app.css\"></head><body><header><h1>termgate</h1></header><main><h2>{status}: {}</h2><p><code>{}</code></p><p><a href=\"/\">Back to your sessions</a></p></main></body></html>",
+        escape(code),
+        escape(message),
+        escape(code)
+    );
+    let mut h = ResponseHeader::build(status, Some(6))?;
+    h.insert_header("Content-Type", "text/html; charset=utf-8")?;
+    h.insert_header("Content-Length", body.len().to_string())?;
+    // The sessions page shows terminals in a frame, and a refused terminal lands there.
+    h.insert_header(
+        "Content-Security-Policy",
+        CSP.replace("frame-ancestors 'none'", "frame-ancestors 'self'"),
+    )?;
+    h.insert_header("X-Content-Type-Options", "nosniff")?;
+    h.insert_header("Cache-Control", "no-store")?;
+    session.write_response_header(Box::new(h), false).await?;
+    session
+        .write_response_body(Some(Bytes::from(body)), true)
+        .await?;
+    Ok(true)
+}

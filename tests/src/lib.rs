@@ -98,3 +98,4 @@ pub fn random_hex(bytes: usize) -> String {
         .expect("/dev/urandom");
     buf.iter().map(|b| format!("{b:02x}")).collect()
 }
+pub mod browser;

@@ -102,6 +102,9 @@ impl TtydPool {
             TTYD_USER_HEADER,
             "-t",
             &format!("titleFixed={TTYD_TITLE}"),
+            // Leaving the page does not end the session, so ttyd must not warn that it does.
+            "-t",
+            "disableLeaveAlert=true",
         ])
         .args(TTYD_COMMAND)
         .current_dir(dir.path())

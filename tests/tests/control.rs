@@ -819,3 +819,81 @@ fn metrics_are_served_on_the_admin_listener() {
         assert!(m.contains(name), "{name} missing from:\n{m}");
     }
 }
+
+#[test]
+fn a_chosen_option_reaches_the_container_and_home_and_borrowed_volumes_outlive_the_session() {
+    let borrowed = format!("termgate-test-borrowed-{}", e2e::random_hex(4));
+    docker(&["volume", "create", &borrowed]);
+    struct DropVolume(String);
+    impl Drop for DropVolume {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("docker")
+                .args(["volume", "rm", "-f", &self.0])
+                .output();
+        }
+    }
+    let _guard = DropVolume(borrowed.clone());
+    let extra = format!(
+        "[profiles.data]\nimage = \"termgate/session:dev\"\nhome = \"/home/user\"\n[[profiles.data.mounts]]\nkind = \"volume\"\nsource = \"{borrowed}\"\ntarget = \"/data\"\nread_only = true\n[profiles.data.options.shell]\nenv = \"SESSION_SHELL\"\nvalues = [\"sh\", \"ash\"]\ndefault = \"sh\"\n"
+    );
+    let stack = ControlStack::start(&extra);
+    let alice = stack.token("alice", false);
+    let s = stack.call(
+        "POST",
+        "/v1/sessions",
+        Some(&alice),
+        Some(json!({"profile": "data", "options": {"shell": "ash"}})),
+    );
+    assert_eq!(s.status, 201, "{}", s.text);
+    let id = s.body["id"].as_str().unwrap().to_owned();
+    assert_eq!(s.body["options"]["shell"], "ash");
+    let c = container_of(&stack, &id);
+    let i = inspect(&c);
+    assert!(
+        i["Config"]["Env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "SESSION_SHELL=ash"),
+        "{}",
+        i["Config"]["Env"]
+    );
+    let top = docker(&["top", &c]);
+    assert!(
+        top.contains("/bin/ash -l"),
+        "the entrypoint must have started ash:\n{top}"
+    );
+    let (wrote, _) = exec(
+        &c,
+        "echo persisted > /home/user/note && cat /home/user/note",
+    );
+    assert!(wrote, "the home volume is writable");
+    let home = i["Mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["Destination"] == "/home/user")
+        .unwrap()["Name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    assert_eq!(
+        stack
+            .call("DELETE", &format!("/v1/sessions/{id}"), Some(&alice), None)
+            .status,
+        204
+    );
+    docker(&["volume", "inspect", &borrowed]);
+    docker(&["volume", "inspect", &home]);
+    // The next session of the same user finds the file in the same home volume.
+    let s2 = stack.call(
+        "POST",
+        "/v1/sessions",
+        Some(&alice),
+        Some(json!({"profile": "data"})),
+    );
+    let c2 = container_of(&stack, s2.body["id"].as_str().unwrap());
+    let (_, note) = exec(&c2, "cat /home/user/note");
+    assert_eq!(note.trim(), "persisted");
+}

@@ -285,26 +285,34 @@ fn path_tricks_are_refused_before_ttyd() {
 
 #[test]
 fn ending_the_session_closes_its_live_terminal_within_two_seconds() {
-    let stack = GatewayStack::start("");
+    let mut stack = GatewayStack::start("");
+    // The session's shell ignores SIGTERM, so Docker needs the whole stop timeout to end
+    // it: the terminal must close long before the container dies.
+    stack.control.kill9();
+    stack
+        .control
+        .set_env("TERMGATE__CONTROL__STOP_TIMEOUT_SECONDS", "10");
+    stack.control.spawn(&[]);
     let id = create(&stack, "alice");
     let cookie = stack.sign_in("alice");
     let t = stack.open_as(0, &id, &cookie).unwrap();
     t.send_input(b"echo up\r").unwrap();
     t.read_until("up", T).unwrap();
     let alice = stack.control.token("alice", false);
+    let url = format!("{}/v1/sessions/{id}", stack.control.api);
     let start = Instant::now();
-    assert_eq!(
-        stack
-            .control
-            .call("DELETE", &format!("/v1/sessions/{id}"), Some(&alice), None)
-            .status,
-        204
-    );
+    let delete =
+        std::thread::spawn(move || http("DELETE", &url, Some(&alice), None).unwrap().status);
     let took = t
         .wait_closed(Duration::from_secs(2))
         .map(|_| start.elapsed())
         .expect("closed within 2 s");
+    assert!(
+        !container_id(&stack, &id).is_empty(),
+        "the terminal must close before the container is gone"
+    );
     eprintln!("DELETE → terminal closed: {took:?}");
+    assert_eq!(delete.join().unwrap(), 204);
 }
 
 #[test]

@@ -1,0 +1,326 @@
+//! The sessions page in a real browser (headless chromium over the DevTools protocol),
+//! in front of real control, ttyd and session containers: sign in by link, create,
+//! open, type, end; another user's 404; a phone-sized layout. Screenshots go to
+//! `artifacts/browser/`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use e2e::browser::Browser;
+use e2e::stack::{http, wait_for, GatewayStack};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(15);
+
+/// `artifacts/browser/<name>` under the checkout root (gitignored).
+fn artifact(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../artifacts/browser");
+    std::fs::create_dir_all(&dir).expect("artifacts/browser");
+    dir.join(name)
+}
+
+fn launch() -> Browser {
+    Browser::launch().unwrap_or_else(|e| panic!("cannot start the browser: {e:#}"))
+}
+
+/// Unwraps a browser step, naming it.
+fn ok<T>(step: &str, r: anyhow::Result<T>) -> T {
+    r.unwrap_or_else(|e| panic!("{step}: {e:#}"))
+}
+
+/// Opens a sign-in link for `sub` and waits for the sessions list to be shown and
+/// loaded (rows, or the "No sessions yet." line).
+fn sign_in_by_link(b: &mut Browser, stack: &GatewayStack, sub: &str) {
+    let token = stack.control.token(sub, false);
+    ok(
+        "open the sign-in link",
+        b.navigate(&stack.url(0, &format!("/#token={token}"))),
+    );
+    ok(
+        "the sessions list after sign-in",
+        b.wait_js(
+            &format!(
+                "!document.getElementById('sessions').hidden \
+                 && document.getElementById('profile').options.length > 0 \
+                 && document.getElementById('who-name').textContent === {} \
+                 && (document.querySelectorAll('#session-rows tr').length > 0 \
+                     || !document.getElementById('no-sessions').hidden)",
+                json!(sub)
+            ),
+            T,
+            "the sessions list",
+        ),
+    );
+    assert_eq!(
+        ok("the address bar", b.eval("location.hash")),
+        json!(""),
+        "the token must leave the address bar"
+    );
+}
+
+/// Submits the create form and returns the id of the new running row.
+fn create_in_page(b: &mut Browser, name: &str) -> String {
+    let before = ok(
+        "rows before create",
+        b.eval("[...document.querySelectorAll('#session-rows tr')].map((r) => r.dataset.session)"),
+    );
+    ok(
+        "fill in the name",
+        b.eval(&format!(
+            "document.getElementById('name').value = {}",
+            json!(name)
+        )),
+    );
+    ok(
+        "click Create",
+        b.eval("document.querySelector('#create-form button[type=submit]').click()"),
+    );
+    let id = ok(
+        "a running row",
+        b.wait_js(
+            &format!(
+                "(() => {{ const before = {before}; \
+                 const r = [...document.querySelectorAll('#session-rows tr')].find((r) => \
+                   !before.includes(r.dataset.session) && r.cells[2].textContent === 'running'); \
+                 return r ? r.dataset.session : null; }})()"
+            ),
+            Duration::from_secs(60),
+            "a new row whose state is running",
+        ),
+    );
+    id.as_str().expect("session id").to_owned()
+}
+
+/// Clicks the button labelled `label` in the row of `id`.
+fn click_row_button(b: &mut Browser, id: &str, label: &str) {
+    let clicked = ok(
+        &format!("click {label}"),
+        b.eval(&format!(
+            "(() => {{ const r = document.querySelector('#session-rows tr[data-session=\"{id}\"]'); \
+             const btn = r && [...r.querySelectorAll('button')].find((x) => x.textContent === {}); \
+             if (!btn) return false; btn.click(); return true; }})()",
+            json!(label)
+        )),
+    );
+    assert_eq!(clicked, json!(true), "no {label} button in the row of {id}");
+}
+
+/// Everything the terminal in the frame shows, one line per buffer row.
+const TERMINAL_TEXT: &str = "(() => { \
+    const t = document.getElementById('terminal-frame').contentWindow.term; \
+    const b = t.buffer.active; const out = []; \
+    for (let i = 0; i < b.length; i++) { const l = b.getLine(i); if (l) out.push(l.translateToString(true)); } \
+    return out.join('\\n'); })()";
+
+#[test]
+fn a_user_signs_in_by_link_creates_types_and_ends_a_session_in_a_browser() {
+    let stack = GatewayStack::start("");
+    let mut b = launch();
+    sign_in_by_link(&mut b, &stack, "alice");
+    let id = create_in_page(&mut b, "");
+
+    click_row_button(&mut b, &id, "Open");
+    ok(
+        "the terminal frame",
+        b.wait_js(
+            &format!(
+                "!document.getElementById('terminal').hidden \
+                 && document.getElementById('terminal-frame').src.endsWith('/s/{id}/') \
+                 && !!document.getElementById('terminal-frame').contentWindow.term"
+            ),
+            T,
+            "the terminal frame's xterm",
+        ),
+    );
+    // ttyd sets the fixed title once its websocket is open and input is forwarded.
+    ok(
+        "the terminal connection",
+        b.wait_js(
+            "document.getElementById('terminal-frame').contentDocument.title === 'termgate'",
+            T,
+            "ttyd's window title (its websocket is open)",
+        ),
+    );
+    ok(
+        "focus the terminal",
+        b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
+    );
+    ok("type", b.insert_text("echo hello-$((6*7))"));
+    ok("press Enter", b.press_enter());
+    let text = ok(
+        "the shell's answer",
+        b.wait_js(
+            &format!("(() => {{ const s = {TERMINAL_TEXT}; return s.includes('hello-42') ? s : ''; }})()"),
+            T,
+            "hello-42 in the terminal buffer",
+        ),
+    );
+    assert!(
+        text.as_str().unwrap().contains("echo hello-$((6*7))"),
+        "the typed command is echoed: {text}"
+    );
+    ok("terminal.png", b.screenshot(&artifact("terminal.png")));
+    assert_eq!(
+        ok(
+            "page overflow",
+            b.eval(
+                "[document.documentElement.scrollWidth - document.documentElement.clientWidth, \
+                  document.documentElement.scrollHeight - document.documentElement.clientHeight]"
+            )
+        ),
+        json!([0, 0]),
+        "the terminal view fits the window: only the terminal scrolls"
+    );
+
+    ok(
+        "Back to sessions",
+        b.eval("document.getElementById('close-terminal').click()"),
+    );
+    ok(
+        "the sessions list again",
+        b.wait_js(
+            "!document.getElementById('sessions').hidden && document.getElementById('terminal').hidden",
+            T,
+            "the sessions list",
+        ),
+    );
+    assert_eq!(
+        b.dialogs(),
+        &[] as &[String],
+        "going back must not ask to leave the page"
+    );
+    click_row_button(&mut b, &id, "End");
+    ok(
+        "the ended session",
+        b.wait_js(
+            &format!(
+                "(() => {{ const r = document.querySelector('#ended-rows tr[data-session=\"{id}\"]'); \
+                 return !!r && r.cells[1].textContent === 'terminated' \
+                   && !document.querySelector('#session-rows tr[data-session=\"{id}\"]'); }})()"
+            ),
+            T,
+            "the session under Ended sessions as terminated",
+        ),
+    );
+    assert_eq!(
+        ok(
+            "status",
+            b.eval("document.getElementById('status').textContent")
+        ),
+        json!("Session default ended.")
+    );
+    ok("sessions.png", b.screenshot(&artifact("sessions.png")));
+
+    // The same page on a phone: one running and one ended session.
+    ok("phone viewport", b.set_viewport(390, 844, true));
+    ok("reload", b.navigate(&stack.url(0, "/")));
+    ok(
+        "the sessions list on a phone",
+        b.wait_js(
+            "!document.getElementById('sessions').hidden && document.querySelectorAll('#ended-rows tr').length > 0",
+            T,
+            "the sessions list (signed in by cookie)",
+        ),
+    );
+    let second = create_in_page(&mut b, "build-and-deploy-the-documentation-site");
+    let overflow = ok(
+        "horizontal overflow",
+        b.eval("document.documentElement.scrollWidth - document.documentElement.clientWidth"),
+    );
+    let visible = ok(
+        "visible columns",
+        b.eval(
+            "[...document.querySelectorAll('#session-rows tr:first-child td, #ended-rows tr:first-child td')] \
+             .filter((c) => getComputedStyle(c).display !== 'none').map((c) => c.textContent)",
+        ),
+    );
+    ok("phone.png", b.screenshot(&artifact("phone.png")));
+    assert_eq!(overflow, json!(0), "the page scrolls sideways on a phone");
+    assert!(
+        visible.as_array().unwrap().contains(&json!("running"))
+            && visible.as_array().unwrap().contains(&json!("terminated")),
+        "a phone shows both states: {visible}"
+    );
+
+    // Ended elsewhere (another tab, an admin): Open on the stale row says so in words.
+    let token = stack.control.token("alice", false);
+    let gone = stack.control.call(
+        "DELETE",
+        &format!("/v1/sessions/{second}"),
+        Some(&token),
+        None,
+    );
+    assert!(gone.status < 300, "end {second}: {}", gone.text);
+    let terminal = stack.url(0, &format!("/s/{second}/"));
+    wait_for("the gateway to forget the ended session", T, || {
+        http("GET", &terminal, Some(&token), None)
+            .ok()
+            .filter(|a| a.status == 404)
+    });
+    click_row_button(&mut b, &second, "Open");
+    ok(
+        "the refusal in words",
+        b.wait_js(
+            &format!(
+                "document.getElementById('status').textContent === {} \
+                 && document.getElementById('status').className === 'error' \
+                 && !document.getElementById('sessions').hidden \
+                 && !!document.querySelector('#ended-rows tr[data-session=\"{second}\"]')",
+                json!("That session does not exist (or is not yours).")
+            ),
+            T,
+            "the session_not_found message and the refreshed list",
+        ),
+    );
+    ok(
+        "phone-ended.png",
+        b.screenshot(&artifact("phone-ended.png")),
+    );
+    assert!(
+        !b.console()
+            .iter()
+            .any(|l| l.contains("Content Security Policy") || l.starts_with("uncaught")),
+        "the page must run without CSP violations or uncaught errors: {:#?}",
+        b.console()
+    );
+}
+
+#[test]
+fn another_user_in_the_browser_gets_the_404_for_someone_elses_terminal() {
+    let stack = GatewayStack::start("");
+    let alice_token = stack.control.token("alice", false);
+    let id = stack.control.create(&alice_token)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let terminal_url = stack.url(0, &format!("/s/{id}/"));
+    let mut b = launch();
+    let status = "performance.getEntriesByType('navigation')[0].responseStatus";
+
+    // Alice's own browser loads her terminal page.
+    sign_in_by_link(&mut b, &stack, "alice");
+    ok("alice opens her terminal", b.navigate(&terminal_url));
+    assert_eq!(ok("status", b.eval(status)), json!(200));
+
+    // Bob, in a browser without alice's cookie, signs in and tries her terminal's URL.
+    // His link is opened over the sessions page, where only the fragment changes.
+    ok("back to the sessions page", b.navigate(&stack.url(0, "/")));
+    ok("clear cookies", b.clear_cookies());
+    sign_in_by_link(&mut b, &stack, "bob");
+    assert_eq!(
+        ok(
+            "bob's rows",
+            b.eval("document.querySelectorAll('#session-rows tr').length")
+        ),
+        json!(0),
+        "bob must not see alice's session"
+    );
+    ok("bob opens alice's terminal", b.navigate(&terminal_url));
+    assert_eq!(ok("status", b.eval(status)), json!(404));
+    let body = ok("body text", b.eval("document.body.innerText"));
+    assert!(
+        body.as_str().unwrap().contains("session_not_found"),
+        "the 404 names the error: {body}"
+    );
+    ok("not-found.png", b.screenshot(&artifact("not-found.png")));
+}
