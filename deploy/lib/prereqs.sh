@@ -133,13 +133,16 @@ ensure_build_tools() {
     local missing=() packages=()
     command -v cmake >/dev/null 2>&1 || { missing+=(cmake); packages+=(cmake); }
     command -v pkg-config >/dev/null 2>&1 || { missing+=(pkg-config); packages+=(pkg-config); }
+    # The tests talk TLS to the gateway with curl and make their certificate with openssl.
+    command -v curl >/dev/null 2>&1 || { missing+=(curl); packages+=(curl); }
+    command -v openssl >/dev/null 2>&1 || { missing+=(openssl); packages+=(openssl); }
     # Rust links through `cc`, and Pingora's build scripts compile C/C++.
     if ! command -v cc >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1; then
         missing+=("C/C++ compiler")
         packages+=(build-essential)
     fi
     if [[ ${#missing[@]} -eq 0 ]]; then
-        info "cmake, pkg-config and a C/C++ compiler are present"
+        info "cmake, pkg-config, curl, openssl and a C/C++ compiler are present"
         return 0
     fi
     if ! _tg_is_root; then
