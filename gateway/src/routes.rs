@@ -43,6 +43,9 @@ struct Inner {
     routes: HashMap<SessionId, Route>,
     locked: HashSet<String>,
     negative: HashMap<SessionId, Instant>,
+    /// Routes learned by a one-off lookup ahead of the feed, with the revision they were
+    /// true at: older feed changes for them are stale and skipped.
+    learned: HashMap<SessionId, u64>,
 }
 
 /// Routes and locks, as of a feed revision.
@@ -111,19 +114,20 @@ impl RouteCache {
     /// the cache has already seen a later revision (the feed knows better).
     pub fn learn(&self, id: SessionId, route: Option<Route>, owner_locked: bool, rev: u64) {
         let mut inner = self.write();
-        if rev < inner.rev {
-            return;
-        }
         match route {
             Some(r) => {
+                if rev < inner.rev {
+                    return;
+                }
                 if owner_locked {
                     inner.locked.insert(r.owner.clone());
                 }
                 inner.negative.remove(&id);
+                inner.learned.insert(id, rev);
                 inner.routes.insert(id, r);
             }
             None => {
-                // Bound the negative cache: drop expired entries when it grows.
+                // Short-lived by design, so it needs no revision; bound its size.
                 if inner.negative.len() > 10_000 {
                     let ttl = self.negative_ttl;
                     inner.negative.retain(|_, t| t.elapsed() < ttl);
@@ -133,7 +137,9 @@ impl RouteCache {
         }
     }
 
-    /// Applies a feed answer; returns what it revoked.
+    /// Applies a feed answer; returns what it revoked. Revocations follow the state at
+    /// the end of the answer, not each change: a session created (`remove` while
+    /// `creating`) and started (`upsert`) in one answer revokes nothing.
     pub fn apply(&self, page: &FeedPage) -> Revocations {
         let mut out = Revocations::default();
         let mut inner = self.write();
@@ -151,38 +157,60 @@ impl RouteCache {
             inner.routes = routes;
             inner.locked = locked;
             inner.negative.clear();
+            inner.learned.clear();
         } else {
+            let mut before: HashMap<SessionId, Option<String>> = HashMap::new();
+            let mut locked_now = Vec::new();
             for change in &page.changes {
-                if change.rev() <= inner.rev {
+                let rev = change.rev();
+                if rev <= inner.rev {
                     continue;
                 }
                 match change {
                     Change::Upsert { route, .. } => {
-                        if inner
-                            .routes
-                            .get(&route.session)
-                            .is_some_and(|old| old.owner != route.owner)
-                        {
-                            out.sessions.push(route.session);
+                        let id = route.session;
+                        if inner.learned.get(&id).is_some_and(|l| *l >= rev) {
+                            continue;
                         }
-                        inner.negative.remove(&route.session);
-                        inner.routes.insert(route.session, route.clone());
+                        let owner = inner.routes.get(&id).map(|r| r.owner.clone());
+                        before.entry(id).or_insert(owner);
+                        inner.negative.remove(&id);
+                        inner.routes.insert(id, route.clone());
                     }
                     Change::Remove { session, .. } => {
+                        if inner.learned.get(session).is_some_and(|l| *l >= rev) {
+                            continue;
+                        }
+                        let owner = inner.routes.get(session).map(|r| r.owner.clone());
+                        before.entry(*session).or_insert(owner);
                         inner.routes.remove(session);
-                        out.sessions.push(*session);
                     }
                     Change::Lock { sub, .. } => {
                         inner.locked.insert(sub.clone());
-                        out.users.push(sub.clone());
+                        locked_now.push(sub.clone());
                     }
                     Change::Unlock { sub, .. } => {
                         inner.locked.remove(sub);
                     }
                 }
             }
+            for (id, owner_before) in before {
+                match (inner.routes.get(&id), owner_before) {
+                    (Some(r), Some(o)) if r.owner == o => {}
+                    (Some(_), None) => {}
+                    _ => out.sessions.push(id),
+                }
+            }
+            locked_now.sort();
+            locked_now.dedup();
+            out.users = locked_now
+                .into_iter()
+                .filter(|u| inner.locked.contains(u))
+                .collect();
         }
         inner.rev = page.rev;
+        let rev = page.rev;
+        inner.learned.retain(|_, l| *l > rev);
         drop(inner);
         self.synced.store(true, Ordering::Release);
         out
@@ -336,6 +364,80 @@ mod tests {
         assert_eq!(c.get(&id(1)), Lookup::Miss);
         c.learn(id(1), Some(route(1, "alice")), false, 6);
         assert_eq!(c.get(&id(1)), Lookup::Hit(route(1, "alice")));
+    }
+
+    #[test]
+    fn a_create_seen_in_one_answer_revokes_nothing() {
+        let c = RouteCache::new(Duration::from_secs(1));
+        c.apply(&page(1, vec![]));
+        let r = c.apply(&page(
+            3,
+            vec![
+                Change::Remove {
+                    rev: 2,
+                    session: id(1),
+                },
+                Change::Upsert {
+                    rev: 3,
+                    route: route(1, "alice"),
+                },
+            ],
+        ));
+        assert!(r.is_empty(), "{r:?}");
+        let r = c.apply(&page(
+            5,
+            vec![
+                Change::Lock {
+                    rev: 4,
+                    sub: "bob".into(),
+                },
+                Change::Unlock {
+                    rev: 5,
+                    sub: "bob".into(),
+                },
+            ],
+        ));
+        assert!(r.is_empty(), "{r:?}");
+    }
+
+    #[test]
+    fn a_route_learned_ahead_of_the_feed_survives_older_changes() {
+        let c = RouteCache::new(Duration::from_secs(1));
+        c.apply(&page(1, vec![]));
+        c.learn(id(1), Some(route(1, "alice")), false, 3);
+        // The feed catches up one change at a time: `remove` (creating) at 2 is older
+        // than what the lookup saw.
+        let r = c.apply(&page(
+            2,
+            vec![Change::Remove {
+                rev: 2,
+                session: id(1),
+            }],
+        ));
+        assert!(r.is_empty(), "{r:?}");
+        assert_eq!(c.get(&id(1)), Lookup::Hit(route(1, "alice")));
+        let r = c.apply(&page(
+            4,
+            vec![
+                Change::Upsert {
+                    rev: 3,
+                    route: route(1, "alice"),
+                },
+                Change::Remove {
+                    rev: 4,
+                    session: id(1),
+                },
+            ],
+        ));
+        assert_eq!(r.sessions, vec![id(1)]);
+    }
+
+    #[test]
+    fn negative_answers_are_learned_after_sync_too() {
+        let c = RouteCache::new(Duration::from_secs(5));
+        c.apply(&page(7, vec![]));
+        c.learn(id(4), None, false, 0);
+        assert_eq!(c.get(&id(4)), Lookup::Negative);
     }
 
     #[test]
