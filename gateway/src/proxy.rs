@@ -130,13 +130,16 @@ fn header<'a>(req: &'a RequestHeader, name: &str) -> Option<&'a [u8]> {
     req.headers.get(name).map(|v| v.as_bytes())
 }
 
+/// The token of an `Authorization: Bearer` header.
+fn bearer(req: &RequestHeader) -> Option<&[u8]> {
+    let v = header(req, "authorization")?.trim_ascii();
+    (v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ")).then(|| v[7..].trim_ascii())
+}
+
 /// The credential of a request: a bearer header wins over the cookie. Never the query.
 fn credential(req: &RequestHeader, cookie_name: &str) -> Option<(Vec<u8>, CredentialSource)> {
-    if let Some(v) = header(req, "authorization") {
-        let v = v.trim_ascii();
-        if v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ") {
-            return Some((v[7..].trim_ascii().to_vec(), CredentialSource::Bearer));
-        }
+    if let Some(token) = bearer(req) {
+        return Some((token.to_vec(), CredentialSource::Bearer));
     }
     for value in req.headers.get_all("cookie") {
         for pair in value.as_bytes().split(|b| *b == b';') {
@@ -440,8 +443,8 @@ impl Proxy {
                 .await
             }
             "POST" => {
-                let token = match credential(session.req_header(), "\0no-cookie") {
-                    Some((t, CredentialSource::Bearer)) => t,
+                let token = match bearer(session.req_header()).map(<[u8]>::to_vec) {
+                    Some(t) => t,
                     _ => match self.read_body(session, 16 * 1024).await {
                         Ok(body) => match serde_json::from_slice::<SignIn>(&body) {
                             Ok(s) => s.token.into_bytes(),
@@ -456,13 +459,23 @@ impl Proxy {
                                 .await
                             }
                         },
-                        Err(code) => {
+                        Err(413) => {
                             return reply_error(
                                 session,
                                 ctx,
-                                code,
+                                413,
                                 "body_too_large",
                                 "request body is too large",
+                            )
+                            .await
+                        }
+                        Err(_) => {
+                            return reply_error(
+                                session,
+                                ctx,
+                                400,
+                                "bad_body",
+                                "could not read the request body",
                             )
                             .await
                         }
