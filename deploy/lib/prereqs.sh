@@ -15,6 +15,7 @@
 #   ensure_ttyd           pinned ttyd binary at .tools/bin/ttyd ($TERMGATE_TTYD)
 #   ensure_busybox        path of a static busybox ($TERMGATE_BUSYBOX)
 #   ensure_session_image  the offline-built session image ($TERMGATE_SESSION_IMAGE)
+#   ensure_compose        docker-compose (or the compose plugin) for the deployment test
 #   ensure_chromium       a headless-capable chromium on PATH (browser e2e test)
 
 # Checkout root: two levels above this file (deploy/lib/prereqs.sh).
@@ -542,6 +543,19 @@ ensure_session_image() {
 # --------------------------------------------------------------------------
 # Chromium (the browser end-to-end test drives it over the DevTools protocol)
 # --------------------------------------------------------------------------
+
+ensure_compose() {
+    step "docker compose"
+    if command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1; then
+        info "compose is present"
+        return 0
+    fi
+    if ! _tg_is_root; then
+        die "neither docker-compose nor the compose plugin is installed (the deployment test needs one); as root run: apt-get install -y docker-compose"
+    fi
+    _tg_apt_install docker-compose
+    command -v docker-compose >/dev/null 2>&1 || die "docker-compose still missing after apt-get install docker-compose"
+}
 
 ensure_chromium() {
     step "chromium"

@@ -607,7 +607,15 @@ impl GatewayStack {
         format!("termgate_session={token}")
     }
 
-    /// Opens a terminal websocket on gateway `n` at `path_and_query`.
+    /// Opens a terminal websocket on gateway `n` at `path_and_query`, and waits until
+    /// ttyd has spoken (its title), so the terminal is really attached.
+    ///
+    /// Pingora 0.9.1 sometimes tears an upgraded connection down right after the `101`
+    /// when the upstream answers before the request's empty body is relayed
+    /// (cloudflare/pingora#946, fix pending upstream): the client gets the `101`, then
+    /// EOF, and ttyd never receives the client's first message. Only that exact
+    /// signature — closed before ttyd said anything — is retried, and each retry is
+    /// reported; every other outcome is returned as it is.
     pub fn open(
         &self,
         n: usize,
@@ -617,7 +625,19 @@ impl GatewayStack {
         let addr: std::net::SocketAddr = format!("127.0.0.1:{}", self.gateways[n].port)
             .parse()
             .expect("addr");
-        crate::term::Terminal::connect(crate::term::Target::Tcp(addr), path_and_query, headers)
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let t = crate::term::Terminal::connect(
+                crate::term::Target::Tcp(addr),
+                path_and_query,
+                headers,
+            )?;
+            if t.wait_title(Duration::from_secs(10)).is_ok() || !t.is_closed() || attempt == 3 {
+                return Ok(t);
+            }
+            eprintln!("terminal on {path_and_query} closed right after its 101 before ttyd spoke (pingora#946); reopening");
+        }
     }
 
     /// Opens the terminal of `session` as a browser would: cookie and this gateway's Origin.
