@@ -154,12 +154,14 @@ fn credential(req: &RequestHeader, cookie_name: &str) -> Option<(Vec<u8>, Creden
     None
 }
 
-fn client_ip(session: &Session) -> String {
+/// The client's address, the key of the failed-authentication limit (unix-socket
+/// clients share one key).
+fn client_ip(session: &Session) -> std::net::IpAddr {
     session
         .client_addr()
         .and_then(|a| a.as_inet())
-        .map(|a| a.ip().to_string())
-        .unwrap_or_else(|| "local".into())
+        .map(|a| a.ip())
+        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
 }
 
 impl Proxy {
