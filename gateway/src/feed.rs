@@ -80,7 +80,7 @@ impl BackgroundService for ExpirySweeper {
                     let n = g.terminals.close_expired(now());
                     if n > 0 {
                         tracing::info!(target: "audit", closed = n, reason = "token_expired", "live terminals closed");
-                        g.metrics.closed.get_or_create(&crate::metrics::Label { kind: "token_expired" }).inc_by(n as u64);
+                        g.count_closed(crate::terminals::CloseReason::TokenExpired, n);
                     }
                     g.metrics.open_terminals.set(i64::try_from(g.terminals.open()).unwrap_or(i64::MAX));
                 }

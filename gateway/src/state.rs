@@ -77,25 +77,23 @@ impl Gateway {
             let n = self.terminals.close_session(id, CloseReason::RouteRemoved);
             if n > 0 {
                 tracing::info!(target: "audit", session = %id, closed = n, reason = "route_removed", "live terminals closed");
-                self.metrics
-                    .closed
-                    .get_or_create(&crate::metrics::Label {
-                        kind: "route_removed",
-                    })
-                    .inc_by(n as u64);
+                self.count_closed(CloseReason::RouteRemoved, n);
             }
         }
         for sub in &revoked.users {
             let n = self.terminals.close_user(sub, CloseReason::UserLocked);
             if n > 0 {
                 tracing::info!(target: "audit", sub = %sub, closed = n, reason = "user_locked", "live terminals closed");
-                self.metrics
-                    .closed
-                    .get_or_create(&crate::metrics::Label {
-                        kind: "user_locked",
-                    })
-                    .inc_by(n as u64);
+                self.count_closed(CloseReason::UserLocked, n);
             }
         }
+    }
+
+    /// Counts live terminals closed by enforcement.
+    pub fn count_closed(&self, reason: CloseReason, n: usize) {
+        let label = crate::metrics::Label {
+            kind: reason.as_str(),
+        };
+        self.metrics.closed.get_or_create(&label).inc_by(n as u64);
     }
 }
