@@ -96,10 +96,76 @@ pub struct ContainerStatus {
     pub name: String,
     /// Container labels.
     pub labels: BTreeMap<String, String>,
-    /// `created`, `running`, `paused`, `restarting`, `removing`, `exited` or `dead`.
-    pub state: String,
+    /// What Docker says it is doing.
+    pub state: ContainerState,
     /// Creation time, unix seconds (0 when Docker did not say).
     pub created: i64,
+}
+
+/// What Docker says a container is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerState {
+    /// Made, never started.
+    Created,
+    /// Its program runs.
+    Running,
+    /// Frozen by `docker pause`.
+    Paused,
+    /// Being restarted by a restart policy.
+    Restarting,
+    /// Being removed.
+    Removing,
+    /// Its program ended.
+    Exited,
+    /// Docker could not stop or remove it cleanly.
+    Dead,
+    /// Docker said nothing, or something this version does not know.
+    Unknown,
+}
+
+impl ContainerState {
+    /// From Docker's spelling.
+    pub fn parse(s: &str) -> ContainerState {
+        match s {
+            "created" => ContainerState::Created,
+            "running" => ContainerState::Running,
+            "paused" => ContainerState::Paused,
+            "restarting" => ContainerState::Restarting,
+            "removing" => ContainerState::Removing,
+            "exited" => ContainerState::Exited,
+            "dead" => ContainerState::Dead,
+            _ => ContainerState::Unknown,
+        }
+    }
+
+    /// Docker's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerState::Created => "created",
+            ContainerState::Running => "running",
+            ContainerState::Paused => "paused",
+            ContainerState::Restarting => "restarting",
+            ContainerState::Removing => "removing",
+            ContainerState::Exited => "exited",
+            ContainerState::Dead => "dead",
+            ContainerState::Unknown => "unknown",
+        }
+    }
+
+    /// Whether the program runs.
+    pub fn is_running(self) -> bool {
+        self == ContainerState::Running
+    }
+
+    /// Whether a session on it is over: its program ended, or (for a session recorded
+    /// as running, whose container was started before the record said so) it is not
+    /// started at all.
+    pub fn is_dead(self) -> bool {
+        matches!(
+            self,
+            ContainerState::Exited | ContainerState::Dead | ContainerState::Created
+        )
+    }
 }
 
 /// A container event of a termgate instance.
@@ -254,7 +320,9 @@ fn status_from_summary(c: ContainerSummary) -> ContainerStatus {
             .map(|n| n.trim_start_matches('/').to_owned())
             .unwrap_or_default(),
         labels: to_btree(c.labels),
-        state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+        state: c.state.map_or(ContainerState::Unknown, |s| {
+            ContainerState::parse(s.as_ref())
+        }),
         created: c.created.unwrap_or(0),
     }
 }
@@ -270,8 +338,9 @@ fn status_from_inspect(c: ContainerInspectResponse) -> ContainerStatus {
         state: c
             .state
             .and_then(|s| s.status)
-            .map(|s| s.to_string())
-            .unwrap_or_default(),
+            .map_or(ContainerState::Unknown, |s| {
+                ContainerState::parse(s.as_ref())
+            }),
         created: c.created.as_deref().and_then(parse_rfc3339).unwrap_or(0),
     }
 }
@@ -786,10 +855,10 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let s = d.inspect(id).await.unwrap().expect("container exists");
-            if s.state == state {
+            if s.state.as_str() == state {
                 return;
             }
-            assert!(Instant::now() < deadline, "{id} stuck in {}", s.state);
+            assert!(Instant::now() < deadline, "{id} stuck in {:?}", s.state);
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -1195,7 +1264,7 @@ mod tests {
         assert_eq!(list.len(), 1, "{list:?}");
         assert_eq!(list[0].id, id);
         assert_eq!(list[0].name, mine);
-        assert_eq!(list[0].state, "created");
+        assert_eq!(list[0].state, ContainerState::Created);
         assert!(list[0].created > 0);
         assert_eq!(
             list[0].labels.get(LABEL_MANAGED).map(String::as_str),
@@ -1246,7 +1315,10 @@ mod tests {
         d.start(&id).await.unwrap();
         wait_for_state(&d, &id, "running").await;
         d.stop(&id, 2).await.unwrap();
-        assert_eq!(d.inspect(&id).await.unwrap().unwrap().state, "exited");
+        assert_eq!(
+            d.inspect(&id).await.unwrap().unwrap().state,
+            ContainerState::Exited
+        );
     }
 
     #[tokio::test]

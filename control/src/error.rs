@@ -52,6 +52,7 @@ impl From<StoreError> for ApiError {
             StoreError::Quota(q) => ApiError::new(429, policy::QuotaExceeded::CODE, q.to_string()),
             StoreError::NotFound => ApiError::not_found(),
             StoreError::Conflict(m) => ApiError::new(409, "conflict", m),
+            e @ StoreError::StateChanged(_) => ApiError::new(409, "conflict", e.to_string()),
             other => {
                 tracing::error!(error = %other, "store error");
                 ApiError::new(

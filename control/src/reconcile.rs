@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use policy::SessionId;
 
-use crate::docker::ContainerStatus;
+use crate::docker::{ContainerStatus, DockerError};
 use crate::model::{Session, SessionState};
-use crate::service::{labels, now, Control, SYSTEM};
+use crate::service::{container_name, labels, now, Control, SYSTEM};
 
 /// What one pass did, by kind.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -32,10 +32,6 @@ pub struct PassReport {
     pub orphans_removed: usize,
     /// Docker calls that failed (timeouts included).
     pub errors: usize,
-}
-
-fn is_dead(state: &str) -> bool {
-    matches!(state, "exited" | "dead" | "created")
 }
 
 fn session_label(c: &ContainerStatus) -> Option<SessionId> {
@@ -57,7 +53,7 @@ impl Control {
             let (Some(id), Some(owner)) = (session_label(c), c.labels.get(labels::OWNER)) else {
                 continue;
             };
-            if policy::Sub::parse(owner).is_none() || c.state != "running" {
+            if policy::Sub::parse(owner).is_none() || !c.state.is_running() {
                 continue;
             }
             sessions.push(Session {
@@ -87,22 +83,28 @@ impl Control {
     }
 
     /// One full pass.
+    ///
+    /// The store is read before Docker is listed, so every container a record points
+    /// at was made before the listing; each action is then decided in the store first
+    /// (an end that holds only if the record is still in the state the decision was
+    /// based on) and carried out in Docker after. Sessions this process is creating
+    /// right now are never touched, however long Docker takes.
     pub async fn reconcile_pass(&self) -> PassReport {
         let started = Instant::now();
         let mut report = PassReport::default();
+        let active = match self.store.list_active(None) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::error!(error = %e, "reconcile: cannot read the store");
+                report.errors += 1;
+                return report;
+            }
+        };
         let containers = match self.docker.list_managed(&self.config.instance).await {
             Ok(c) => c,
             Err(e) => {
                 self.metrics.docker_error("list");
                 tracing::warn!(error = %e, "reconcile: cannot list containers");
-                report.errors += 1;
-                return report;
-            }
-        };
-        let active = match self.store.list_active(None) {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::error!(error = %e, "reconcile: cannot read the store");
                 report.errors += 1;
                 return report;
             }
@@ -124,11 +126,13 @@ impl Control {
         let active_ids: std::collections::HashSet<SessionId> =
             active.iter().map(|s| s.id).collect();
         let orphan_actions = containers.iter().filter(|c| {
-            let known = session_label(c).is_some_and(|id| active_ids.contains(&id));
+            let label = session_label(c);
+            let known = label.is_some_and(|id| active_ids.contains(&id));
+            let in_flight = label.is_some_and(|id| self.is_being_created(&id));
             let old = t.saturating_sub(u64::try_from(c.created).unwrap_or(0)) >= orphan_grace;
-            let ended =
-                session_label(c).is_some_and(|id| matches!(self.store.get_ended(&id), Ok(Some(_))));
-            !known && (old || ended)
+            // A store error counts as "not known to have ended": keep the container.
+            let ended = label.is_some_and(|id| matches!(self.store.get_ended(&id), Ok(Some(_))));
+            !known && !in_flight && (old || ended)
         });
         let outcomes = futures_util::future::join_all(record_actions).await;
         for o in outcomes {
@@ -141,18 +145,15 @@ impl Control {
                 Outcome::Error => report.errors += 1,
             }
         }
-        let orphan_results = futures_util::future::join_all(orphan_actions.map(|c| async move {
-            let r = self.remove_container(&c.id).await;
-            tracing::info!(target: "audit", container = %c.id, session = ?c.labels.get(labels::SESSION), ok = r.is_ok(), "orphan container removed");
-            r
-        }))
-        .await;
+        let orphan_results =
+            futures_util::future::join_all(orphan_actions.map(|c| self.remove_orphan(c))).await;
         for r in orphan_results {
             match r {
-                Ok(()) => {
+                Ok(true) => {
                     report.orphans_removed += 1;
                     self.metrics.reconciled("orphan_removed");
                 }
+                Ok(false) => {}
                 Err(_) => {
                     self.metrics.docker_error("remove");
                     report.errors += 1;
@@ -168,6 +169,20 @@ impl Control {
         report
     }
 
+    /// Removes a labelled container that no active record claims, after checking the
+    /// store once more right before acting: a record that became active since the pass
+    /// read the store (or a create this process started since) keeps its container.
+    async fn remove_orphan(&self, c: &ContainerStatus) -> Result<bool, DockerError> {
+        if let Some(id) = session_label(c) {
+            if self.is_being_created(&id) || !matches!(self.store.get(&id), Ok(None)) {
+                return Ok(false);
+            }
+        }
+        let r = self.remove_container(&c.id).await;
+        tracing::info!(target: "audit", container = %c.id, session = ?c.labels.get(labels::SESSION), ok = r.is_ok(), "orphan container removed");
+        r.map(|()| true)
+    }
+
     async fn reconcile_session(
         &self,
         s: &Session,
@@ -176,29 +191,40 @@ impl Control {
         creating_grace: u64,
     ) -> Outcome {
         match s.state {
-            SessionState::Running => match c {
-                None => {
-                    self.end_as(s, SessionState::Gone, "the container disappeared")
-                        .await
+            SessionState::Running => {
+                let Some(cid) = s.container_id.as_deref() else {
+                    // A running record always names its container; without one there
+                    // is nothing to attach to.
+                    return self.end_as(s, SessionState::Gone, "the container disappeared");
+                };
+                // Docker's answer about this very container, now: the listing may be
+                // a moment old.
+                let looks_alive = c.is_some_and(|c| !c.state.is_dead());
+                if looks_alive {
+                    return Outcome::Nothing;
                 }
-                Some(c) if is_dead(&c.state) => {
-                    if self.remove_container(&c.id).await.is_err() {
-                        self.metrics.docker_error("remove");
-                        return Outcome::Error;
-                    }
-                    self.end_as(s, SessionState::Exited, "the session's program exited")
-                        .await
-                }
-                Some(_) => Outcome::Nothing,
-            },
-            SessionState::Creating if t.saturating_sub(s.created_at) >= creating_grace => {
-                if let Some(c) = c {
-                    if self.remove_container(&c.id).await.is_err() {
-                        return Outcome::Error;
-                    }
-                }
-                self.end_as(s, SessionState::Failed, "creation did not finish")
+                self.settle_running(s, cid, "the session's program exited")
                     .await
+            }
+            SessionState::Creating
+                if t.saturating_sub(s.created_at) >= creating_grace
+                    && !self.is_being_created(&s.id) =>
+            {
+                // Decide first: only a record still `creating` is abandoned. If the
+                // create recorded `running` in between, this end is refused and the
+                // container stays.
+                let outcome = self.end_as(s, SessionState::Failed, "creation did not finish");
+                if !matches!(outcome, Outcome::Failed) {
+                    return outcome;
+                }
+                let target = c.map_or_else(|| container_name(&s.id), |c| c.id.clone());
+                if self.remove_container(&target).await.is_err() {
+                    // The record has ended; the container is now an orphan of an ended
+                    // session and goes on a later pass.
+                    self.metrics.docker_error("remove");
+                    return Outcome::Error;
+                }
+                outcome
             }
             SessionState::Creating => Outcome::Nothing,
             SessionState::Stopping => match self
@@ -215,16 +241,37 @@ impl Control {
         }
     }
 
-    async fn end_as(&self, s: &Session, state: SessionState, reason: &str) -> Outcome {
-        match self.store.end(
-            &s.id,
-            state,
-            SYSTEM,
-            reason,
-            now(),
-            self.config.control.history_per_user,
-        ) {
-            Ok(_) => {
+    /// A `running` record whose container looked missing or dead: inspect that
+    /// container now, end the record only if it is still `running`, and only then
+    /// remove what is left of the container.
+    async fn settle_running(&self, s: &Session, cid: &str, exit_reason: &str) -> Outcome {
+        match self.docker.inspect(cid).await {
+            Ok(None) => self.end_as(s, SessionState::Gone, "the container disappeared"),
+            Ok(Some(c)) if c.state.is_dead() => {
+                let outcome = self.end_as(s, SessionState::Exited, exit_reason);
+                if !matches!(outcome, Outcome::Exited) {
+                    return outcome;
+                }
+                if self.remove_container(&c.id).await.is_err() {
+                    self.metrics.docker_error("remove");
+                    return Outcome::Error;
+                }
+                outcome
+            }
+            Ok(Some(_)) => Outcome::Nothing,
+            Err(e) => {
+                self.metrics.docker_error("inspect");
+                tracing::warn!(session = %s.id, error = %e, "reconcile: inspect failed; the next pass decides");
+                Outcome::Error
+            }
+        }
+    }
+
+    /// Ends `s` as `state`, but only if it is still in the state this decision was
+    /// based on (`s.state`).
+    fn end_as(&self, s: &Session, state: SessionState, reason: &str) -> Outcome {
+        match self.end_record(&s.id, &[s.state], state, SYSTEM, reason) {
+            Ok(Some(_)) => {
                 tracing::info!(target: "audit", session = %s.id, sub = %s.owner, state = state.as_str(), reason, "session ended by the reconciler");
                 self.metrics.reconciled(state.as_str());
                 match state {
@@ -233,7 +280,7 @@ impl Control {
                     _ => Outcome::Failed,
                 }
             }
-            Err(crate::store::StoreError::NotFound) => Outcome::Nothing,
+            Ok(None) => Outcome::Nothing,
             Err(e) => {
                 tracing::error!(session = %s.id, error = %e, "reconcile: store write failed");
                 Outcome::Error
@@ -249,25 +296,16 @@ impl Control {
         if s.state != SessionState::Running {
             return;
         }
-        let target = s.container_id.clone().unwrap_or_default();
-        match self.docker.inspect(&target).await {
-            Ok(None) => {
-                self.end_as(&s, SessionState::Gone, "the container was removed")
-                    .await;
-            }
-            Ok(Some(c)) if is_dead(&c.state) => {
-                let _ = self.remove_container(&c.id).await;
-                let reason = if action == "oom" {
-                    "the session ran out of memory"
-                } else {
-                    "the session's program exited"
-                };
-                self.end_as(&s, SessionState::Exited, reason).await;
-            }
-            Ok(Some(_)) => {}
-            Err(e) => {
-                tracing::warn!(session = %id, error = %e, "event: inspect failed; the next pass will decide")
-            }
+        let Some(cid) = s.container_id.clone() else {
+            return;
+        };
+        let reason = if action == "oom" {
+            "the session ran out of memory"
+        } else {
+            "the session's program exited"
+        };
+        if let Outcome::Error = self.settle_running(&s, &cid, reason).await {
+            tracing::warn!(session = %id, "event: could not settle; the next pass decides");
         }
     }
 

@@ -2,7 +2,7 @@
 //! HTTP lives in `api`; this module decides (through `policy`), writes the store and
 //! drives Docker, with compensation on every failure path.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,7 +15,7 @@ use crate::docker::{ContainerRequest, Docker, DockerError};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::model::{FeedPage, Route, Session, SessionState};
-use crate::store::{Store, StoreError};
+use crate::store::{Ending, Store, StoreError};
 
 /// Labels that prove termgate made a container (DESIGN §4).
 pub mod labels {
@@ -150,21 +150,44 @@ pub struct Control {
     /// Metrics.
     pub metrics: Metrics,
     redraw_locks: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Sessions being created by this process right now. The reconciler never
+    /// abandons these, however long Docker takes; after a restart the set is empty, so
+    /// the `creating` grace still cleans up after a process that died mid-create.
+    creating: InFlight,
     /// Sessions whose container is being removed right now, so that the API and the
     /// reconciler never race to remove the same container.
-    ending: Mutex<std::collections::HashSet<SessionId>>,
+    ending: InFlight,
 }
 
-/// Removes `id` from [`Control::ending`] when the end attempt is over.
-struct EndingGuard<'a>(&'a Control, SessionId);
+/// A set of sessions that some task of this process is working on.
+#[derive(Default)]
+struct InFlight(Mutex<HashSet<SessionId>>);
 
-impl Drop for EndingGuard<'_> {
+impl InFlight {
+    /// Marks `id`; `None` when another task already holds it. The mark goes when the
+    /// returned guard is dropped, on every path out of the task.
+    fn mark(&self, id: SessionId) -> Option<InFlightGuard<'_>> {
+        // The set's lock is released before a guard exists: a guard's drop takes it.
+        let inserted = self.set().insert(id);
+        inserted.then(|| InFlightGuard(self, id))
+    }
+
+    fn contains(&self, id: &SessionId) -> bool {
+        self.set().contains(id)
+    }
+
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<SessionId>> {
+        // The set is consistent after any panic (single insert/remove calls).
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Removes its id from an [`InFlight`] set when dropped.
+struct InFlightGuard<'a>(&'a InFlight, SessionId);
+
+impl Drop for InFlightGuard<'_> {
     fn drop(&mut self) {
-        self.0
-            .ending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.1);
+        self.0.set().remove(&self.1);
     }
 }
 
@@ -178,7 +201,45 @@ impl Control {
             verifier,
             metrics: Metrics::default(),
             redraw_locks: Mutex::new(HashMap::new()),
-            ending: Mutex::new(Default::default()),
+            creating: InFlight::default(),
+            ending: InFlight::default(),
+        }
+    }
+
+    /// Whether this process is creating session `id` right now.
+    pub fn is_being_created(&self, id: &SessionId) -> bool {
+        self.creating.contains(id)
+    }
+
+    /// Whether this process is ending session `id` right now.
+    pub fn is_being_ended(&self, id: &SessionId) -> bool {
+        self.ending.contains(id)
+    }
+
+    /// Ends session `id` as `state` if it is still in one of `from`, as decided by
+    /// `by` for `reason`. Refused ends (already ended, or moved on) are `Ok(None)`.
+    pub fn end_record(
+        &self,
+        id: &SessionId,
+        from: &[SessionState],
+        state: SessionState,
+        by: &str,
+        reason: &str,
+    ) -> Result<Option<Session>, StoreError> {
+        let ending = Ending {
+            from,
+            state,
+            by,
+            reason,
+            at: now(),
+        };
+        match self
+            .store
+            .end(id, &ending, self.config.control.history_per_user)
+        {
+            Ok(s) => Ok(Some(s)),
+            Err(StoreError::NotFound | StoreError::StateChanged(_)) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -249,6 +310,12 @@ impl Control {
             ended_by: None,
             end_reason: None,
         };
+        // Marked before the record exists, so no reconcile pass ever sees this record
+        // without the mark while this process works on it.
+        let _in_flight = self
+            .creating
+            .mark(session.id)
+            .ok_or_else(|| ApiError::new(500, "internal", "session id already in flight"))?;
         self.store.insert_creating(&session, self.limits()).map_err(|e| {
             if let StoreError::Quota(q) = &e {
                 tracing::info!(target: "audit", sub = %who.sub, decision = "deny", reason = "quota_exceeded", limit = q.limit, "create refused");
@@ -267,16 +334,20 @@ impl Control {
             Ok(id) => id,
             Err(e) => {
                 self.metrics.docker_error("create");
-                // Compensate: whatever was made goes, and the record ends as failed.
-                let _ = self.docker.remove(&container_name(&session.id)).await;
-                let _ = self.store.end(
+                // Compensate: whatever was made goes, and the record ends as failed
+                // (unless a delete took it over meanwhile; that delete ends it).
+                if let Err(re) = self.docker.remove(&container_name(&session.id)).await {
+                    tracing::warn!(session = %session.id, error = %re, "create failed and its container could not be removed; the reconciler will");
+                }
+                if let Err(se) = self.end_record(
                     &session.id,
+                    &[SessionState::Creating],
                     SessionState::Failed,
                     SYSTEM,
                     &format!("creation failed: {e}"),
-                    now(),
-                    self.config.control.history_per_user,
-                );
+                ) {
+                    tracing::error!(session = %session.id, error = %se, "create failed and its record could not be ended; the reconciler will");
+                }
                 self.refresh_gauges();
                 tracing::warn!(target: "audit", session = %session.id, sub = %who.sub, error = %e, "create failed");
                 return Err(e.into());
@@ -304,18 +375,22 @@ impl Control {
                 Ok((s, timing))
             }
             other => {
-                // Ended or being ended concurrently: the container must not outlive it.
-                let _ = self.docker.remove(&container_id).await;
+                // Ended or being ended concurrently: the container must not outlive it,
+                // and the caller never hears 201 for it.
+                if let Err(e) = self.docker.remove(&container_id).await {
+                    tracing::warn!(session = %session.id, error = %e, "could not remove the container of a session ended while being created; the reconciler will");
+                }
                 if let Ok(s) = &other {
                     let by = s.ended_by.clone().unwrap_or_else(|| SYSTEM.into());
-                    let _ = self.store.end(
+                    if let Err(e) = self.end_record(
                         &s.id,
+                        &[SessionState::Stopping],
                         SessionState::Terminated,
                         &by,
                         "ended while being created",
-                        now(),
-                        self.config.control.history_per_user,
-                    );
+                    ) {
+                        tracing::error!(session = %s.id, error = %e, "could not end a session ended while being created; the reconciler will");
+                    }
                 }
                 self.refresh_gauges();
                 Err(ApiError::new(
@@ -478,16 +553,10 @@ impl Control {
     /// Removes the container of a `stopping` session and records it ended. Also used by
     /// the reconciler for sessions whose end was interrupted.
     pub async fn finish_stopping(&self, s: &Session, reason: &str) -> Result<(), ApiError> {
-        if !self
-            .ending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(s.id)
-        {
+        let Some(_ending) = self.ending.mark(s.id) else {
             // Another task is ending it right now; that task records the outcome.
             return Ok(());
-        }
-        let _guard = EndingGuard(self, s.id);
+        };
         let target = s
             .container_id
             .clone()
@@ -511,17 +580,13 @@ impl Control {
         }
         failpoint("delete:after_remove");
         let by = s.ended_by.clone().unwrap_or_else(|| SYSTEM.into());
-        match self.store.end(
+        self.end_record(
             &s.id,
+            &[SessionState::Stopping],
             SessionState::Terminated,
             &by,
             reason,
-            now(),
-            self.config.control.history_per_user,
-        ) {
-            Ok(_) | Err(StoreError::NotFound) => {}
-            Err(e) => return Err(e.into()),
-        }
+        )?;
         self.refresh_gauges();
         Ok(())
     }
@@ -650,6 +715,18 @@ fn resolve_options(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_second_mark_is_refused_and_leaves_the_first_in_place() {
+        let set = InFlight::default();
+        let id = SessionId::from_random([7; 10]);
+        let first = set.mark(id).expect("first mark");
+        assert!(set.mark(id).is_none(), "a second task is refused");
+        assert!(set.contains(&id), "the refusal leaves the holder's mark");
+        drop(first);
+        assert!(!set.contains(&id));
+        assert!(set.mark(id).is_some(), "free again once the holder is done");
+    }
 
     #[test]
     fn home_volume_names_are_distinct_and_docker_safe() {

@@ -51,6 +51,10 @@ pub enum StoreError {
     /// The write contradicts what is stored (an id that exists, a transition not allowed).
     #[error("conflict: {0}")]
     Conflict(String),
+    /// The record has moved on from the state the caller decided on (it is now in the
+    /// given state); nothing was written.
+    #[error("the session is now {}, no longer in the state the change was decided on", .0.as_str())]
+    StateChanged(SessionState),
     /// A stored record cannot be read back; the store needs repair.
     #[error("corrupt store record: {0}")]
     Corrupt(String),
@@ -121,6 +125,29 @@ impl std::fmt::Debug for Store {
             .finish_non_exhaustive()
     }
 }
+
+/// How an active session ends: [`Store::end`]'s request.
+#[derive(Debug, Clone, Copy)]
+pub struct Ending<'a> {
+    /// The states the decision to end was based on; the end happens only if the record
+    /// is still in one of them.
+    pub from: &'a [SessionState],
+    /// The ended state to record.
+    pub state: SessionState,
+    /// Who ends it: a `sub`, or `termgate` for the reconciler.
+    pub by: &'a str,
+    /// Why, in words.
+    pub reason: &'a str,
+    /// When, seconds since the Unix epoch.
+    pub at: u64,
+}
+
+/// Every active state: for an end that holds whatever the session is doing.
+pub const ANY_ACTIVE: &[SessionState] = &[
+    SessionState::Creating,
+    SessionState::Running,
+    SessionState::Stopping,
+];
 
 impl Store {
     /// Opens (or creates) the store in directory `path`, keeping the newest
@@ -260,32 +287,39 @@ impl Store {
         Ok(new)
     }
 
-    /// End an active session: set state (must be an ended state:
-    /// Terminated/Exited/Gone/Failed, else Conflict), ended_at=now, ended_by,
-    /// end_reason; move it from `sessions` to `history` (+ indexes), decrement counts,
-    /// rev bump + Change::Remove; trim that owner's history to the newest
-    /// `history_per_user` entries; flush. NotFound if not active.
+    /// End an active session, but only if it is still in one of `ending.from` (the
+    /// states the caller's decision was based on; otherwise `StateChanged` and nothing
+    /// is written): set state (must be an ended state: Terminated/Exited/Gone/Failed,
+    /// else Conflict), ended_at, ended_by, end_reason; move it from `sessions` to
+    /// `history` (+ indexes), decrement counts, rev bump + Change::Remove; trim that
+    /// owner's history to the newest `history_per_user` entries; flush. NotFound if not
+    /// active.
+    ///
+    /// Deciding in the store first and acting in Docker only after this succeeded is
+    /// what lets two racing parties (a create and the reconciler, say) agree on exactly
+    /// one winner.
     pub fn end(
         &self,
         id: &SessionId,
-        state: SessionState,
-        by: &str,
-        reason: &str,
-        now: u64,
+        ending: &Ending<'_>,
         history_per_user: usize,
     ) -> Result<Session> {
-        if state.is_active() {
+        if ending.state.is_active() {
             return Err(StoreError::Conflict(format!(
                 "{} is not an ended state",
-                state.as_str()
+                ending.state.as_str()
             )));
         }
+        let now = ending.at;
         let _guard = self.lock();
         let mut s = self.get(id)?.ok_or(StoreError::NotFound)?;
-        s.state = state;
+        if !ending.from.contains(&s.state) {
+            return Err(StoreError::StateChanged(s.state));
+        }
+        s.state = ending.state;
         s.ended_at = Some(now);
-        s.ended_by = Some(by.to_owned());
-        s.end_reason = Some(reason.to_owned());
+        s.ended_by = Some(ending.by.to_owned());
+        s.end_reason = Some(ending.reason.to_owned());
 
         // Transactions cannot scan, so pick the history entries to drop here; the
         // mutex keeps them valid until the transaction runs. The new entry takes part:
@@ -922,6 +956,22 @@ mod tests {
         }
     }
 
+    /// An end that holds whatever active state the session is in.
+    fn ending(
+        state: SessionState,
+        by: &'static str,
+        reason: &'static str,
+        at: u64,
+    ) -> Ending<'static> {
+        Ending {
+            from: ANY_ACTIVE,
+            state,
+            by,
+            reason,
+            at,
+        }
+    }
+
     fn run(store: &Store, n: u32, container: &str) -> Session {
         store
             .update(&id(n), |s| {
@@ -948,10 +998,7 @@ mod tests {
         let ended = store
             .end(
                 &s.id,
-                SessionState::Terminated,
-                "alice",
-                "user asked",
-                5000,
+                &ending(SessionState::Terminated, "alice", "user asked", 5000),
                 10,
             )
             .unwrap();
@@ -976,11 +1023,19 @@ mod tests {
         let store = open(dir.path());
         store.insert_creating(&session(1, "a"), ROOMY).unwrap();
         store
-            .end(&id(1), SessionState::Exited, "termgate", "exit 0", 10, 10)
+            .end(
+                &id(1),
+                &ending(SessionState::Exited, "termgate", "exit 0", 10),
+                10,
+            )
             .unwrap();
         let rev = store.rev();
         assert!(matches!(
-            store.end(&id(1), SessionState::Exited, "termgate", "exit 0", 11, 10),
+            store.end(
+                &id(1),
+                &ending(SessionState::Exited, "termgate", "exit 0", 11),
+                10
+            ),
             Err(StoreError::NotFound)
         ));
         assert!(matches!(
@@ -988,6 +1043,45 @@ mod tests {
             Err(StoreError::NotFound)
         ));
         assert_eq!(store.rev(), rev);
+    }
+
+    #[test]
+    fn an_end_decided_on_a_state_the_record_has_left_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        store.insert_creating(&session(1, "a"), ROOMY).unwrap();
+        // The reconciler decided on `creating`; the create recorded `running` first.
+        run(&store, 1, "c1");
+        let rev = store.rev();
+        let failed = Ending {
+            from: &[SessionState::Creating],
+            state: SessionState::Failed,
+            by: "termgate",
+            reason: "creation did not finish",
+            at: 9,
+        };
+        assert!(matches!(
+            store.end(&id(1), &failed, 10),
+            Err(StoreError::StateChanged(SessionState::Running))
+        ));
+        assert_eq!(store.rev(), rev, "a refused end bumps nothing");
+        assert_eq!(store.counts("a").unwrap(), (1, 1));
+        assert_eq!(
+            store.get(&id(1)).unwrap().unwrap().state,
+            SessionState::Running
+        );
+        assert_eq!(store.get_ended(&id(1)).unwrap(), None);
+
+        // The other order: the reconciler's end wins, and the create then finds nothing
+        // to mark running.
+        store.insert_creating(&session(2, "a"), ROOMY).unwrap();
+        let ended = store.end(&id(2), &failed, 10).unwrap();
+        assert_eq!(ended.state, SessionState::Failed);
+        assert!(matches!(
+            store.update(&id(2), |s| s.state = SessionState::Running),
+            Err(StoreError::NotFound)
+        ));
+        assert_eq!(store.counts("a").unwrap(), (1, 1));
     }
 
     #[test]
@@ -1015,12 +1109,12 @@ mod tests {
             Err(StoreError::Conflict(_))
         ));
         assert!(matches!(
-            store.end(&s.id, SessionState::Stopping, "a", "", 1, 10),
+            store.end(&s.id, &ending(SessionState::Stopping, "a", "", 1), 10),
             Err(StoreError::Conflict(_))
         ));
         // Ended ids stay taken.
         store
-            .end(&s.id, SessionState::Terminated, "a", "", 1, 10)
+            .end(&s.id, &ending(SessionState::Terminated, "a", "", 1), 10)
             .unwrap();
         assert!(matches!(
             store.insert_creating(&s, ROOMY),
@@ -1123,12 +1217,20 @@ mod tests {
         store.insert_creating(&session(3, "b"), ROOMY).unwrap();
         assert_eq!(store.counts("a").unwrap(), (2, 3));
         store
-            .end(&id(1), SessionState::Failed, "termgate", "no image", 9, 10)
+            .end(
+                &id(1),
+                &ending(SessionState::Failed, "termgate", "no image", 9),
+                10,
+            )
             .unwrap();
         assert_eq!(store.counts("a").unwrap(), (1, 2));
         assert_eq!(store.counts("b").unwrap(), (1, 2));
         store
-            .end(&id(2), SessionState::Gone, "termgate", "vanished", 9, 10)
+            .end(
+                &id(2),
+                &ending(SessionState::Gone, "termgate", "vanished", 9),
+                10,
+            )
             .unwrap();
         assert_eq!(store.counts("a").unwrap(), (0, 1));
         assert_eq!(store.recount().unwrap(), 1);
@@ -1142,7 +1244,7 @@ mod tests {
         store.insert_creating(&session(1, "a"), ROOMY).unwrap();
         let route = run(&store, 1, "c1").route().unwrap();
         store
-            .end(&id(1), SessionState::Terminated, "a", "bye", 7, 10)
+            .end(&id(1), &ending(SessionState::Terminated, "a", "bye", 7), 10)
             .unwrap();
 
         let page = store.feed(0).unwrap();
@@ -1183,7 +1285,11 @@ mod tests {
         store.insert_creating(&session(3, "b"), ROOMY).unwrap(); // 4
         run(&store, 3, "c3"); // 5
         store
-            .end(&id(3), SessionState::Exited, "termgate", "exit", 9, 10)
+            .end(
+                &id(3),
+                &ending(SessionState::Exited, "termgate", "exit", 9),
+                10,
+            )
             .unwrap(); // 6
         assert!(store.lock_user("mallory", "admin", 10).unwrap()); // 7
         assert_eq!(store.rev(), 7);
@@ -1277,7 +1383,11 @@ mod tests {
             store.insert_creating(&session(2, "a"), ROOMY).unwrap();
             let running = run(&store, 1, "c1");
             let ended = store
-                .end(&id(2), SessionState::Terminated, "a", "done", 50, 10)
+                .end(
+                    &id(2),
+                    &ending(SessionState::Terminated, "a", "done", 50),
+                    10,
+                )
                 .unwrap();
             store.lock_user("eve", "admin", 3).unwrap();
             (running, ended)
@@ -1304,17 +1414,18 @@ mod tests {
             store
                 .end(
                     &id(n),
-                    SessionState::Exited,
-                    "termgate",
-                    "exit",
-                    100 + u64::from(n),
+                    &ending(SessionState::Exited, "termgate", "exit", 100 + u64::from(n)),
                     3,
                 )
                 .unwrap();
         }
         store.insert_creating(&session(10, "b"), ROOMY).unwrap();
         store
-            .end(&id(10), SessionState::Exited, "termgate", "exit", 1, 3)
+            .end(
+                &id(10),
+                &ending(SessionState::Exited, "termgate", "exit", 1),
+                3,
+            )
             .unwrap();
 
         let kept: Vec<SessionId> = store
@@ -1404,7 +1515,7 @@ mod tests {
         store.insert_creating(&session(1, "a"), ROOMY).unwrap();
         assert!(!store.is_empty());
         store
-            .end(&id(1), SessionState::Terminated, "a", "", 1, 10)
+            .end(&id(1), &ending(SessionState::Terminated, "a", "", 1), 10)
             .unwrap();
         assert!(!store.is_empty(), "history alone makes a store non-empty");
     }
