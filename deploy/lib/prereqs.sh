@@ -164,6 +164,15 @@ ensure_rust() {
     if ! command -v cargo >/dev/null 2>&1 || ! command -v rustc >/dev/null 2>&1; then
         die "cargo/rustc not found; install a Rust toolchain (https://rustup.rs) and put it on PATH"
     fi
+    # The test command checks formatting and lints before it tests.
+    local component
+    for component in rustfmt clippy; do
+        if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+            command -v rustup >/dev/null 2>&1 \
+                || die "cargo $component is missing and rustup is not there to add it"
+            rustup component add "$component" >&2 || die "could not add the $component component"
+        fi
+    done
     info "$(command -v cargo)"
 }
 

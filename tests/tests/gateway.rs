@@ -1,6 +1,7 @@
 //! The gateway with real control, real ttyd (`ttyd -W -a … docker attach`) and real
 //! session containers.
 
+use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
@@ -321,7 +322,10 @@ fn locking_a_user_closes_their_terminal_and_refuses_new_ones() {
     let id = create(&stack, "alice");
     let cookie = stack.sign_in("alice");
     let t = stack.open_as(0, &id, &cookie).unwrap();
-    t.read_until("$", T).ok();
+    // The terminal works and is open right before the lock.
+    t.send_input(b"echo pre-lock-$((6*7))\r").unwrap();
+    t.read_until("pre-lock-42", T).expect("a working terminal");
+    assert!(!t.is_closed(), "the terminal is open before the lock");
     let admin = stack.control.token("root", true);
     let start = Instant::now();
     assert_eq!(
@@ -369,12 +373,29 @@ fn token_expiry_closes_the_live_terminal_without_traffic() {
     let t = stack
         .open(0, &format!("/s/{id}/ws"), &[("Authorization", &bearer)])
         .unwrap();
+    // It works first; then nothing is sent until it closes.
+    t.send_input(b"echo before-expiry-$((5*5))\r").unwrap();
+    t.read_until("before-expiry-25", T)
+        .expect("a working terminal");
     let waited = t
         .wait_closed(Duration::from_secs(8))
         .expect("closed at expiry");
     assert!(
-        waited >= Duration::from_millis(1500),
+        waited >= Duration::from_millis(500),
         "closed too early: {waited:?}"
+    );
+    // Closed by the expiry sweep, not by anything else.
+    let line = wait_for("the access line of the closed terminal", T, || {
+        stack
+            .gw()
+            .log_text()
+            .lines()
+            .find(|l| l.contains(" access:") && l.contains("status=101"))
+            .map(str::to_owned)
+    });
+    assert!(
+        line.contains("closed_by=\"token_expired\"") || line.contains("closed_by=token_expired"),
+        "{line}"
     );
 }
 
@@ -450,6 +471,13 @@ fn after_a_gateway_restart_clients_reconnect() {
 #[test]
 fn two_gateways_share_control_and_enforce_the_same_decisions() {
     let mut stack = GatewayStack::start("");
+    // As in the single-gateway test: the shell ignores SIGTERM, so the container lives
+    // for the whole stop timeout; only the gateways can close the terminals in time.
+    stack.control.kill9();
+    stack
+        .control
+        .set_env("TERMGATE__CONTROL__STOP_TIMEOUT_SECONDS", "10");
+    stack.control.spawn(&[]);
     let id = create(&stack, "alice");
     let second = stack.spawn_gateway(&[]);
     let alice = stack.sign_in("alice");
@@ -457,28 +485,27 @@ fn two_gateways_share_control_and_enforce_the_same_decisions() {
     let mut terms = Vec::new();
     for n in [0, second] {
         let t = stack.open_as(n, &id, &alice).unwrap();
-        t.send_input(b"echo via-gw\r").unwrap();
-        t.read_until("via-gw", T).unwrap();
+        t.send_input(b"echo via-gw-$((40+2))\r").unwrap();
+        t.read_until("via-gw-42", T).unwrap();
         assert_eq!(stack.open_as(n, &id, &bob).unwrap_err().status(), Some(404));
         terms.push(t);
     }
     let alice_token = stack.control.token("alice", false);
-    assert_eq!(
-        stack
-            .control
-            .call(
-                "DELETE",
-                &format!("/v1/sessions/{id}"),
-                Some(&alice_token),
-                None
-            )
-            .status,
-        204
-    );
+    let url = format!("{}/v1/sessions/{id}", stack.control.api);
+    let delete = std::thread::spawn(move || {
+        http("DELETE", &url, Some(&alice_token), None)
+            .unwrap()
+            .status
+    });
     for t in &terms {
         t.wait_closed(Duration::from_secs(2))
             .expect("both gateways close the terminal");
     }
+    assert!(
+        !container_id(&stack, &id).is_empty(),
+        "the gateways, not the container's end, must close the terminals"
+    );
+    assert_eq!(delete.join().unwrap(), 204);
 }
 
 #[test]
@@ -791,8 +818,34 @@ fn every_request_leaves_one_access_line_and_terminal_decisions_an_audit_line() {
     let _ = stack.open_as(0, &id, &bob);
     let log = wait_for("access lines", T, || {
         let log = stack.gw().log_text();
-        (log.matches("access").count() >= 3 && log.contains("session_not_found")).then_some(log)
+        (log.contains("session_not_found") && log.contains("status=101")).then_some(log)
     });
+    // One access line per request: every request id appears on exactly one access
+    // line (two sign-ins, the upgrade and bob's refusal at least), and every terminal
+    // audit line belongs to one of them.
+    let request_id = |l: &str| {
+        l.split_whitespace()
+            .find_map(|w| w.strip_prefix("request_id="))
+            .map(str::to_owned)
+    };
+    let access: Vec<&str> = log.lines().filter(|l| l.contains(" access:")).collect();
+    let ids: Vec<String> = access.iter().filter_map(|l| request_id(l)).collect();
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert!(
+        access.len() >= 4 && ids.len() == access.len() && unique.len() == ids.len(),
+        "one access line per request:\n{}",
+        access.join("\n")
+    );
+    for line in log
+        .lines()
+        .filter(|l| l.contains(" audit:") && l.contains("terminal access"))
+    {
+        let id = request_id(line).expect("audit lines carry the request id");
+        assert!(
+            unique.contains(&id),
+            "audit line without its access line: {line}"
+        );
+    }
     let allow = log
         .lines()
         .find(|l| l.contains("access") && l.contains("status=101"))
