@@ -145,6 +145,10 @@ pub struct GatewayConfig {
     /// Failed authentications allowed per client address per minute.
     #[serde(default = "defaults::auth_failures")]
     pub auth_failures_per_minute: u32,
+    /// Proxies (addresses or networks) in front of the gateway whose
+    /// `X-Forwarded-For` names the client address for per-address limits.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
     /// How long an unknown session id is remembered as unknown, milliseconds.
     #[serde(default = "defaults::negative_cache_ms")]
     pub negative_cache_ms: u64,
@@ -399,6 +403,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("gateway.max_request_header_bytes", "16384"),
     ("gateway.max_body_bytes", "65536"),
     ("gateway.auth_failures_per_minute", "30"),
+    ("gateway.trusted_proxies", "[]"),
     ("gateway.negative_cache_ms", "2000"),
     ("gateway.lookup_misses_per_minute", "120"),
     ("gateway.upgrade_socket", "\"gateway-upgrade.sock\""),

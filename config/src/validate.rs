@@ -121,6 +121,9 @@ pub(crate) fn validate(c: &mut Config, errors: &mut Vec<ConfigError>) {
             );
         }
     }
+    if let Err((i, why)) = policy::TrustedProxies::parse(&g.trusted_proxies) {
+        err(&format!("gateway.trusted_proxies[{i}]"), why);
+    }
     match g.control_url.strip_prefix("http://") {
         Some(hostport) if !hostport.is_empty() && !hostport.contains('/') => {}
         _ => err(

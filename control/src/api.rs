@@ -58,17 +58,25 @@ fn bearer(req: &Request<Incoming>) -> Option<&[u8]> {
         .then(|| rest.trim_ascii())
 }
 
+/// The caller: a valid token of a user who is not locked. A locked user, admin or not,
+/// is refused on every endpoint, so a locked admin can neither unlock themselves nor
+/// lock anyone else.
 fn authenticate(control: &Control, req: &Request<Incoming>) -> Result<Principal, ApiError> {
     let token = bearer(req)
         .ok_or_else(|| ApiError::new(401, "unauthenticated", "a bearer token is required"))?;
-    control.verifier.verify(token, now()).map_err(|e| {
+    let who = control.verifier.verify(token, now()).map_err(|e| {
         tracing::info!(target: "audit", decision = "deny", reason = e.reason(), "token refused");
         ApiError::new(
             401,
             "unauthenticated",
             format!("token refused: {}", e.reason()),
         )
-    })
+    })?;
+    if control.store.is_locked(who.sub.as_str())? {
+        tracing::info!(target: "audit", sub = %who.sub, decision = "deny", reason = "user_locked", "locked caller refused");
+        return Err(ApiError::denied(policy::Denial::LOCKED));
+    }
+    Ok(who)
 }
 
 /// Compares in time independent of where the inputs differ.
@@ -189,12 +197,8 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 return Err(not_allowed());
             }
             let id = session_id(id)?;
-            let route = control.route(&id)?.ok_or_else(ApiError::not_found)?;
-            let locked = control.store.is_locked(&route.owner)?;
-            Ok(json(
-                200,
-                &serde_json::json!({"route": route, "owner_locked": locked, "rev": control.store.rev()}),
-            ))
+            let lookup = control.route(&id)?.ok_or_else(ApiError::not_found)?;
+            Ok(json(200, &lookup))
         }
         ["profiles"] => {
             authenticate(&control, &req)?;

@@ -1,6 +1,6 @@
 //! The records control keeps and publishes.
 
-pub use policy::feed::{Change, FeedPage, Route};
+pub use policy::feed::{Change, FeedPage, Route, RouteLookup};
 use policy::SessionId;
 use serde::{Deserialize, Serialize};
 

@@ -14,7 +14,7 @@ use sha2::Digest;
 use crate::docker::{ContainerRequest, Docker, DockerError};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::model::{FeedPage, Route, Session, SessionState};
+use crate::model::{FeedPage, RouteLookup, Session, SessionState};
 use crate::store::{Ending, Store, StoreError};
 
 /// Labels that prove termgate made a container (DESIGN §4).
@@ -662,6 +662,15 @@ impl Control {
                 "not a valid user name",
             ));
         }
+        if sub == who.sub.as_str() {
+            // An admin who could lock themselves could lock the last unlocked admin
+            // out; one who could unlock themselves would make locks meaningless.
+            return Err(ApiError::new(
+                403,
+                "own_lock",
+                "an admin cannot lock or unlock themselves",
+            ));
+        }
         let changed = if lock {
             self.store.lock_user(sub, who.sub.as_str(), now())?
         } else {
@@ -672,9 +681,10 @@ impl Control {
         Ok(())
     }
 
-    /// One route, for a gateway's cache miss.
-    pub fn route(&self, id: &SessionId) -> Result<Option<Route>, ApiError> {
-        Ok(self.store.get(id)?.and_then(|s| s.route()))
+    /// One route, for a gateway's cache miss, read consistently with its owner's lock
+    /// and the revision.
+    pub fn route(&self, id: &SessionId) -> Result<Option<RouteLookup>, ApiError> {
+        Ok(self.store.lookup(id)?)
     }
 
     /// The route feed: waits up to `wait` for a change after `after`, then answers.

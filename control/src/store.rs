@@ -34,7 +34,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 use sled::{IVec, Transactional, Tree};
 use tokio::sync::watch;
 
-use crate::model::{Change, FeedPage, Route, Session, SessionState, UserLock};
+use crate::model::{Change, FeedPage, Route, RouteLookup, Session, SessionState, UserLock};
 
 /// Result of every store operation.
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -362,6 +362,24 @@ impl Store {
             .get(key)?
             .map(|v| decode_session(key, &v))
             .transpose()
+    }
+
+    /// A running session's route with its owner's lock and the revision they are true
+    /// at, read under the write mutex so that no write falls between the three (a
+    /// route stamped with a revision after its own removal would make gateways skip
+    /// that removal).
+    pub fn lookup(&self, id: &SessionId) -> Result<Option<RouteLookup>> {
+        let _guard = self.lock();
+        let Some(route) = self.get(id)?.and_then(|s| s.route()) else {
+            return Ok(None);
+        };
+        let owner_locked = self.is_locked(&route.owner)?;
+        let rev = self.stored_rev()?;
+        Ok(Some(RouteLookup {
+            route,
+            owner_locked,
+            rev,
+        }))
     }
 
     /// The ended session with this id, if it is still in history.

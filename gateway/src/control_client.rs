@@ -9,9 +9,8 @@ use hyper::{Request, StatusCode};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use policy::feed::{FeedPage, Route};
+use policy::feed::{FeedPage, Route, RouteLookup};
 use policy::SessionId;
-use serde::Deserialize;
 
 /// Control could not be asked (down, slow, or answered something unexpected).
 #[derive(Debug, thiserror::Error)]
@@ -27,14 +26,6 @@ pub struct Lookup {
     pub owner_locked: bool,
     /// Control's revision at the time.
     pub rev: u64,
-}
-
-#[derive(Deserialize)]
-struct LookupBody {
-    route: Route,
-    #[serde(default)]
-    owner_locked: bool,
-    rev: u64,
 }
 
 /// A client for control's internal API.
@@ -93,7 +84,7 @@ impl ControlClient {
         let (status, body) = self.get(&format!("/v1/routes/{id}"), self.timeout).await?;
         match status {
             StatusCode::OK => {
-                let b: LookupBody = serde_json::from_slice(&body)
+                let b: RouteLookup = serde_json::from_slice(&body)
                     .map_err(|e| Unavailable(format!("bad lookup answer: {e}")))?;
                 Ok(Lookup {
                     route: Some(b.route),

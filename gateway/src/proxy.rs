@@ -154,14 +154,25 @@ fn credential(req: &RequestHeader, cookie_name: &str) -> Option<(Vec<u8>, Creden
     None
 }
 
-/// The client's address, the key of the failed-authentication limit (unix-socket
-/// clients share one key).
-fn client_ip(session: &Session) -> std::net::IpAddr {
-    session
+/// The client's address, the key of the failed-authentication limit: the peer, or
+/// behind a configured trusted proxy the address it forwards (unix-socket clients share
+/// one key).
+fn client_ip(session: &Session, trusted: &policy::TrustedProxies) -> std::net::IpAddr {
+    let peer = session
         .client_addr()
         .and_then(|a| a.as_inet())
         .map(|a| a.ip())
-        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
+        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    if trusted.is_empty() {
+        return peer;
+    }
+    let forwarded = session
+        .req_header()
+        .headers
+        .get_all("x-forwarded-for")
+        .into_iter()
+        .map(|v| v.as_bytes());
+    trusted.client(peer, forwarded)
 }
 
 impl Proxy {
@@ -172,20 +183,6 @@ impl Proxy {
         ctx: &mut Ctx,
     ) -> Result<Option<(Principal, CredentialSource)>> {
         let g = &self.g;
-        let ip = client_ip(session);
-        let limit =
-            isize::try_from(g.config.gateway.auth_failures_per_minute).unwrap_or(isize::MAX);
-        if g.auth_failures.observe(&ip, 0) > limit {
-            reply_error(
-                session,
-                ctx,
-                429,
-                "too_many_failures",
-                "too many failed sign-ins from this address; wait a minute",
-            )
-            .await?;
-            return Ok(None);
-        }
         let Some((token, source)) = credential(session.req_header(), &g.config.auth.cookie_name)
         else {
             crate::metrics::Metrics::inc(&g.metrics.auth_failures, "missing");
@@ -199,18 +196,46 @@ impl Proxy {
             .await?;
             return Ok(None);
         };
+        Ok(self.verify(session, ctx, token).await?.map(|p| (p, source)))
+    }
+
+    /// Verifies a presented token. Only failures count against the client's address:
+    /// past `auth_failures_per_minute` a failure is answered 429 instead of 401, and a
+    /// valid token is never refused by that limit (one address may be many users behind
+    /// a proxy).
+    async fn verify(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        token: Vec<u8>,
+    ) -> Result<Option<Principal>> {
+        let g = &self.g;
         match g.verifier.verify(&token, now()) {
             Ok(p) => {
                 ctx.token = String::from_utf8(token).ok();
-                Ok(Some((p, source)))
+                Ok(Some(p))
             }
             Err(e) => {
                 crate::metrics::Metrics::inc(&g.metrics.auth_failures, e.reason());
-                g.auth_failures.observe(&ip, 1);
+                let ip = client_ip(session, &g.trusted_proxies);
+                let failures = g.auth_failures.observe(&ip, 1);
+                let limit = isize::try_from(g.config.gateway.auth_failures_per_minute)
+                    .unwrap_or(isize::MAX);
                 tracing::info!(target: "audit", decision = "deny", reason = e.reason(), client = %ip, "token refused");
-                let msg = format!("token refused: {}", e.reason());
-                reply_error(session, ctx, 401, "unauthenticated", &msg).await?;
-                ctx.reason = e.reason();
+                if failures > limit {
+                    reply_error(
+                        session,
+                        ctx,
+                        429,
+                        "too_many_failures",
+                        "too many failed sign-ins from this address; wait a minute",
+                    )
+                    .await?;
+                } else {
+                    let msg = format!("token refused: {}", e.reason());
+                    reply_error(session, ctx, 401, "unauthenticated", &msg).await?;
+                    ctx.reason = e.reason();
+                }
                 Ok(None)
             }
         }
@@ -232,20 +257,19 @@ impl Proxy {
                 let limit = isize::try_from(g.config.gateway.lookup_misses_per_minute)
                     .unwrap_or(isize::MAX);
                 if g.lookups.observe(&sub, 1) > limit {
-                    reply_error(
-                        session,
-                        ctx,
-                        429,
-                        "too_many_lookups",
-                        "too many requests for unknown sessions",
-                    )
-                    .await?;
-                    return Ok(None);
+                    // Past the limit, unknown ids are not asked about; they get the
+                    // answer an unknown id gets, so the limit tells nothing apart.
+                    return Ok(Some(None));
                 }
                 match g.control.lookup(id).await {
                     Ok(l) => {
-                        g.routes.learn(*id, l.route.clone(), l.owner_locked, l.rev);
-                        Ok(Some(l.route))
+                        g.routes.learn(*id, l.route, l.owner_locked, l.rev);
+                        // The cache's view after learning: an answer older than what
+                        // the feed already said was dropped, and the feed knows better.
+                        Ok(Some(match g.routes.get(id) {
+                            Lookup::Hit(r) => Some(r),
+                            Lookup::Negative | Lookup::Miss => None,
+                        }))
                     }
                     Err(e) => {
                         tracing::warn!(session = %id, error = %e, "route lookup failed");
@@ -282,6 +306,20 @@ impl Proxy {
                 405,
                 "method_not_allowed",
                 "terminals accept GET only",
+            )
+            .await;
+        }
+        let req = session.req_header();
+        let declares_body = header(req, "transfer-encoding").is_some()
+            || header(req, "content-length").is_some_and(|v| v.trim_ascii() != b"0");
+        if declares_body {
+            // ttyd never needs a request body; nothing unexpected is relayed to it.
+            return reply_error(
+                session,
+                ctx,
+                400,
+                "body_not_allowed",
+                "terminal requests carry no body",
             )
             .await;
         }
@@ -334,7 +372,23 @@ impl Proxy {
                         .close_on_token_expiry
                         .then_some(principal.expires_at);
                     match g.terminals.admit(id, sub, expires) {
-                        Ok(t) => ctx.ticket = Some(t),
+                        Ok(t) => {
+                            // Re-check after taking the slot: a revocation applied to
+                            // the cache before this point is seen here; one applied
+                            // after it finds the slot registered and closes it.
+                            let still = matches!(g.routes.get(&id), Lookup::Hit(r) if r == route);
+                            if !still || g.routes.is_locked(sub) {
+                                drop(t);
+                                let d = if still {
+                                    Denial::LOCKED
+                                } else {
+                                    Denial::NOT_FOUND
+                                };
+                                return reply_error(session, ctx, d.status, d.code, d.message)
+                                    .await;
+                            }
+                            ctx.ticket = Some(t)
+                        }
                         Err(LimitHit::User) => {
                             return reply_error(
                                 session,
@@ -483,50 +537,24 @@ impl Proxy {
                         }
                     },
                 };
-                let ip = client_ip(session);
-                let limit = isize::try_from(g.config.gateway.auth_failures_per_minute)
-                    .unwrap_or(isize::MAX);
-                if g.auth_failures.observe(&ip, 0) > limit {
-                    return reply_error(
-                        session,
-                        ctx,
-                        429,
-                        "too_many_failures",
-                        "too many failed sign-ins from this address; wait a minute",
-                    )
-                    .await;
-                }
-                match g.verifier.verify(&token, now()) {
-                    Ok(p) => {
-                        ctx.decision = "allow";
-                        ctx.reason = "sign_in";
-                        ctx.principal = Some(p.clone());
-                        let max_age = p.expires_at.saturating_sub(now());
-                        let token = String::from_utf8_lossy(&token);
-                        let set = format!("{cookie}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{secure}");
-                        let body = serde_json::json!({"sub": p.sub.as_str(), "admin": p.admin, "expires_at": p.expires_at});
-                        tracing::info!(target: "audit", sub = %p.sub, decision = "allow", reason = "sign_in", "signed in");
-                        reply_json(
-                            session,
-                            200,
-                            serde_json::to_vec(&body).unwrap_or_default(),
-                            &[("Set-Cookie", set)],
-                        )
-                        .await
-                    }
-                    Err(e) => {
-                        crate::metrics::Metrics::inc(&g.metrics.auth_failures, e.reason());
-                        g.auth_failures.observe(&ip, 1);
-                        reply_error(
-                            session,
-                            ctx,
-                            401,
-                            "unauthenticated",
-                            &format!("token refused: {}", e.reason()),
-                        )
-                        .await
-                    }
-                }
+                let Some(p) = self.verify(session, ctx, token).await? else {
+                    return Ok(true);
+                };
+                ctx.decision = "allow";
+                ctx.reason = "sign_in";
+                ctx.principal = Some(p.clone());
+                let max_age = p.expires_at.saturating_sub(now());
+                let token = ctx.token.take().unwrap_or_default();
+                let set = format!("{cookie}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{secure}");
+                let body = serde_json::json!({"sub": p.sub.as_str(), "admin": p.admin, "expires_at": p.expires_at});
+                tracing::info!(target: "audit", sub = %p.sub, decision = "allow", reason = "sign_in", "signed in");
+                reply_json(
+                    session,
+                    200,
+                    serde_json::to_vec(&body).unwrap_or_default(),
+                    &[("Set-Cookie", set)],
+                )
+                .await
             }
             _ => {
                 reply_error(

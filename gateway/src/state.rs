@@ -42,6 +42,8 @@ pub struct Gateway {
     pub lookups: Rate,
     /// The session cookie is marked `Secure` (TLS listener).
     pub secure_cookie: bool,
+    /// Proxies whose `X-Forwarded-For` names the client address.
+    pub trusted_proxies: policy::TrustedProxies,
 }
 
 impl Gateway {
@@ -67,6 +69,8 @@ impl Gateway {
             auth_failures: Rate::new(Duration::from_secs(60)),
             lookups: Rate::new(Duration::from_secs(60)),
             secure_cookie: g.tls_cert_file.is_some(),
+            trusted_proxies: policy::TrustedProxies::parse(&g.trusted_proxies)
+                .map_err(|(i, why)| anyhow::anyhow!("gateway.trusted_proxies[{i}]: {why}"))?,
             config,
         }))
     }

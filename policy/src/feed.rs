@@ -17,6 +17,19 @@ pub struct Route {
     pub container: String,
 }
 
+/// Control's answer to a one-off route lookup (`GET /v1/routes/<id>`): the route,
+/// its owner's lock and the revision both are true at, read as one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteLookup {
+    /// The running session's route.
+    pub route: Route,
+    /// Whether its owner is locked.
+    #[serde(default)]
+    pub owner_locked: bool,
+    /// The store's revision at the time of the answer.
+    pub rev: u64,
+}
+
 /// One entry of the route feed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]

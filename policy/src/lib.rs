@@ -8,6 +8,7 @@
 //! or tokio (`cargo tree -p policy` proves it in CI).
 
 pub mod access;
+pub mod client_addr;
 pub mod error;
 pub mod feed;
 pub mod identity;
@@ -18,6 +19,7 @@ pub mod sandbox;
 pub mod session_id;
 
 pub use access::{decide, Action, Decision, Denial};
+pub use client_addr::TrustedProxies;
 pub use error::ErrorBody;
 pub use identity::{
     KeyError, KeyMaterial, PemKey, Principal, Signer, Sub, TokenClaims, TokenError, Verifier,

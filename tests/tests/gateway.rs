@@ -791,10 +791,13 @@ fn terminal_limits_and_failed_sign_in_limits_answer_429() {
             .status
         })
         .collect();
-    assert!(
-        statuses.contains(&429),
-        "no rate limit after repeated failures: {statuses:?}"
+    assert_eq!(
+        statuses,
+        [401, 401, 401, 429, 429, 429],
+        "failures past the limit are answered 429"
     );
+    // The same address, a valid token: never refused by the failure limit (everyone
+    // behind one proxy shares an address), for the API, sign-in and terminals alike.
     let good = http(
         "GET",
         &stack.url(n, "/api/sessions"),
@@ -802,7 +805,176 @@ fn terminal_limits_and_failed_sign_in_limits_answer_429() {
         None,
     )
     .unwrap();
-    assert_eq!(good.status, 429, "the address stays limited for the window");
+    assert_eq!(good.status, 200, "{}", good.text);
+    let cookie = stack.sign_in_with(n, &stack.control.token("alice", false));
+    stack
+        .open_as(n, &id, &cookie)
+        .expect("a valid cookie opens the terminal");
+}
+
+#[test]
+fn behind_a_trusted_proxy_failures_count_per_forwarded_address() {
+    let mut stack = GatewayStack::start("");
+    let n = stack.spawn_gateway(&[
+        ("TERMGATE__GATEWAY__AUTH_FAILURES_PER_MINUTE", "2"),
+        ("TERMGATE__GATEWAY__TRUSTED_PROXIES", "[\"127.0.0.1\"]"),
+    ]);
+    let bad = |from: &str| {
+        raw_status(
+            stack.gateways[n].port,
+            &format!(
+                "GET /api/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a.b.c\r\nX-Forwarded-For: {from}\r\nConnection: close\r\n\r\n"
+            ),
+        )
+    };
+    assert_eq!(
+        [
+            bad("198.51.100.1"),
+            bad("198.51.100.1"),
+            bad("198.51.100.1")
+        ],
+        [401, 401, 429]
+    );
+    // Another client behind the same proxy has its own count.
+    assert_eq!(bad("198.51.100.2"), 401);
+}
+
+#[test]
+fn locked_admins_cannot_unlock_themselves_nor_lock_others() {
+    let stack = GatewayStack::start("");
+    let (boss, eve) = (
+        stack.control.token("boss", true),
+        stack.control.token("eve", true),
+    );
+    let call = |method: &str, path: &str, token: &str| {
+        http(method, &stack.url(0, path), Some(token), None).unwrap()
+    };
+    assert_eq!(call("POST", "/api/users/eve/lock", &boss).status, 204);
+    for (method, path) in [
+        ("DELETE", "/api/users/eve/lock"),
+        ("POST", "/api/users/boss/lock"),
+        ("GET", "/api/sessions"),
+        ("GET", "/api/profiles"),
+    ] {
+        let a = call(method, path, &eve);
+        assert_eq!(
+            (a.status, a.body["error"]["code"].as_str()),
+            (403, Some("user_locked")),
+            "a locked admin: {method} {path}"
+        );
+    }
+    let own = call("POST", "/api/users/boss/lock", &boss);
+    assert_eq!(
+        (own.status, own.body["error"]["code"].as_str()),
+        (403, Some("own_lock")),
+        "an admin cannot lock themselves out"
+    );
+    assert_eq!(call("GET", "/api/sessions", &boss).status, 200);
+}
+
+#[test]
+fn terminals_opened_while_a_lock_lands_never_outlive_it() {
+    let stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let cookie = stack.sign_in("alice");
+    let admin = stack.control.token("root", true);
+    let mut rng = u64::from_str_radix(&e2e::random_hex(8), 16).unwrap() | 1;
+    eprintln!("lock race seed {rng}");
+    for round in 0..20 {
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let opened = std::thread::scope(|s| {
+            let opener = s.spawn(|| {
+                let mut open = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    if let Ok(t) = stack.open_as(0, &id, &cookie) {
+                        open.push(t);
+                    }
+                }
+                open
+            });
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            std::thread::sleep(Duration::from_millis(rng % 150));
+            let r = stack
+                .control
+                .call("POST", "/v1/users/alice/lock", Some(&admin), None);
+            assert_eq!(r.status, 204);
+            std::thread::sleep(Duration::from_millis(200));
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            opener.join().unwrap()
+        });
+        for t in &opened {
+            t.wait_closed(Duration::from_secs(2)).unwrap_or_else(|e| {
+                panic!("round {round}: a terminal outlived the lock by 2 s: {e}")
+            });
+        }
+        let r = stack
+            .control
+            .call("DELETE", "/v1/users/alice/lock", Some(&admin), None);
+        assert_eq!(r.status, 204);
+        wait_for("the unlock to reach the gateway", T, || {
+            stack.open_as(0, &id, &cookie).ok()
+        });
+    }
+}
+
+#[test]
+fn terminal_requests_with_a_body_are_refused_before_ttyd() {
+    let stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let token = stack.control.token("alice", false);
+    let before = stack.counter.connections();
+    for extra in [
+        "Content-Length: 5\r\n\r\nhello",
+        "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    ] {
+        for part in ["", "token", "ws"] {
+            let status = raw_status(
+                stack.gw().port,
+                &format!(
+                    "GET /s/{id}/{part} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n{extra}"
+                ),
+            );
+            assert_eq!(status, 400, "{part} with {extra:?}");
+        }
+    }
+    assert_eq!(stack.counter.connections(), before, "nothing reached ttyd");
+    // Without a body the same request goes through.
+    let ok = raw_status(
+        stack.gw().port,
+        &format!(
+            "GET /s/{id}/token HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    assert_eq!(ok, 200);
+}
+
+#[test]
+fn past_the_lookup_limit_unknown_and_not_yours_still_look_the_same() {
+    let mut stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let n = stack.spawn_gateway(&[("TERMGATE__GATEWAY__LOOKUP_MISSES_PER_MINUTE", "2")]);
+    stack.wait_ready(n);
+    let bob = stack.sign_in_with(n, &stack.control.token("bob", false));
+    let answers: Vec<(Option<u16>, serde_json::Value)> = [
+        "bbbbbbbbbbbbbbbb",
+        "cccccccccccccccc",
+        "dddddddddddddddd",
+        "eeeeeeeeeeeeeeee",
+        id.as_str(),
+    ]
+    .iter()
+    .map(|s| {
+        let e = stack.open_as(n, s, &bob).unwrap_err();
+        (e.status(), e.json().unwrap_or_default())
+    })
+    .collect();
+    let first = answers[0].clone();
+    assert_eq!(first.0, Some(404));
+    for a in &answers {
+        assert_eq!(a, &first, "every answer is the unknown-session 404");
+    }
 }
 
 #[test]
