@@ -1,5 +1,6 @@
 //! Loading, overriding and refusing configuration.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use config::{load, load_from_str, ConfigErrors, KEYS};
@@ -286,17 +287,90 @@ fn default_origins_follow_the_listener() {
     assert_eq!(o, ["http://127.0.0.1:18080", "http://localhost:18080"]);
 }
 
+/// Every key path a TOML text defines, as segments: tables, their keys, and the keys
+/// of tables inside arrays (`[[auth.public_keys]]`). `None` when it is not TOML.
+fn key_paths(text: &str) -> Option<BTreeSet<Vec<String>>> {
+    fn walk(prefix: &mut Vec<String>, table: &toml::Table, out: &mut BTreeSet<Vec<String>>) {
+        for (key, value) in table {
+            prefix.push(key.clone());
+            out.insert(prefix.clone());
+            match value {
+                toml::Value::Table(t) => walk(prefix, t, out),
+                toml::Value::Array(items) => {
+                    for item in items {
+                        if let toml::Value::Table(t) = item {
+                            walk(prefix, t, out);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            prefix.pop();
+        }
+    }
+    let table: toml::Table = text.parse().ok()?;
+    let mut out = BTreeSet::new();
+    walk(&mut Vec::new(), &table, &mut out);
+    Some(out)
+}
+
+/// The key paths the example shows commented out: those a reader gets by uncommenting
+/// one comment line where it stands. Prose comments are not TOML and add nothing; a
+/// commented key in the wrong section adds the path it would really have there.
+fn commented_key_paths(text: &str) -> BTreeSet<Vec<String>> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = BTreeSet::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(body) = line.trim_start().strip_prefix('#') else {
+            continue;
+        };
+        let mut uncommented = lines.clone();
+        uncommented[i] = body.trim_start();
+        if let Some(paths) = key_paths(&uncommented.join("\n")) {
+            out.extend(paths);
+        }
+    }
+    out
+}
+
+/// Whether `path` is the reference key `key`, where `<name>` stands for any profile.
+fn is_key(path: &[String], key: &str) -> bool {
+    let key: Vec<&str> = key.split('.').collect();
+    path.len() == key.len() && path.iter().zip(&key).all(|(p, k)| *k == "<name>" || p == k)
+}
+
 #[test]
 fn every_key_of_the_reference_is_in_the_example_or_documented_as_optional() {
-    // The example is the complete single-host config: every top-level and section key
-    // that has a default appears in it (commented when optional).
+    // The example is the complete single-host config: every key appears in it at its
+    // real place, set or (when optional) commented out; `profiles.<name>.*` keys in at
+    // least one profile. Parsed, not searched: a leaf name also matches prose and keys
+    // of other sections (`description`, `listen`, `max_body_bytes`).
+    let set = key_paths(EXAMPLE).expect("the example is TOML");
+    let commented = commented_key_paths(EXAMPLE);
     for (key, _) in KEYS {
-        let leaf = key.rsplit('.').next().unwrap();
         assert!(
-            EXAMPLE.contains(leaf),
-            "{key} is missing from termgate.example.toml"
+            set.iter().any(|p| is_key(p, key)) || commented.iter().any(|p| is_key(p, key)),
+            "{key} is neither set nor shown commented out at its place in termgate.example.toml"
         );
     }
+}
+
+#[test]
+fn commented_keys_are_found_only_where_they_would_take_effect() {
+    let text = "[a]\nx = 1\n# y = 2\n# Prose: z = 3, not a key.\n[b]\n";
+    assert!(key_paths(text).unwrap().iter().all(|p| !is_key(p, "a.y")));
+    let commented = commented_key_paths(text);
+    assert!(commented.iter().any(|p| is_key(p, "a.y")));
+    assert!(!commented.iter().any(|p| is_key(p, "b.y")));
+    assert!(!commented.iter().any(|p| p.last().is_some_and(|k| k == "z")));
+    assert!(is_key(
+        &["profiles".into(), "p".into(), "cpus".into()],
+        "profiles.<name>.cpus"
+    ));
+    assert!(!is_key(
+        &["store".into(), "cpus".into()],
+        "profiles.<name>.cpus"
+    ));
 }
 
 #[test]

@@ -247,17 +247,162 @@ mod tests {
         }
     }
 
+    /// The canonical spelling, decided without `classify` or `SessionId`: `/s/`, 16
+    /// characters of `a-z2-7`, then exactly `/`, `/token` or `/ws`.
+    fn canonical_terminal(s: &str) -> Option<(&str, TerminalPart)> {
+        let (id, part) = s.strip_prefix("/s/")?.split_at_checked(16)?;
+        if !id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || (b'2'..=b'7').contains(&b))
+        {
+            return None;
+        }
+        let part = match part {
+            "/" => TerminalPart::Page,
+            "/token" => TerminalPart::Token,
+            "/ws" => TerminalPart::Ws,
+            _ => return None,
+        };
+        Some((id, part))
+    }
+
+    /// Bytes a typo or a trick puts into a terminal path: the id alphabet, its borders
+    /// (`1`, `8`, upper case), separators, dots, encodings and escapes.
+    const TRICK_BYTES: &[u8] = b"az27AZ0189/.%-_;?#~\\ ";
+
+    /// One edit to a valid terminal path.
+    #[derive(Debug, Clone)]
+    enum Mutation {
+        Insert(prop::sample::Index, u8),
+        Remove(prop::sample::Index),
+        Replace(prop::sample::Index, u8),
+        /// A `/` becomes `//`.
+        DoubleSlash(prop::sample::Index),
+        /// `./` or `../` after a `/`.
+        DotSegment(prop::sample::Index, &'static str),
+        /// A byte becomes its `%XX` encoding.
+        PercentEncode(prop::sample::Index),
+        UpperCase(prop::sample::Index),
+        Append(&'static str),
+    }
+
+    fn mutation() -> impl Strategy<Value = Mutation> {
+        use prop::sample::{select, Index};
+        prop_oneof![
+            (any::<Index>(), select(TRICK_BYTES)).prop_map(|(i, b)| Mutation::Insert(i, b)),
+            any::<Index>().prop_map(Mutation::Remove),
+            (any::<Index>(), select(TRICK_BYTES)).prop_map(|(i, b)| Mutation::Replace(i, b)),
+            any::<Index>().prop_map(Mutation::DoubleSlash),
+            (any::<Index>(), select(&["./", "../"][..]))
+                .prop_map(|(i, s)| Mutation::DotSegment(i, s)),
+            any::<Index>().prop_map(Mutation::PercentEncode),
+            any::<Index>().prop_map(Mutation::UpperCase),
+            select(&["/", "//", "/.", "/..", "x", "/ws", "/token", "?x", ";x", "#", "%00"][..])
+                .prop_map(Mutation::Append),
+        ]
+    }
+
+    fn apply(path: String, mutations: Vec<Mutation>) -> String {
+        let mut b = path.into_bytes();
+        for m in mutations {
+            let slashes: Vec<usize> = (0..b.len()).filter(|&i| b[i] == b'/').collect();
+            match m {
+                Mutation::Insert(i, c) => b.insert(i.index(b.len() + 1), c),
+                Mutation::Remove(i) if !b.is_empty() => {
+                    b.remove(i.index(b.len()));
+                }
+                Mutation::Replace(i, c) if !b.is_empty() => {
+                    let at = i.index(b.len());
+                    b[at] = c;
+                }
+                Mutation::DoubleSlash(i) if !slashes.is_empty() => {
+                    b.insert(*i.get(&slashes), b'/');
+                }
+                Mutation::DotSegment(i, seg) if !slashes.is_empty() => {
+                    let at = *i.get(&slashes) + 1;
+                    b.splice(at..at, seg.bytes());
+                }
+                Mutation::PercentEncode(i) if !b.is_empty() => {
+                    let at = i.index(b.len());
+                    let encoded = format!("%{:02X}", b[at]);
+                    b.splice(at..=at, encoded.bytes());
+                }
+                Mutation::UpperCase(i) if !b.is_empty() => {
+                    let at = i.index(b.len());
+                    b[at].make_ascii_uppercase();
+                }
+                Mutation::Append(tail) => b.extend_from_slice(tail.as_bytes()),
+                _ => {}
+            }
+        }
+        String::from_utf8(b).unwrap()
+    }
+
+    /// Valid terminal paths, up to two edits of them, and (for breadth) arbitrary
+    /// short paths: arbitrary paths alone essentially never spell a 16-character id,
+    /// so they cannot show that a near miss is refused.
+    fn terminal_path_candidates() -> impl Strategy<Value = String> {
+        // Compiled once: a `&str` strategy recompiles its regex for every value.
+        let regex = |r: &str| proptest::string::string_regex(r).unwrap();
+        let valid = (
+            regex("[a-z2-7]{16}"),
+            prop::sample::select(&["/", "/token", "/ws"][..]),
+        )
+            .prop_map(|(id, part)| format!("/s/{id}{part}"));
+        prop_oneof![
+            1 => regex("/[a-z0-9/._%-]{0,40}"),
+            6 => (valid, proptest::collection::vec(mutation(), 0..=2))
+                .prop_map(|(path, mutations)| apply(path, mutations)),
+        ]
+    }
+
+    /// The share of `cases` values drawn from `strategy`, with a fixed seed, for which
+    /// `side` holds.
+    fn share<S: Strategy>(strategy: S, cases: usize, side: impl Fn(&S::Value) -> bool) -> f64 {
+        use proptest::strategy::ValueTree;
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let hits = (0..cases)
+            .filter(|_| side(&strategy.new_tree(&mut runner).unwrap().current()))
+            .count();
+        hits as f64 / cases as f64
+    }
+
+    #[test]
+    fn the_path_generator_hits_both_terminal_routes_and_refusals() {
+        let terminal = share(terminal_path_candidates(), 10_000, |s| {
+            matches!(classify(s.as_bytes()), Ok(PublicRoute::Terminal { .. }))
+        });
+        eprintln!(
+            "terminal path candidates: {:.1}% terminal routes, {:.1}% not",
+            terminal * 100.0,
+            (1.0 - terminal) * 100.0
+        );
+        assert!((0.1..=0.9).contains(&terminal), "{terminal}");
+    }
+
     proptest! {
         #[test]
         fn classify_never_panics(raw in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = classify(&raw);
         }
+    }
+
+    proptest! {
+        // Each kind of edit is a few percent of cases: enough cases that each shows up.
+        #![proptest_config(ProptestConfig::with_cases(2048))]
 
         #[test]
-        fn a_terminal_route_always_has_the_exact_canonical_form(s in "/[a-z0-9/._%-]{0,40}") {
-            if let Ok(PublicRoute::Terminal { id, part }) = classify(s.as_bytes()) {
+        fn a_terminal_route_always_has_the_exact_canonical_form(s in terminal_path_candidates()) {
+            let got = classify(s.as_bytes());
+            if let Ok(PublicRoute::Terminal { id, part }) = got {
                 let canonical = format!("/s/{id}{}", match part { TerminalPart::Page => "/", TerminalPart::Token => "/token", TerminalPart::Ws => "/ws" });
-                prop_assert_eq!(s, canonical);
+                prop_assert_eq!(&s, &canonical);
+                // And canonical by the documented rule, not only by `SessionId`'s.
+                prop_assert!(canonical_terminal(&s).is_some(), "{} is not canonical", s);
+            }
+            if let Some((id, part)) = canonical_terminal(&s) {
+                let id = SessionId::parse(id).unwrap();
+                prop_assert_eq!(got, Ok(PublicRoute::Terminal { id, part }), "{}", s);
             }
         }
     }

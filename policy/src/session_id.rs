@@ -173,11 +173,98 @@ mod tests {
         assert!(serde_json::from_str::<SessionId>("\"AAAAAAAAAAAAAAAA\"").is_err());
     }
 
+    /// The documented rule, written without `ALPHABET` or `parse` so that a mistake in
+    /// either cannot hide in the oracle: 16 bytes, each `a-z` or `2-7`.
+    fn is_valid_id(s: &str) -> bool {
+        s.len() == 16
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || (b'2'..=b'7').contains(&b))
+    }
+
+    /// Characters just outside the alphabet (`1` and `8` border `2-7`, `` ` `` and `{`
+    /// border `a-z`), upper case, separators, encodings, NUL and non-ASCII.
+    const OUTSIDE: &[char] = &[
+        '0', '1', '8', '9', '`', '{', 'A', 'Q', 'Z', '.', '-', '_', '/', '%', '=', '+', ' ', '\0',
+        'é',
+    ];
+
+    /// Valid ids and their near misses in about equal measure: random bytes almost never
+    /// spell an id, so they cannot tell an exact parser from a lax one.
+    fn id_candidates() -> impl Strategy<Value = String> {
+        // Compiled once: a `&str` strategy recompiles its regex for every value.
+        let over_alphabet =
+            |len: usize| proptest::string::string_regex(&format!("[a-z2-7]{{{len}}}")).unwrap();
+        let valid = || over_alphabet(SessionId::LEN);
+        prop_oneof![
+            4 => valid(),
+            1 => over_alphabet(SessionId::LEN - 1),
+            1 => over_alphabet(SessionId::LEN + 1),
+            2 => (valid(), any::<prop::sample::Index>(), prop::sample::select(OUTSIDE)).prop_map(
+                |(s, at, c)| {
+                    let mut chars: Vec<char> = s.chars().collect();
+                    let at = at.index(chars.len());
+                    chars[at] = c;
+                    chars.into_iter().collect()
+                }
+            ),
+            2 => (valid(), any::<prop::sample::Index>()).prop_map(|(s, at)| {
+                let mut bytes = s.into_bytes();
+                let at = at.index(bytes.len());
+                if bytes[at].is_ascii_lowercase() {
+                    bytes[at].make_ascii_uppercase();
+                } else {
+                    // A digit has no upper case: shout the whole id instead.
+                    bytes.make_ascii_uppercase();
+                }
+                String::from_utf8(bytes).unwrap()
+            }),
+        ]
+    }
+
+    /// The share of `cases` values drawn from `strategy`, with a fixed seed, for which
+    /// `side` holds.
+    fn share<S: Strategy>(strategy: S, cases: usize, side: impl Fn(&S::Value) -> bool) -> f64 {
+        use proptest::strategy::ValueTree;
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let hits = (0..cases)
+            .filter(|_| side(&strategy.new_tree(&mut runner).unwrap().current()))
+            .count();
+        hits as f64 / cases as f64
+    }
+
+    #[test]
+    fn the_id_generator_hits_both_accepted_and_refused_ids() {
+        let accepted = share(id_candidates(), 10_000, |s| SessionId::parse(s).is_ok());
+        eprintln!(
+            "session id candidates: {:.1}% accepted, {:.1}% refused",
+            accepted * 100.0,
+            (1.0 - accepted) * 100.0
+        );
+        assert!((0.1..=0.9).contains(&accepted), "{accepted}");
+    }
+
     proptest! {
+        // Each near-miss character is about 1% of cases: enough cases that each shows up.
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
         #[test]
-        fn parse_never_panics_and_accepts_only_the_alphabet(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
+        fn parse_accepts_exactly_the_alphabet_at_the_right_length(s in id_candidates()) {
+            let parsed = SessionId::parse(&s);
+            prop_assert_eq!(parsed.is_ok(), is_valid_id(&s), "{:?} -> {:?}", s, parsed);
+            if let Ok(id) = parsed {
+                prop_assert_eq!(id.as_str(), s.as_str());
+                prop_assert_eq!(id.to_string().parse::<SessionId>(), Ok(id));
+            }
+        }
+    }
+
+    proptest! {
+        /// Random bytes almost never spell an id; this guards against panics and
+        /// against accepting what is not UTF-8 lower-case base32.
+        #[test]
+        fn parse_bytes_never_panics_on_random_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
             let ok = SessionId::parse_bytes(&bytes).is_ok();
-            let expected = bytes.len() == SessionId::LEN && bytes.iter().all(|b| ALPHABET.contains(b));
+            let expected = std::str::from_utf8(&bytes).is_ok_and(is_valid_id);
             prop_assert_eq!(ok, expected);
         }
 
