@@ -67,6 +67,9 @@ fn segment_ok(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'@' | b'-'))
 }
 
+/// First segments of control's `/v1/` paths that only gateways may call.
+pub const INTERNAL_API: &[&str] = &["routes", "healthz"];
+
 /// Classifies a raw request path (without the query string).
 pub fn classify(raw: &[u8]) -> Result<PublicRoute<'_>, PathError> {
     if raw.first() != Some(&b'/') {
@@ -106,7 +109,11 @@ pub fn classify(raw: &[u8]) -> Result<PublicRoute<'_>, PathError> {
         };
     }
     if let Some(rest) = path.strip_prefix("/api/") {
-        return if rest.split('/').all(segment_ok) {
+        let first = rest.split('/').next().unwrap_or_default();
+        // Control's internal endpoints (the route feed, lookups, its health) are for
+        // gateways only and are never routed from the outside.
+        let internal = INTERNAL_API.contains(&first);
+        return if !internal && rest.split('/').all(segment_ok) {
             Ok(PublicRoute::Api(rest))
         } else {
             Err(PathError::NotFound)
@@ -150,6 +157,17 @@ mod tests {
         );
         assert_eq!(classify(b"/auth/session"), Ok(PublicRoute::AuthSession));
         assert_eq!(classify(b"/api/sessions"), Ok(PublicRoute::Api("sessions")));
+        for internal in [
+            "/api/routes",
+            "/api/routes/abcdefghijk234mn",
+            "/api/healthz",
+        ] {
+            assert_eq!(
+                classify(internal.as_bytes()),
+                Err(PathError::NotFound),
+                "{internal} is control-internal"
+            );
+        }
         assert_eq!(
             classify(format!("/api/sessions/{ID}/redraw").as_bytes()),
             Ok(PublicRoute::Api("sessions/abcdefghijk234mn/redraw"))

@@ -920,6 +920,33 @@ fn terminals_opened_while_a_lock_lands_never_outlive_it() {
 }
 
 #[test]
+fn control_internal_paths_are_not_routed_even_with_the_service_token() {
+    let stack = GatewayStack::start("");
+    let service = stack.control.service_token();
+    let alice = stack.control.token("alice", false);
+    for path in [
+        "/api/routes?after=0",
+        "/api/routes/abcdefghijk234mn",
+        "/api/healthz",
+    ] {
+        for token in [&service, &alice] {
+            let a = http("GET", &stack.url(0, path), Some(token), None).unwrap();
+            assert_eq!(
+                (a.status, a.body["error"]["code"].as_str()),
+                (404, Some("not_found")),
+                "{path}: {}",
+                a.text
+            );
+        }
+    }
+    // Control itself still answers the gateways on the same paths.
+    let direct = stack
+        .control
+        .call("GET", "/v1/routes?after=0", Some(&service), None);
+    assert_eq!(direct.status, 200);
+}
+
+#[test]
 fn terminal_requests_with_a_body_are_refused_before_ttyd() {
     let stack = GatewayStack::start("");
     let id = create(&stack, "alice");
