@@ -647,13 +647,29 @@ fn admin_listener_serves_health_readiness_and_metrics() {
         m.contains("termgate_gateway_terminal_bytes_total{kind=\"down\"}")
             .then_some(m)
     });
-    for name in [
-        "termgate_gateway_terminal_requests_total{kind=\"allow\"}",
-        "termgate_gateway_terminal_requests_total{kind=\"session_not_found\"}",
-        "termgate_gateway_feed_revision",
-    ] {
-        assert!(m.contains(name), "{name} missing:\n{m}");
-    }
+    // Values, not just names: each counts what happened above.
+    let value = |name: &str| -> f64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing:\n{m}"))
+    };
+    assert!(value("termgate_gateway_terminal_requests_total{kind=\"allow\"}") >= 1.0);
+    assert_eq!(
+        value("termgate_gateway_terminal_requests_total{kind=\"session_not_found\"}"),
+        1.0
+    );
+    assert!(
+        value("termgate_gateway_terminal_bytes_total{kind=\"down\"}") > 0.0,
+        "the echoed output was counted"
+    );
+    assert!(
+        value("termgate_gateway_terminal_bytes_total{kind=\"up\"}") > 0.0,
+        "the typed input was counted"
+    );
+    assert!(
+        value("termgate_gateway_feed_revision") >= 2.0,
+        "the create reached the feed"
+    );
 }
 
 #[test]
