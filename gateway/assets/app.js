@@ -61,6 +61,52 @@ async function signIn(token) {
   await showSessions(me);
 }
 
+// The `sub` a token names, read without verifying it (the gateway verifies on sign-in);
+// only used to ask the right question. null when it cannot be read.
+function tokenSub(token) {
+  try {
+    const part = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    const sub = JSON.parse(atob(part)).sub;
+    return typeof sub === "string" ? sub : null;
+  } catch (e) {
+    return null;
+  }
+}
+
+// A sign-in link never replaces a signed-in user silently: a link made for someone
+// else (an attacker's own account, whose terminal they watch) must be confirmed.
+async function signInByLink(token) {
+  let current = null;
+  try {
+    current = await call("GET", "/auth/session");
+  } catch (e) {
+    current = null;
+  }
+  const next = tokenSub(token);
+  if (!current || (next !== null && next === current.sub)) {
+    await signIn(token);
+    return;
+  }
+  await showSessions(current);
+  $("switch-text").textContent = "You are signed in as " + current.sub + ". This link signs you in as "
+    + (next === null ? "another user" : next) + ". Sign in as " + (next === null ? "that user" : next)
+    + " instead of " + current.sub + "?";
+  $("switch-yes").textContent = "Sign in as " + (next === null ? "the other user" : next);
+  $("switch-no").textContent = "Stay signed in as " + current.sub;
+  $("switch").hidden = false;
+  $("switch-no").focus();
+  const choice = await new Promise((resolve) => {
+    $("switch-yes").onclick = () => resolve(true);
+    $("switch-no").onclick = () => resolve(false);
+  });
+  $("switch").hidden = true;
+  if (choice) {
+    await signIn(token);
+  } else {
+    say("Still signed in as " + current.sub + ".");
+  }
+}
+
 async function showSessions(me) {
   closeFrame();
   // Never show the previous user's rows under the new name while the lists load.
@@ -287,7 +333,7 @@ async function start() {
     const token = linkToken();
     if (!token) return;
     try {
-      await signIn(token);
+      await signInByLink(token);
     } catch (e) {
       say(e.message, true);
     }
@@ -295,7 +341,7 @@ async function start() {
   const token = linkToken();
   if (token) {
     try {
-      await signIn(token);
+      await signInByLink(token);
       return;
     } catch (e) {
       say(e.message, true);

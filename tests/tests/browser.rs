@@ -324,3 +324,96 @@ fn another_user_in_the_browser_gets_the_404_for_someone_elses_terminal() {
     );
     ok("not-found.png", b.screenshot(&artifact("not-found.png")));
 }
+
+#[test]
+fn a_sign_in_link_for_another_user_never_switches_accounts_silently() {
+    let stack = GatewayStack::start("");
+    let mut b = launch();
+    sign_in_by_link(&mut b, &stack, "alice");
+    let whoami = |b: &mut Browser| {
+        ok(
+            "who the cookie says",
+            b.eval(
+                "fetch('/auth/session', {credentials: 'same-origin'}).then((r) => r.json()).then((j) => j.sub)",
+            ),
+        )
+    };
+    assert_eq!(whoami(&mut b), json!("alice"));
+
+    // An attacker's link for their own account, opened in alice's signed-in tab: the
+    // page asks, and until alice answers her cookie stays hers.
+    let mallory = stack.control.token("mallory", false);
+    ok(
+        "open mallory's link over the page",
+        b.eval(&format!(
+            "location.hash = {}",
+            json!(format!("token={mallory}"))
+        )),
+    );
+    ok(
+        "the question",
+        b.wait_js(
+            "!document.getElementById('switch').hidden \
+             && document.getElementById('switch-text').textContent.includes('mallory') \
+             && document.getElementById('switch-text').textContent.includes('alice')",
+            T,
+            "the switch question naming both users",
+        ),
+    );
+    ok("switch.png", b.screenshot(&artifact("switch.png")));
+    assert_eq!(
+        whoami(&mut b),
+        json!("alice"),
+        "nothing switched before the answer"
+    );
+    assert_eq!(
+        ok(
+            "who is shown",
+            b.eval("document.getElementById('who-name').textContent")
+        ),
+        json!("alice")
+    );
+    ok(
+        "stay alice",
+        b.eval("document.getElementById('switch-no').click()"),
+    );
+    ok(
+        "the question gone",
+        b.wait_js(
+            "document.getElementById('switch').hidden",
+            T,
+            "the question to go",
+        ),
+    );
+    assert_eq!(whoami(&mut b), json!("alice"), "declining keeps alice");
+
+    // Asked again and confirmed, the switch happens: the question is the only gate.
+    ok(
+        "open mallory's link again",
+        b.eval(&format!(
+            "location.hash = {}",
+            json!(format!("token={mallory}"))
+        )),
+    );
+    ok(
+        "the question again",
+        b.wait_js(
+            "!document.getElementById('switch').hidden",
+            T,
+            "the switch question",
+        ),
+    );
+    ok(
+        "switch to mallory",
+        b.eval("document.getElementById('switch-yes').click()"),
+    );
+    ok(
+        "mallory shown",
+        b.wait_js(
+            "document.getElementById('who-name').textContent === 'mallory'",
+            T,
+            "mallory signed in",
+        ),
+    );
+    assert_eq!(whoami(&mut b), json!("mallory"));
+}
