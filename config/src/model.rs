@@ -258,7 +258,8 @@ pub struct Profile {
     /// Command; empty: the image's own.
     #[serde(default)]
     pub command: Vec<String>,
-    /// Non-root user, `uid[:gid]`.
+    /// Non-root user as numeric `uid:gid`, both non-zero (a name could map to root
+    /// inside the image).
     #[serde(default = "defaults::user")]
     pub user: String,
     /// Fixed environment.

@@ -192,9 +192,18 @@ fn is_daemon_path(p: &str) -> bool {
             .any(|d| is_same_or_ancestor(p, d) || is_same_or_ancestor(d, p))
 }
 
-fn is_root_user(user: &str) -> bool {
-    let name = user.split(':').next().unwrap_or("");
-    name.is_empty() || name == "root" || name.trim_start_matches('0').is_empty()
+/// A non-root user as Docker takes it: numeric uid *and* gid, both non-zero. A name
+/// (or a missing group) is resolved inside the image, where it can map to root.
+fn is_numeric_non_root(user: &str) -> bool {
+    let non_zero_id = |s: &str| {
+        !s.is_empty()
+            && s.bytes().all(|b| b.is_ascii_digit())
+            && s.parse::<u32>().is_ok_and(|n| n != 0)
+    };
+    match user.split_once(':') {
+        Some((uid, gid)) => non_zero_id(uid) && non_zero_id(gid),
+        None => false,
+    }
 }
 
 /// Checks a spec against every red line; returns all violations (empty: compliant).
@@ -341,10 +350,10 @@ pub fn check(spec: &ContainerSpec) -> Vec<Violation> {
         add(Rule::CpuLimit, "NanoCpus must be positive".into());
     }
     match &spec.user {
-        Some(u) if !is_root_user(u) => {}
+        Some(u) if is_numeric_non_root(u) => {}
         other => add(
             Rule::NonRootUser,
-            format!("User must be a non-root user, got {other:?}"),
+            format!("User must be a numeric non-zero uid:gid, got {other:?}"),
         ),
     }
     if !(spec.tty && spec.open_stdin && spec.init) {
@@ -536,6 +545,17 @@ mod tests {
             Some("0:0"),
             Some("root:1000"),
             Some("00"),
+            // Names and missing groups resolve inside the image, possibly to root.
+            Some("user"),
+            Some("1000"),
+            Some("1000:root"),
+            Some("1000:0"),
+            Some("0:1000"),
+            Some("1000:"),
+            Some(":1000"),
+            Some("+1000:1000"),
+            Some("1000:1000:1"),
+            Some("99999999999:1"),
         ] {
             let s = ContainerSpec {
                 user: u.map(String::from),
@@ -543,7 +563,7 @@ mod tests {
             };
             assert_eq!(rules(&s), vec![Rule::NonRootUser], "{u:?}");
         }
-        for u in ["1000", "1000:1000", "user", "10"] {
+        for u in ["1000:1000", "10:20", "65534:65534"] {
             assert_eq!(
                 check(&ContainerSpec {
                     user: Some(u.into()),
