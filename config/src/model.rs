@@ -180,6 +180,10 @@ pub struct ControlConfig {
     /// Bound on every Docker call, seconds.
     #[serde(default = "defaults::docker_timeout")]
     pub docker_timeout_seconds: u64,
+    /// Start even when the Docker daemon has no seccomp support (sessions then run
+    /// without a syscall filter; `termgate_control_seccomp_enforced` reports 0).
+    #[serde(default)]
+    pub allow_no_seccomp: bool,
     /// File holding the token gateways present to the route feed.
     #[serde(default)]
     pub service_token_file: Option<PathBuf>,
@@ -413,6 +417,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("control.admin_listen", "\"127.0.0.1:9070\""),
     ("control.docker_host", ""),
     ("control.docker_timeout_seconds", "10"),
+    ("control.allow_no_seccomp", "false"),
     ("control.service_token_file", ""),
     ("control.max_body_bytes", "65536"),
     ("control.reconcile_interval_seconds", "30"),

@@ -122,11 +122,10 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
     )
     .await
     .context("control.docker_host: cannot reach Docker")?;
-    match docker.seccomp_supported().await {
-        Ok(true) => {}
-        Ok(false) => tracing::warn!("the Docker daemon reports no seccomp support: session containers run without a seccomp filter"),
-        Err(e) => tracing::warn!(error = %e, "cannot read the daemon's security options"),
-    }
+    let seccomp = seccomp_at_start(
+        docker.seccomp_supported().await.map_err(|e| e.to_string()),
+        config.control.allow_no_seccomp,
+    )?;
     let api_listener = tokio::net::TcpListener::bind(&config.control.listen)
         .await
         .with_context(|| format!("control.listen: cannot listen on {}", config.control.listen))?;
@@ -140,6 +139,7 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
         })?;
 
     let control = Arc::new(Control::new(Arc::clone(&config), store, docker, verifier));
+    control.metrics.seccomp_enforced.set(i64::from(seccomp));
     match control.rebuild_from_labels().await {
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "could not check Docker for sessions to rebuild"),
@@ -225,4 +225,45 @@ fn token(
         },
     };
     signer.sign(&claims).map_err(|e| e.to_string())
+}
+
+/// Whether session containers will run under seccomp; a daemon without it (or one that
+/// cannot say) is refused unless `control.allow_no_seccomp` accepts running without.
+fn seccomp_at_start(supported: Result<bool, String>, allow_without: bool) -> anyhow::Result<bool> {
+    match (supported, allow_without) {
+        (Ok(true), _) => Ok(true),
+        (Ok(false), true) => {
+            tracing::warn!("the Docker daemon has no seccomp support: session containers run without a seccomp filter (control.allow_no_seccomp = true)");
+            Ok(false)
+        }
+        (Err(e), true) => {
+            tracing::warn!(error = %e, "cannot read the daemon's security options; going on without seccomp (control.allow_no_seccomp = true)");
+            Ok(false)
+        }
+        (Ok(false), false) => anyhow::bail!(
+            "control.allow_no_seccomp: the Docker daemon has no seccomp support, so sessions would run without a syscall filter; refusing to start (set it to true to accept that)"
+        ),
+        (Err(e), false) => anyhow::bail!(
+            "control.allow_no_seccomp: cannot tell whether the Docker daemon enforces seccomp ({e}); refusing to start (set it to true to accept running without)"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seccomp_at_start;
+
+    #[test]
+    fn a_daemon_without_seccomp_is_refused_unless_allowed_naming_the_key() {
+        assert!(seccomp_at_start(Ok(true), false).unwrap());
+        assert!(!seccomp_at_start(Ok(false), true).unwrap());
+        assert!(!seccomp_at_start(Err("timeout".into()), true).unwrap());
+        for refused in [
+            seccomp_at_start(Ok(false), false),
+            seccomp_at_start(Err("timeout".into()), false),
+        ] {
+            let e = refused.unwrap_err().to_string();
+            assert!(e.starts_with("control.allow_no_seccomp:"), "{e}");
+        }
+    }
 }

@@ -33,6 +33,8 @@ pub struct Metrics {
     pub reconcile_pass_seconds: Histogram,
     /// Current route-feed revision.
     pub feed_rev: Gauge,
+    /// 1 when the daemon enforces seccomp on session containers, 0 when it does not.
+    pub seccomp_enforced: Gauge,
 }
 
 impl Default for Metrics {
@@ -72,12 +74,19 @@ impl Default for Metrics {
             reconcile_pass_seconds.clone(),
         );
         registry.register("feed_revision", "Route feed revision", feed_rev.clone());
+        let seccomp_enforced = Gauge::default();
+        registry.register(
+            "seccomp_enforced",
+            "Whether session containers run under a seccomp filter",
+            seccomp_enforced.clone(),
+        );
         Metrics {
             registry,
             sessions_active,
             create_seconds,
             reconcile_actions,
             docker_errors,
+            seccomp_enforced,
             reconcile_pass_seconds,
             feed_rev,
         }

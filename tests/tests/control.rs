@@ -1166,6 +1166,8 @@ fn metrics_are_served_on_the_admin_listener() {
             .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
     };
     assert_eq!(value(&m, "termgate_control_sessions_active"), 1.0);
+    // This machine's daemon filters syscalls (else control would have refused to start).
+    assert_eq!(value(&m, "termgate_control_seccomp_enforced"), 1.0);
     assert_eq!(
         value(&m, "termgate_control_create_seconds_count{kind=\"total\"}"),
         1.0
