@@ -51,9 +51,17 @@ pub struct AuthConfig {
     /// Required `iss` claim.
     #[serde(default)]
     pub issuer: Option<String>,
-    /// Required member of the `aud` claim.
+    /// Required member of the `aud` claim. Required unless `allow_any_audience`.
     #[serde(default)]
     pub audience: Option<String>,
+    /// Accept tokens whatever their `aud` (only when `audience` is unset): a token
+    /// minted for another service would then open terminals here.
+    #[serde(default)]
+    pub allow_any_audience: bool,
+    /// Longest accepted token lifetime (`exp - iat`, or `exp - now` without `iat`),
+    /// seconds.
+    #[serde(default = "defaults::max_token_lifetime")]
+    pub max_token_lifetime_seconds: u64,
     /// Clock skew tolerated on `exp` and `nbf`, seconds.
     #[serde(default = "defaults::leeway")]
     pub leeway_seconds: u64,
@@ -384,6 +392,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ("instance", "\"termgate\""),
     ("auth.issuer", ""),
     ("auth.audience", ""),
+    ("auth.allow_any_audience", "false"),
+    ("auth.max_token_lifetime_seconds", "86400"),
     ("auth.leeway_seconds", "30"),
     ("auth.admin_role", "\"admin\""),
     ("auth.hs256_secret_file", ""),
@@ -534,6 +544,9 @@ mod defaults {
     }
     pub fn orphan_grace() -> u64 {
         60
+    }
+    pub fn max_token_lifetime() -> u64 {
+        86_400
     }
     pub fn creating_grace() -> u64 {
         120

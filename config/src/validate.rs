@@ -68,6 +68,29 @@ pub(crate) fn validate(c: &mut Config, errors: &mut Vec<ConfigError>) {
             None
         }
     };
+    match (&c.auth.audience, c.auth.allow_any_audience) {
+        (Some(_), false) | (None, true) => {}
+        (None, false) => err(
+            "auth.audience",
+            "required: tokens minted for other services would open terminals here (set auth.allow_any_audience = true to accept that)".into(),
+        ),
+        (Some(_), true) => err(
+            "auth.allow_any_audience",
+            "contradicts auth.audience; set one of them".into(),
+        ),
+    }
+    if c.auth.max_token_lifetime_seconds == 0 {
+        err("auth.max_token_lifetime_seconds", "must be positive".into());
+    }
+    if c.auth.token_ttl_seconds > c.auth.max_token_lifetime_seconds {
+        err(
+            "auth.token_ttl_seconds",
+            format!(
+                "{} exceeds auth.max_token_lifetime_seconds ({}): such tokens would be refused",
+                c.auth.token_ttl_seconds, c.auth.max_token_lifetime_seconds
+            ),
+        );
+    }
     if let Some(material) = &verification {
         let key = match material {
             KeyMaterial::Hs256Secret(_) => "auth.hs256_secret_file",
@@ -249,6 +272,7 @@ pub(crate) fn verifier_settings(c: &Config) -> VerifierSettings {
         audience: c.auth.audience.clone(),
         leeway_secs: c.auth.leeway_seconds,
         admin_role: c.auth.admin_role.clone(),
+        max_lifetime_secs: Some(c.auth.max_token_lifetime_seconds),
     }
 }
 

@@ -396,7 +396,7 @@ fn the_readme_reference_lists_every_key_with_its_default() {
 #[test]
 fn the_documented_defaults_are_the_real_defaults() {
     let minimal =
-        "[auth]\nhs256_secret_file = \"secrets/hs256.key\"\n[profiles.p]\nimage = \"i\"\n";
+        "[auth]\naudience = \"a\"\nhs256_secret_file = \"secrets/hs256.key\"\n[profiles.p]\nimage = \"i\"\n";
     let dir = secrets_dir();
     let base = format!(
         "{:?}",
@@ -433,4 +433,27 @@ fn the_documented_defaults_are_the_real_defaults() {
             "documented default of {key} is not the real one"
         );
     }
+}
+
+#[test]
+fn an_audience_is_required_unless_any_audience_is_allowed_explicitly() {
+    let dir = secrets_dir();
+    let without =
+        "[auth]\nhs256_secret_file = \"secrets/hs256.key\"\n[profiles.p]\nimage = \"i\"\n";
+    let e = load_from_str(without, dir.path(), Vec::new()).unwrap_err();
+    assert!(format!("{e}").contains("auth.audience: required"), "{e}");
+    let allowed = without.replace("[auth]\n", "[auth]\nallow_any_audience = true\n");
+    load_from_str(&allowed, dir.path(), Vec::new()).expect("explicitly allowed");
+    let both = without.replace(
+        "[auth]\n",
+        "[auth]\naudience = \"a\"\nallow_any_audience = true\n",
+    );
+    let e = load_from_str(&both, dir.path(), Vec::new()).unwrap_err();
+    assert!(format!("{e}").contains("auth.allow_any_audience"), "{e}");
+    let long = without.replace(
+        "[auth]\n",
+        "[auth]\naudience = \"a\"\ntoken_ttl_seconds = 90000\n",
+    );
+    let e = load_from_str(&long, dir.path(), Vec::new()).unwrap_err();
+    assert!(format!("{e}").contains("auth.token_ttl_seconds"), "{e}");
 }

@@ -211,10 +211,17 @@ fn token(
     let signer = config.signer().ok_or(
         "no signing key: configure auth.hs256_secret_file, or auth.signing_key_file next to public keys",
     )?;
+    let ttl = ttl.unwrap_or(config.auth.token_ttl_seconds);
+    if ttl > config.auth.max_token_lifetime_seconds {
+        return Err(format!(
+            "--ttl {ttl}: longer than auth.max_token_lifetime_seconds ({}); such a token would be refused",
+            config.auth.max_token_lifetime_seconds
+        ));
+    }
     let issued = now();
     let claims = policy::TokenClaims {
         sub: sub.to_owned(),
-        exp: issued + ttl.unwrap_or(config.auth.token_ttl_seconds),
+        exp: issued + ttl,
         iat: issued,
         iss: config.auth.issuer.clone(),
         aud: config.auth.audience.clone(),

@@ -128,6 +128,9 @@ pub struct VerifierSettings {
     pub leeway_secs: u64,
     /// The `roles` entry that grants admin.
     pub admin_role: String,
+    /// Longest accepted token lifetime, seconds: `exp - iat`, or `exp - now` without
+    /// `iat`. `None`: unbounded.
+    pub max_lifetime_secs: Option<u64>,
 }
 
 impl Default for VerifierSettings {
@@ -137,6 +140,7 @@ impl Default for VerifierSettings {
             audience: None,
             leeway_secs: 30,
             admin_role: "admin".into(),
+            max_lifetime_secs: None,
         }
     }
 }
@@ -217,6 +221,9 @@ pub enum TokenError {
     /// `sub` is not 1–128 characters of `[A-Za-z0-9._@-]`.
     #[error("sub must be 1-128 characters of A-Z a-z 0-9 . _ @ -")]
     InvalidSub,
+    /// The token lives longer than the configured maximum lifetime.
+    #[error("token lifetime exceeds the allowed maximum")]
+    LifetimeTooLong,
 }
 
 impl TokenError {
@@ -229,6 +236,7 @@ impl TokenError {
             TokenError::UnknownKid(_) => "unknown_kid",
             TokenError::BadSignature => "bad_signature",
             TokenError::Expired => "expired",
+            TokenError::LifetimeTooLong => "lifetime_too_long",
             TokenError::NotYetValid => "not_yet_valid",
             TokenError::WrongIssuer => "wrong_issuer",
             TokenError::WrongAudience => "wrong_audience",
@@ -518,6 +526,16 @@ impl Verifier {
         };
         if now >= exp.saturating_add(leeway) {
             return Err(TokenError::Expired);
+        }
+        if let Some(max) = self.settings.max_lifetime_secs {
+            // A long-lived token that leaks stays useful to whoever holds it; bound it.
+            let issued = match claims.get("iat") {
+                None => now,
+                Some(v) => numeric_date(v).ok_or(TokenError::InvalidClaim("iat"))?,
+            };
+            if exp.saturating_sub(issued) > max.saturating_add(leeway) {
+                return Err(TokenError::LifetimeTooLong);
+            }
         }
         if let Some(v) = claims.get("nbf") {
             let nbf = numeric_date(v).ok_or(TokenError::InvalidClaim("nbf"))?;

@@ -23,6 +23,7 @@ fn settings() -> VerifierSettings {
         audience: Some("termgate-gw".into()),
         leeway_secs: 30,
         admin_role: "admin".into(),
+        max_lifetime_secs: None,
     }
 }
 
@@ -654,4 +655,53 @@ fn every_reason_code_is_snake_case_and_distinct() {
     codes.sort();
     codes.dedup();
     assert_eq!(codes.len(), all.len());
+}
+
+#[test]
+fn a_token_living_longer_than_the_maximum_is_refused() {
+    let day = 86_400;
+    let v = Verifier::new(
+        &KeyMaterial::Hs256Secret(SECRET.to_vec()),
+        VerifierSettings {
+            max_lifetime_secs: Some(day),
+            ..settings()
+        },
+    )
+    .unwrap();
+    let issued_now = |exp: u64| with(claims(), "exp", json!(exp));
+    assert_eq!(ok(&v, &hs(&issued_now(NOW + day))).sub.as_str(), "alice");
+    assert_eq!(
+        reason(&v, hs(&issued_now(NOW + day + 31)).as_bytes()),
+        "lifetime_too_long",
+        "beyond the maximum and the leeway"
+    );
+    // Without iat the remaining lifetime counts.
+    assert_eq!(
+        reason(
+            &v,
+            hs(&without(issued_now(NOW + 2 * day), "iat")).as_bytes()
+        ),
+        "lifetime_too_long"
+    );
+    assert_eq!(
+        ok(&v, &hs(&without(issued_now(NOW + 600), "iat")))
+            .sub
+            .as_str(),
+        "alice"
+    );
+    // An old iat with a far exp is as long-lived as it looks.
+    assert_eq!(
+        reason(
+            &v,
+            hs(&with(issued_now(NOW + 600), "iat", json!(NOW - 2 * day))).as_bytes()
+        ),
+        "lifetime_too_long"
+    );
+    assert_eq!(
+        reason(
+            &v,
+            hs(&with(claims(), "iat", json!("yesterday"))).as_bytes()
+        ),
+        "invalid_claim"
+    );
 }

@@ -112,6 +112,43 @@ fn token_refuses_a_bad_sub() {
 }
 
 #[test]
+fn token_refuses_a_lifetime_the_gateway_would_refuse() {
+    let o = ConfigDir::example("").run(
+        "termgate-control",
+        &["token", "--sub", "alice", "--ttl", "86401"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("auth.max_token_lifetime_seconds"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(o.stdout.is_empty(), "no token printed");
+}
+
+#[test]
+fn a_config_without_an_audience_stops_both_binaries_naming_the_key() {
+    let dir = ConfigDir::example("");
+    let text = std::fs::read_to_string(dir.config_path()).unwrap();
+    dir.write_config(&text.replace("audience = \"termgate\"\n", ""));
+    for (bin, check) in [
+        ("termgate-control", "check"),
+        ("termgate-gateway", "--check"),
+    ] {
+        let o = dir.run(bin, &[check]);
+        assert!(
+            !o.status.success(),
+            "{bin} accepted a config without audience"
+        );
+        assert!(
+            stderr(&o).contains("auth.audience"),
+            "{bin}: {}",
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
 fn token_refuses_clearly_when_only_public_keys_are_configured() {
     let dir = ConfigDir::example("");
     let pem = std::fs::read(concat!(

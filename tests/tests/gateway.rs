@@ -963,6 +963,51 @@ fn control_internal_paths_are_not_routed_even_with_the_service_token() {
 }
 
 #[test]
+fn a_token_living_longer_than_the_maximum_is_refused_at_the_door() {
+    let stack = GatewayStack::start("");
+    let config = stack.control.dir.load();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let sign = |lifetime: u64| {
+        config
+            .signer()
+            .unwrap()
+            .sign(&policy::TokenClaims {
+                sub: "alice".into(),
+                exp: now + lifetime,
+                iat: now,
+                iss: config.auth.issuer.clone(),
+                aud: config.auth.audience.clone(),
+                roles: vec![],
+            })
+            .unwrap()
+    };
+    let long = http(
+        "GET",
+        &stack.url(0, "/api/sessions"),
+        Some(&sign(2 * 86_400)),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        (long.status, long.body["error"]["message"].as_str()),
+        (401, Some("token refused: lifetime_too_long")),
+        "{}",
+        long.text
+    );
+    let fine = http(
+        "GET",
+        &stack.url(0, "/api/sessions"),
+        Some(&sign(3600)),
+        None,
+    )
+    .unwrap();
+    assert_eq!(fine.status, 200, "{}", fine.text);
+}
+
+#[test]
 fn terminal_requests_with_a_body_are_refused_before_ttyd() {
     let stack = GatewayStack::start("");
     let id = create(&stack, "alice");
