@@ -186,8 +186,9 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 .unwrap_or("0")
                 .parse::<u64>()
                 .map_err(|_| ApiError::bad_request("invalid_query", "wait must be seconds"))?;
+            let epoch = query_param(&req, "epoch").filter(|e| !e.is_empty());
             let page = control
-                .feed(after, Duration::from_secs(wait.min(MAX_FEED_WAIT)))
+                .feed(after, epoch, Duration::from_secs(wait.min(MAX_FEED_WAIT)))
                 .await?;
             Ok(json(200, &page))
         }

@@ -688,12 +688,18 @@ impl Control {
     }
 
     /// The route feed: waits up to `wait` for a change after `after`, then answers.
-    pub async fn feed(&self, after: u64, wait: Duration) -> Result<FeedPage, ApiError> {
+    pub async fn feed(
+        &self,
+        after: u64,
+        epoch: Option<&str>,
+        wait: Duration,
+    ) -> Result<FeedPage, ApiError> {
         let mut rx = self.store.subscribe();
-        if *rx.borrow_and_update() == after && !wait.is_zero() {
+        let same_epoch = epoch.is_none_or(|e| e == self.store.epoch());
+        if same_epoch && *rx.borrow_and_update() == after && !wait.is_zero() {
             let _ = tokio::time::timeout(wait, rx.changed()).await;
         }
-        Ok(self.store.feed(after)?)
+        Ok(self.store.feed_in(after, epoch)?)
     }
 }
 

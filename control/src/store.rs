@@ -112,6 +112,8 @@ pub struct Store {
     changes: Tree,
     locks: Tree,
     change_log_len: u64,
+    /// This opening's feed epoch (see [`FeedPage::epoch`]).
+    epoch: String,
     write_lock: Mutex<()>,
     /// Holds the newest committed-and-flushed revision; receivers are feed pollers.
     rev_tx: watch::Sender<u64>,
@@ -166,6 +168,7 @@ impl Store {
             changes: open(CHANGES)?,
             locks: open(LOCKS)?,
             change_log_len: u64::try_from(change_log_len.max(1)).unwrap_or(u64::MAX),
+            epoch: new_epoch()?,
             write_lock: Mutex::new(()),
             rev_tx: watch::channel(0).0,
             db,
@@ -538,9 +541,24 @@ impl Store {
     /// (a restored/rebuilt store), return reset=true with every route of running
     /// sessions and every locked user. after == rev → empty changes, reset false.
     pub fn feed(&self, after: u64) -> Result<FeedPage> {
+        self.feed_in(after, None)
+    }
+
+    /// This opening's feed epoch.
+    pub fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    /// [`Store::feed`] for a poller whose revision counts in `epoch`: another epoch than
+    /// this opening's is answered with a reset.
+    pub fn feed_in(&self, after: u64, epoch: Option<&str>) -> Result<FeedPage> {
+        if epoch.is_some_and(|e| e != self.epoch) {
+            return self.snapshot();
+        }
         let rev = self.rev();
         if after == rev {
             return Ok(FeedPage {
+                epoch: self.epoch.clone(),
                 rev,
                 reset: false,
                 changes: Vec::new(),
@@ -575,6 +593,7 @@ impl Store {
             }
             if expect == rev + 1 {
                 return Ok(FeedPage {
+                    epoch: self.epoch.clone(),
                     rev,
                     reset: false,
                     changes,
@@ -701,6 +720,7 @@ impl Store {
         }
         let locked = self.locked_users()?;
         Ok(FeedPage {
+            epoch: self.epoch.clone(),
             rev,
             reset: true,
             changes: Vec::new(),
@@ -724,6 +744,14 @@ impl Store {
 }
 
 type TxResult<T> = std::result::Result<T, ConflictableTransactionError<StoreError>>;
+
+/// A fresh random feed epoch.
+fn new_epoch() -> Result<String> {
+    let mut random = [0u8; 8];
+    getrandom::getrandom(&mut random)
+        .map_err(|e| StoreError::Db(format!("no randomness for the feed epoch: {e}")))?;
+    Ok(random.iter().map(|b| format!("{b:02x}")).collect())
+}
 
 fn abort(e: StoreError) -> ConflictableTransactionError<StoreError> {
     ConflictableTransactionError::Abort(e)
@@ -1327,6 +1355,28 @@ mod tests {
         assert!(page.changes.is_empty());
         assert_eq!(page.routes, vec![route]);
         assert_eq!(page.locked, vec!["mallory".to_owned()]);
+    }
+
+    #[test]
+    fn a_poller_of_another_epoch_gets_a_reset_even_at_a_known_rev() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        store.insert_creating(&session(1, "a"), ROOMY).unwrap();
+        run(&store, 1, "c1");
+        let epoch = store.epoch().to_owned();
+        let same = store.feed_in(1, Some(&epoch)).unwrap();
+        assert!(!same.reset, "the same epoch gets increments");
+        assert_eq!(same.epoch, epoch);
+        let restored = store.feed_in(1, Some("another-life")).unwrap();
+        assert!(restored.reset, "another epoch gets the whole state");
+        assert_eq!(restored.routes.len(), 1);
+        assert_eq!(restored.epoch, epoch);
+        // Reopening the same directory starts a new epoch: a restored copy could tell
+        // another history under the same revisions.
+        drop(store);
+        let reopened = open(dir.path());
+        assert_ne!(reopened.epoch(), epoch);
+        assert!(reopened.feed_in(2, Some(&epoch)).unwrap().reset);
     }
 
     #[test]

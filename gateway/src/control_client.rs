@@ -101,9 +101,24 @@ impl ControlClient {
         }
     }
 
-    /// Long-polls the feed for changes after `after`, waiting up to `wait`.
-    pub async fn feed(&self, after: u64, wait: Duration) -> Result<FeedPage, Unavailable> {
-        let path = format!("/v1/routes?after={after}&wait={}", wait.as_secs());
+    /// Long-polls the feed for changes after `after` (a revision of `epoch`, when one
+    /// is known), waiting up to `wait`.
+    pub async fn feed(
+        &self,
+        after: u64,
+        epoch: &str,
+        wait: Duration,
+    ) -> Result<FeedPage, Unavailable> {
+        // Epochs are hex from control; anything else is not sent.
+        let epoch = if epoch.bytes().all(|b| b.is_ascii_hexdigit()) {
+            epoch
+        } else {
+            ""
+        };
+        let path = format!(
+            "/v1/routes?after={after}&epoch={epoch}&wait={}",
+            wait.as_secs()
+        );
         let (status, body) = self.get(&path, wait + self.timeout).await?;
         if status != StatusCode::OK {
             return Err(Unavailable(format!("feed answered {status}")));

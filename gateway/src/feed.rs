@@ -28,8 +28,9 @@ impl BackgroundService for FeedFollower {
             } else {
                 Duration::ZERO
             };
+            let epoch = g.routes.epoch();
             let polled = tokio::select! {
-                r = g.control.feed(g.routes.rev(), wait) => r,
+                r = g.control.feed(g.routes.rev(), &epoch, wait) => r,
                 _ = shutdown.changed() => return,
             };
             match polled {

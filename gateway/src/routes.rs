@@ -39,6 +39,8 @@ impl Revocations {
 
 #[derive(Default)]
 struct Inner {
+    /// The feed epoch `rev` counts in.
+    epoch: String,
     rev: u64,
     routes: HashMap<SessionId, Route>,
     locked: HashSet<String>,
@@ -81,6 +83,11 @@ impl RouteCache {
     /// The feed revision the cache reflects.
     pub fn rev(&self) -> u64 {
         self.read().rev
+    }
+
+    /// The feed epoch that revision counts in (empty before the first answer).
+    pub fn epoch(&self) -> String {
+        self.read().epoch.clone()
     }
 
     /// Number of known routes.
@@ -143,6 +150,14 @@ impl RouteCache {
     pub fn apply(&self, page: &FeedPage) -> Revocations {
         let mut out = Revocations::default();
         let mut inner = self.write();
+        if !page.reset && !inner.epoch.is_empty() && page.epoch != inner.epoch {
+            // Increments of another history must not be applied: forget the revision
+            // so that the next poll asks for the whole state.
+            inner.rev = 0;
+            inner.epoch.clear();
+            return out;
+        }
+        inner.epoch.clone_from(&page.epoch);
         if page.reset {
             let routes: HashMap<SessionId, Route> =
                 page.routes.iter().map(|r| (r.session, r.clone())).collect();
@@ -235,12 +250,41 @@ mod tests {
 
     fn page(rev: u64, changes: Vec<Change>) -> FeedPage {
         FeedPage {
+            epoch: "e1".into(),
             rev,
             reset: false,
             changes,
             routes: vec![],
             locked: vec![],
         }
+    }
+
+    #[test]
+    fn increments_of_another_epoch_are_refused_and_ask_for_everything() {
+        let c = RouteCache::new(Duration::from_secs(1));
+        c.apply(&page(
+            3,
+            vec![Change::Upsert {
+                rev: 3,
+                route: route(1, "alice"),
+            }],
+        ));
+        assert_eq!((c.rev(), c.epoch().as_str()), (3, "e1"));
+        let mut other = page(
+            4,
+            vec![Change::Remove {
+                rev: 4,
+                session: id(1),
+            }],
+        );
+        other.epoch = "e2".into();
+        assert!(c.apply(&other).is_empty());
+        assert_eq!(c.get(&id(1)), Lookup::Hit(route(1, "alice")), "not applied");
+        assert_eq!(
+            (c.rev(), c.epoch().as_str()),
+            (0, ""),
+            "the next poll asks for everything"
+        );
     }
 
     #[test]
@@ -326,6 +370,7 @@ mod tests {
             ],
         ));
         let r = c.apply(&FeedPage {
+            epoch: "e1".into(),
             rev: 1,
             reset: true,
             changes: vec![],

@@ -79,6 +79,12 @@ impl Change {
 /// The answer to a feed poll.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FeedPage {
+    /// Which life of the store the revisions count in: random each time control opens
+    /// its store. A poller that names another epoch gets a reset, so a restored or
+    /// rebuilt store, whose revisions tell another history, is never applied as
+    /// increments.
+    #[serde(default)]
+    pub epoch: String,
     /// The store's revision at the time of the answer.
     pub rev: u64,
     /// True: `routes` and `locked` are the whole state, replace everything.

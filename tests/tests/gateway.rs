@@ -448,6 +448,43 @@ fn with_control_killed_an_open_terminal_flows_and_a_known_session_opens() {
 }
 
 #[test]
+fn a_restarted_control_is_followed_from_a_whole_state_not_from_increments() {
+    let mut stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let resets = |stack: &GatewayStack| {
+        stack
+            .gw()
+            .log_text()
+            .matches("route feed reset applied")
+            .count()
+    };
+    wait_for("the route to reach the cache", T, || {
+        http(
+            "GET",
+            &format!("http://127.0.0.1:{}/readyz", stack.gw().admin_port),
+            None,
+            None,
+        )
+        .ok()
+        .filter(|a| a.body["routes"] == 1)
+    });
+    let before = resets(&stack);
+    // The same store reopened may tell another history under the same revisions (a
+    // restored backup): its new epoch makes every gateway take the whole state again.
+    stack.control.kill9();
+    stack.control.spawn(&[]);
+    wait_for("a reset after the restart", T, || {
+        (resets(&stack) > before).then_some(())
+    });
+    let cookie = stack.sign_in("alice");
+    let t = stack
+        .open_as(0, &id, &cookie)
+        .expect("the session is still known");
+    t.send_input(b"echo again-$((4*4))\r").unwrap();
+    t.read_until("again-16", T).unwrap();
+}
+
+#[test]
 fn after_a_gateway_restart_clients_reconnect() {
     let mut stack = GatewayStack::start("");
     let id = create(&stack, "alice");
