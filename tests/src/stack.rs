@@ -464,7 +464,7 @@ impl GatewayStack {
     /// Starts control, ttyd and one gateway; `extra` TOML is appended to the config.
     pub fn start(extra: &str) -> GatewayStack {
         let control = ControlStack::start(extra);
-        let ttyd = crate::ttyd::TtydPool::start();
+        let ttyd = crate::ttyd::TtydPool::start_for(&control.instance);
         let counter = crate::ttyd::CountingProxy::start(ttyd.target());
         let upstream_socket = counter.socket_path().to_path_buf();
         let mut s = GatewayStack {

@@ -24,6 +24,12 @@ pub const TTYD_TITLE: &str = "termgate";
 /// The command ttyd runs; the container name from the URL's `arg` is appended (`-a`).
 pub const TTYD_COMMAND: &[&str] = &["docker", "attach", "--detach-keys=ctrl-x,ctrl-x"];
 
+/// The production pool command: attaches only to a full id of a session container of
+/// the deployment named by `TERMGATE_INSTANCE`.
+pub fn attach_wrapper() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/ttyd-attach")
+}
+
 /// The ttyd binary: `$TERMGATE_TTYD`, else `<repo>/.tools/bin/ttyd`, else `ttyd` on PATH.
 pub fn ttyd_binary() -> PathBuf {
     if let Some(p) = std::env::var_os("TERMGATE_TTYD") {
@@ -75,16 +81,24 @@ impl TtydPool {
     pub fn start() -> TtydPool {
         let dir = private_dir("tg-ttyd.");
         let sock = dir.path().join("ttyd.sock");
-        Self::spawn(dir, Listen::Unix(sock))
+        Self::spawn(dir, Listen::Unix(sock), None)
+    }
+
+    /// Like [`TtydPool::start`], with production's command: `deploy/ttyd-attach`, which
+    /// attaches only to session containers of `instance`.
+    pub fn start_for(instance: &str) -> TtydPool {
+        let dir = private_dir("tg-ttyd.");
+        let sock = dir.path().join("ttyd.sock");
+        Self::spawn(dir, Listen::Unix(sock), Some(instance))
     }
 
     /// Starts ttyd on TCP `port` of the loopback interface (`-p <port> -i lo`) and waits
     /// (10 s) until it accepts a connection.
     pub fn start_tcp(port: u16) -> TtydPool {
-        Self::spawn(private_dir("tg-ttyd."), Listen::Tcp(port))
+        Self::spawn(private_dir("tg-ttyd."), Listen::Tcp(port), None)
     }
 
-    fn spawn(dir: tempfile::TempDir, listen: Listen) -> TtydPool {
+    fn spawn(dir: tempfile::TempDir, listen: Listen, instance: Option<&str>) -> TtydPool {
         let log = dir.path().join("ttyd.log");
         let log_file = std::fs::File::create(&log).expect("create ttyd log file");
         let mut cmd = Command::new(ttyd_binary());
@@ -106,11 +120,18 @@ impl TtydPool {
             "-t",
             "disableLeaveAlert=true",
         ])
-        .args(TTYD_COMMAND)
         .current_dir(dir.path())
         .stdin(Stdio::null())
         .stdout(log_file.try_clone().expect("clone ttyd log handle"))
         .stderr(log_file);
+        match instance {
+            Some(instance) => {
+                cmd.arg(attach_wrapper()).env("TERMGATE_INSTANCE", instance);
+            }
+            None => {
+                cmd.args(TTYD_COMMAND);
+            }
+        }
         let child = cmd.spawn().unwrap_or_else(|e| {
             panic!(
                 "spawn {} (set TERMGATE_TTYD?): {e}",
@@ -351,18 +372,34 @@ pub struct SessionContainer {
 impl SessionContainer {
     /// Starts a container of `$TERMGATE_SESSION_IMAGE` (default `termgate/session:dev`).
     pub fn start() -> SessionContainer {
+        Self::start_labelled(None)
+    }
+
+    /// Like [`SessionContainer::start`]; with `Some(instance)` labelled as a session
+    /// container of that deployment (`termgate.managed=session`, `termgate.instance`).
+    pub fn start_labelled(session_of: Option<&str>) -> SessionContainer {
         let id = random_hex(5);
         let c = SessionContainer {
             name: format!("termgate-harness-{id}"),
-            instance: format!("harness-{id}"),
+            instance: session_of.map_or_else(|| format!("harness-{id}"), str::to_owned),
         };
         let image = std::env::var("TERMGATE_SESSION_IMAGE")
             .unwrap_or_else(|_| "termgate/session:dev".into());
         let label = format!("termgate.instance={}", c.instance);
-        docker(&[
-            "run", "-d", "-t", "-i", "--name", &c.name, "--label", &label, &image,
-        ]);
+        let mut args = vec![
+            "run", "-d", "-t", "-i", "--name", &c.name, "--label", &label,
+        ];
+        if session_of.is_some() {
+            args.extend(["--label", "termgate.managed=session"]);
+        }
+        args.push(&image);
+        docker(&args);
         c
+    }
+
+    /// The container's full id.
+    pub fn full_id(&self) -> String {
+        docker(&["inspect", "-f", "{{.Id}}", &self.name])
     }
 
     /// Whether the container is running (`docker inspect`).

@@ -189,7 +189,8 @@ fn deploy_up_keeps_the_ttyd_socket_to_its_own_user() {
     }
 
     // The pool runs as the design says: -a for the gateway's arg, the user header,
-    // a fixed title, on the private socket, attaching with rare detach keys.
+    // a fixed title, on the private socket, attaching through the wrapper that only
+    // takes this deployment's session containers.
     let args = cmdline_containing(socket.to_str().expect("utf-8 path"));
     // ttyd rewrites `-t key=value` in its own argv as `key value`; compare alike.
     let joined = args[1..].join(" ").replace('=', " ");
@@ -199,7 +200,7 @@ fn deploy_up_keeps_the_ttyd_socket_to_its_own_user() {
         "-i",
         "-H X-Termgate-User",
         "-t titleFixed termgate",
-        "docker attach --detach-keys ctrl-x,ctrl-x",
+        "deploy/ttyd-attach",
     ] {
         assert!(joined.contains(part), "ttyd {joined} lacks {part}");
     }

@@ -255,3 +255,57 @@ fn refused_upgrade_body_is_read_when_it_arrives_after_the_head() {
     assert_eq!(err.header("content-type"), Some("application/json"));
     server.join().expect("server thread");
 }
+
+#[test]
+fn the_pool_command_attaches_only_to_full_ids_of_this_deployments_sessions() {
+    let instance = format!("pool-{}", e2e::random_hex(4));
+    let ours = SessionContainer::start_labelled(Some(&instance));
+    let theirs = SessionContainer::start_labelled(Some("another-deployment"));
+    let unlabelled = SessionContainer::start();
+    let pool = TtydPool::start_for(&instance);
+
+    let full = ours.full_id();
+    let refused = [
+        (ours.name.clone(), "not a full container id"),
+        (full[..12].to_owned(), "not a full container id"),
+        (full.to_uppercase(), "not a full container id"),
+        (
+            theirs.full_id(),
+            "not a session container of this deployment",
+        ),
+        (
+            unlabelled.full_id(),
+            "not a session container of this deployment",
+        ),
+        ("f".repeat(64), "no such container"),
+    ];
+    for (arg, why) in refused {
+        let term = Terminal::connect(
+            pool.target(),
+            &format!("/ws?arg={arg}"),
+            &[(TTYD_USER_HEADER, "alice")],
+        )
+        .unwrap_or_else(|e| panic!("connect for {arg}: {e}"));
+        term.wait_closed(DEADLINE)
+            .unwrap_or_else(|e| panic!("the refused terminal for {arg} closes: {e}"));
+        // ttyd may close before relaying the last output of a command that exits at
+        // once; what does arrive is the refusal, never a shell.
+        let out = term.output_so_far();
+        assert!(
+            out.is_empty() || out.contains(why),
+            "{arg}: expected {why:?}, got {out:?}"
+        );
+        assert!(!out.contains("@termgate"), "{arg} reached a shell: {out:?}");
+    }
+    assert!(theirs.is_running() && unlabelled.is_running());
+
+    // The one thing it takes: the full id of a session container of its deployment.
+    let term = Terminal::connect(
+        pool.target(),
+        &format!("/ws?arg={full}"),
+        &[(TTYD_USER_HEADER, "alice")],
+    )
+    .expect("attach to our session");
+    run(&term, "echo ours-$((7*6))", "ours-42");
+    term.close();
+}
