@@ -371,7 +371,9 @@ impl Proxy {
                         .gateway
                         .close_on_token_expiry
                         .then_some(principal.expires_at);
-                    match g.terminals.admit(id, sub, expires) {
+                    let credential =
+                        g.credential_key(ctx.token.as_deref().unwrap_or_default().as_bytes());
+                    match g.terminals.admit(id, sub, expires, credential) {
                         Ok(t) => {
                             // Re-check after taking the slot: a revocation applied to
                             // the cache before this point is seen here; one applied
@@ -473,6 +475,14 @@ impl Proxy {
             "DELETE" => {
                 ctx.decision = "allow";
                 ctx.reason = "sign_out";
+                // Signing out also closes the terminals this credential opened here.
+                if let Some((token, _)) = credential(session.req_header(), cookie) {
+                    let n = g.terminals.close_credential(g.credential_key(&token));
+                    if n > 0 {
+                        tracing::info!(target: "audit", closed = n, reason = "signed_out", "live terminals closed");
+                        g.count_closed(crate::terminals::CloseReason::SignedOut, n);
+                    }
+                }
                 let clear =
                     format!("{cookie}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}");
                 reply_json(

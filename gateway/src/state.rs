@@ -44,6 +44,8 @@ pub struct Gateway {
     pub secure_cookie: bool,
     /// Proxies whose `X-Forwarded-For` names the client address.
     pub trusted_proxies: policy::TrustedProxies,
+    /// Key of the credential hashes that tie terminals to the token that opened them.
+    credential_keys: std::collections::hash_map::RandomState,
 }
 
 impl Gateway {
@@ -69,6 +71,7 @@ impl Gateway {
             auth_failures: Rate::new(Duration::from_secs(60)),
             lookups: Rate::new(Duration::from_secs(60)),
             secure_cookie: g.tls_cert_file.is_some(),
+            credential_keys: std::collections::hash_map::RandomState::new(),
             trusted_proxies: policy::TrustedProxies::parse(&g.trusted_proxies)
                 .map_err(|(i, why)| anyhow::anyhow!("gateway.trusted_proxies[{i}]: {why}"))?,
             config,
@@ -91,6 +94,12 @@ impl Gateway {
                 self.count_closed(CloseReason::UserLocked, n);
             }
         }
+    }
+
+    /// A keyed hash of a token: tells terminals opened with it apart without keeping it.
+    pub fn credential_key(&self, token: &[u8]) -> u64 {
+        use std::hash::BuildHasher;
+        self.credential_keys.hash_one(token)
     }
 
     /// Counts live terminals closed by enforcement.

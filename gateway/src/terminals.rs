@@ -33,8 +33,8 @@ pub enum CloseReason {
     UserLocked,
     /// The token expired.
     TokenExpired,
-    /// The gateway is shutting down.
-    Shutdown,
+    /// The browser that opened it signed out.
+    SignedOut,
 }
 
 impl CloseReason {
@@ -44,7 +44,7 @@ impl CloseReason {
             CloseReason::RouteRemoved => "route_removed",
             CloseReason::UserLocked => "user_locked",
             CloseReason::TokenExpired => "token_expired",
-            CloseReason::Shutdown => "shutdown",
+            CloseReason::SignedOut => "signed_out",
         }
     }
 }
@@ -52,6 +52,8 @@ impl CloseReason {
 struct Live {
     session: SessionId,
     sub: String,
+    /// Keyed hash of the credential that opened it (see [`Terminals::admit`]).
+    credential: u64,
     expires_at: Option<u64>,
     upstream: Option<socket2::Socket>,
     closed: Option<CloseReason>,
@@ -94,11 +96,14 @@ impl Terminals {
     }
 
     /// Takes a slot for a terminal of `sub` on `session`; `expires_at` closes it then.
+    /// `credential` identifies the token that opened it (a keyed hash, never the token),
+    /// so that signing that token out closes it.
     pub fn admit(
         self: &Arc<Self>,
         session: SessionId,
         sub: &str,
         expires_at: Option<u64>,
+        credential: u64,
     ) -> Result<Ticket, LimitHit> {
         let mut inner = self.lock();
         if inner.per_user.get(sub).copied().unwrap_or(0) >= self.max_per_user {
@@ -115,6 +120,7 @@ impl Terminals {
             Live {
                 session,
                 sub: sub.to_owned(),
+                credential,
                 expires_at,
                 upstream: None,
                 closed: None,
@@ -165,9 +171,9 @@ impl Terminals {
         })
     }
 
-    /// Closes everything (shutdown).
-    pub fn close_all(&self) -> usize {
-        self.close_where(CloseReason::Shutdown, |_| true)
+    /// Closes the terminals opened with one credential (its sign-out).
+    pub fn close_credential(&self, credential: u64) -> usize {
+        self.close_where(CloseReason::SignedOut, |l| l.credential == credential)
     }
 }
 
@@ -235,12 +241,15 @@ mod tests {
     #[test]
     fn limits_per_user_and_per_session_hold_and_free_on_drop() {
         let t = Terminals::new(2, 1);
-        let a = t.admit(id(1), "alice", None).unwrap();
-        assert_eq!(t.admit(id(1), "alice", None).err(), Some(LimitHit::Session));
-        let b = t.admit(id(2), "alice", None).unwrap();
-        assert_eq!(t.admit(id(3), "alice", None).err(), Some(LimitHit::User));
+        let a = t.admit(id(1), "alice", None, 0).unwrap();
+        assert_eq!(
+            t.admit(id(1), "alice", None, 0).err(),
+            Some(LimitHit::Session)
+        );
+        let b = t.admit(id(2), "alice", None, 0).unwrap();
+        assert_eq!(t.admit(id(3), "alice", None, 0).err(), Some(LimitHit::User));
         drop(a);
-        assert!(t.admit(id(1), "alice", None).is_ok());
+        assert!(t.admit(id(1), "alice", None, 0).is_ok());
         drop(b);
         assert_eq!(t.open(), 0);
     }
@@ -249,7 +258,7 @@ mod tests {
     fn closing_shuts_the_upstream_socket_without_traffic() {
         let t = Terminals::new(8, 8);
         let (ours, mut peer) = UnixStream::pair().unwrap();
-        let ticket = t.admit(id(1), "alice", None).unwrap();
+        let ticket = t.admit(id(1), "alice", None, 0).unwrap();
         ticket.attach_upstream(ours.as_raw_fd());
         assert_eq!(t.close_session(&id(1), CloseReason::RouteRemoved), 1);
         let mut buf = [0u8; 1];
@@ -260,8 +269,8 @@ mod tests {
     #[test]
     fn users_and_expiry_are_enforced_selectively() {
         let t = Terminals::new(8, 8);
-        let a = t.admit(id(1), "alice", Some(100)).unwrap();
-        let b = t.admit(id(2), "bob", Some(200)).unwrap();
+        let a = t.admit(id(1), "alice", Some(100), 0).unwrap();
+        let b = t.admit(id(2), "bob", Some(200), 0).unwrap();
         assert_eq!(t.close_expired(150), 1);
         assert_eq!(
             (a.closed(), b.closed()),
@@ -277,9 +286,21 @@ mod tests {
     }
 
     #[test]
+    fn signing_out_closes_only_the_terminals_of_that_credential() {
+        let t = Terminals::new(8, 8);
+        let this_browser = t.admit(id(1), "alice", None, 11).unwrap();
+        let other_browser = t.admit(id(1), "alice", None, 22).unwrap();
+        assert_eq!(t.close_credential(11), 1);
+        assert_eq!(
+            (this_browser.closed(), other_browser.closed()),
+            (Some(CloseReason::SignedOut), None)
+        );
+    }
+
+    #[test]
     fn a_terminal_revoked_before_connecting_is_shut_on_attach() {
         let t = Terminals::new(8, 8);
-        let ticket = t.admit(id(1), "alice", None).unwrap();
+        let ticket = t.admit(id(1), "alice", None, 0).unwrap();
         t.close_user("alice", CloseReason::UserLocked);
         let (ours, mut peer) = UnixStream::pair().unwrap();
         ticket.attach_upstream(ours.as_raw_fd());

@@ -1045,6 +1045,54 @@ fn a_token_living_longer_than_the_maximum_is_refused_at_the_door() {
 }
 
 #[test]
+fn signing_out_closes_the_terminals_that_browser_opened() {
+    let stack = GatewayStack::start("");
+    let id = create(&stack, "alice");
+    let this_browser = stack.sign_in("alice");
+    // Another browser of alice's: a token of its own (another lifetime, so it differs).
+    let config = stack.control.dir.load();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let other = config
+        .signer()
+        .unwrap()
+        .sign(&policy::TokenClaims {
+            sub: "alice".into(),
+            exp: now + 1800,
+            iat: now,
+            iss: config.auth.issuer.clone(),
+            aud: config.auth.audience.clone(),
+            roles: vec![],
+        })
+        .unwrap();
+    let other_browser = stack.sign_in_with(0, &other);
+    assert_ne!(this_browser, other_browser);
+    let mine = stack.open_as(0, &id, &this_browser).unwrap();
+    let theirs = stack.open_as(0, &id, &other_browser).unwrap();
+    for t in [&mine, &theirs] {
+        t.send_input(b"echo open-$((3*3))\r").unwrap();
+        t.read_until("open-9", T).unwrap();
+    }
+    let out = raw_status(
+        stack.gw().port,
+        &format!(
+            "DELETE /auth/session HTTP/1.1\r\nHost: x\r\nCookie: {this_browser}\r\nOrigin: {}\r\nConnection: close\r\n\r\n",
+            stack.origin(0)
+        ),
+    );
+    assert_eq!(out, 200);
+    mine.wait_closed(Duration::from_secs(2))
+        .expect("signing out closes this browser's terminal");
+    theirs.clear_output();
+    theirs.send_input(b"echo still-$((5*5))\r").unwrap();
+    theirs
+        .read_until("still-25", T)
+        .expect("the other browser's terminal stays open");
+}
+
+#[test]
 fn terminal_requests_with_a_body_are_refused_before_ttyd() {
     let stack = GatewayStack::start("");
     let id = create(&stack, "alice");
