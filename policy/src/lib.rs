@@ -17,6 +17,8 @@ pub mod path;
 pub mod quota;
 pub mod sandbox;
 pub mod session_id;
+#[cfg(test)]
+mod testing;
 
 pub use access::{decide, Action, Decision, Denial};
 pub use client_addr::TrustedProxies;

@@ -180,6 +180,7 @@ impl OriginPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::share;
     use proptest::prelude::*;
     use CredentialSource::{Bearer, Cookie};
 
@@ -431,17 +432,6 @@ mod tests {
             proptest::collection::vec(mutation(), 0..=2),
         )
             .prop_map(|(origin, mutations)| apply(origin, mutations))
-    }
-
-    /// The share of `cases` values drawn from `strategy`, with a fixed seed, for which
-    /// `side` holds.
-    fn share<S: Strategy>(strategy: S, cases: usize, side: impl Fn(&S::Value) -> bool) -> f64 {
-        use proptest::strategy::ValueTree;
-        let mut runner = proptest::test_runner::TestRunner::deterministic();
-        let hits = (0..cases)
-            .filter(|_| side(&strategy.new_tree(&mut runner).unwrap().current()))
-            .count();
-        hits as f64 / cases as f64
     }
 
     #[test]

@@ -136,6 +136,7 @@ pub fn classify(raw: &[u8]) -> Result<PublicRoute<'_>, PathError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::share;
     use proptest::prelude::*;
 
     const ID: &str = "abcdefghijk234mn";
@@ -372,17 +373,6 @@ mod tests {
             6 => (valid, proptest::collection::vec(mutation(), 0..=2))
                 .prop_map(|(path, mutations)| apply(path, mutations)),
         ]
-    }
-
-    /// The share of `cases` values drawn from `strategy`, with a fixed seed, for which
-    /// `side` holds.
-    fn share<S: Strategy>(strategy: S, cases: usize, side: impl Fn(&S::Value) -> bool) -> f64 {
-        use proptest::strategy::ValueTree;
-        let mut runner = proptest::test_runner::TestRunner::deterministic();
-        let hits = (0..cases)
-            .filter(|_| side(&strategy.new_tree(&mut runner).unwrap().current()))
-            .count();
-        hits as f64 / cases as f64
     }
 
     #[test]

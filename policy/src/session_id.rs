@@ -114,6 +114,7 @@ impl<'de> Deserialize<'de> for SessionId {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::share;
     use proptest::prelude::*;
 
     #[test]
@@ -219,17 +220,6 @@ mod tests {
                 String::from_utf8(bytes).unwrap()
             }),
         ]
-    }
-
-    /// The share of `cases` values drawn from `strategy`, with a fixed seed, for which
-    /// `side` holds.
-    fn share<S: Strategy>(strategy: S, cases: usize, side: impl Fn(&S::Value) -> bool) -> f64 {
-        use proptest::strategy::ValueTree;
-        let mut runner = proptest::test_runner::TestRunner::deterministic();
-        let hits = (0..cases)
-            .filter(|_| side(&strategy.new_tree(&mut runner).unwrap().current()))
-            .count();
-        hits as f64 / cases as f64
     }
 
     #[test]

@@ -270,8 +270,14 @@ impl ControlStack {
         (status, start.elapsed())
     }
 
-    /// A token for `sub` signed with the stack's dev key.
+    /// A token for `sub` signed with the stack's dev key, valid for an hour.
     pub fn token(&self, sub: &str, admin: bool) -> String {
+        self.token_for(sub, admin, 3600)
+    }
+
+    /// A token for `sub` signed with the stack's dev key, valid for `lifetime` seconds
+    /// from now (tokens of different lifetimes differ even when made in one second).
+    pub fn token_for(&self, sub: &str, admin: bool, lifetime: u64) -> String {
         let config = self.dir.load();
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -282,7 +288,7 @@ impl ControlStack {
             .expect("dev key")
             .sign(&policy::TokenClaims {
                 sub: sub.into(),
-                exp: now + 3600,
+                exp: now + lifetime,
                 iat: now,
                 iss: config.auth.issuer.clone(),
                 aud: config.auth.audience.clone(),

@@ -16,17 +16,10 @@ fn inspect(id: &str) -> Value {
 /// Session ids of the containers labelled with the stack's instance, in one docker call
 /// (no race with a container vanishing between listing and inspecting).
 fn container_sessions(stack: &ControlStack) -> HashSet<String> {
-    docker(&[
-        "ps",
-        "-a",
-        "--filter",
-        &format!("label=termgate.instance={}", stack.instance),
-        "--format",
-        "{{.Label \"termgate.session\"}}",
-    ])
-    .lines()
-    .map(str::to_owned)
-    .collect()
+    labelled_states(stack)
+        .into_iter()
+        .map(|(session, _)| session)
+        .collect()
 }
 
 fn container_of(stack: &ControlStack, session: &str) -> String {
@@ -965,18 +958,8 @@ fn check_after_restart(
             (all_running && labelled == running).then_some(running)
         },
     );
-    for (user, id) in acknowledged {
-        let got = stack.call(
-            "GET",
-            &format!("/v1/sessions/{id}"),
-            Some(&tokens[*user]),
-            None,
-        );
-        assert_eq!(
-            got.body["state"], "running",
-            "{point}: acknowledged session {id} lost: {}",
-            got.text
-        );
+    assert_still_running(stack, tokens, acknowledged, point);
+    for (_, id) in acknowledged {
         assert!(
             running.contains(id),
             "{point}: acknowledged session {id} has no running container"
@@ -1011,6 +994,28 @@ fn check_after_restart(
         .iter()
         .map(|s| s["id"].as_str().unwrap().to_owned())
         .collect()
+}
+
+/// Every acknowledged session is still `running`, as its owner sees it.
+fn assert_still_running(
+    stack: &ControlStack,
+    tokens: &[String],
+    acknowledged: &[(usize, String)],
+    point: &str,
+) {
+    for (user, id) in acknowledged {
+        let got = stack.call(
+            "GET",
+            &format!("/v1/sessions/{id}"),
+            Some(&tokens[*user]),
+            None,
+        );
+        assert_eq!(
+            got.body["state"], "running",
+            "{point}: acknowledged session {id} lost: {}",
+            got.text
+        );
+    }
 }
 
 /// One create per quota slot per user, all at once; the statuses by user.
@@ -1087,19 +1092,7 @@ fn kill_9_at_random_points_during_storms(creating_grace: &str) {
         "an uninterrupted storm makes every session"
     );
     // Even without a kill, nothing acknowledged may be taken back.
-    for (user, id) in &calibration.acknowledged {
-        let got = stack.call(
-            "GET",
-            &format!("/v1/sessions/{id}"),
-            Some(&tokens[*user]),
-            None,
-        );
-        assert_eq!(
-            got.body["state"], "running",
-            "acknowledged session {id} lost without any crash: {}",
-            got.text
-        );
-    }
+    assert_still_running(&stack, &tokens, &calibration.acknowledged, "no crash");
     let ids: Vec<String> = calibration
         .acknowledged
         .iter()

@@ -45,6 +45,20 @@ fn raw_status(port: u16, request: &str) -> u16 {
         .unwrap_or(0)
 }
 
+/// Waits until the first gateway's route cache holds `n` routes.
+fn wait_routes_cached(stack: &GatewayStack, n: u64) {
+    wait_for("the routes to reach the cache", T, || {
+        http(
+            "GET",
+            &format!("http://127.0.0.1:{}/readyz", stack.gw().admin_port),
+            None,
+            None,
+        )
+        .ok()
+        .filter(|a| a.body["routes"] == n)
+    });
+}
+
 #[test]
 fn the_owner_types_through_the_gateway_and_reads_the_answer() {
     let stack = GatewayStack::start("");
@@ -352,23 +366,7 @@ fn locking_a_user_closes_their_terminal_and_refuses_new_ones() {
 fn token_expiry_closes_the_live_terminal_without_traffic() {
     let stack = GatewayStack::start("");
     let id = create(&stack, "alice");
-    let config = stack.control.dir.load();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let short = config
-        .signer()
-        .unwrap()
-        .sign(&policy::TokenClaims {
-            sub: "alice".into(),
-            exp: now + 3,
-            iat: now,
-            iss: config.auth.issuer.clone(),
-            aud: config.auth.audience.clone(),
-            roles: vec![],
-        })
-        .unwrap();
+    let short = stack.control.token_for("alice", false, 3);
     let bearer = format!("Bearer {short}");
     let t = stack
         .open(0, &format!("/s/{id}/ws"), &[("Authorization", &bearer)])
@@ -405,16 +403,7 @@ fn with_control_killed_an_open_terminal_flows_and_a_known_session_opens() {
     let id = create(&stack, "alice");
     let cookie = stack.sign_in("alice");
     let t = stack.open_as(0, &id, &cookie).unwrap();
-    wait_for("the route to reach the cache", T, || {
-        http(
-            "GET",
-            &format!("http://127.0.0.1:{}/readyz", stack.gw().admin_port),
-            None,
-            None,
-        )
-        .ok()
-        .filter(|a| a.body["routes"] == 1)
-    });
+    wait_routes_cached(&stack, 1);
     stack.control.kill9();
     t.send_input(b"echo still-$((2*3))\r").unwrap();
     t.read_until("still-6", T)
@@ -458,16 +447,7 @@ fn a_restarted_control_is_followed_from_a_whole_state_not_from_increments() {
             .matches("route feed reset applied")
             .count()
     };
-    wait_for("the route to reach the cache", T, || {
-        http(
-            "GET",
-            &format!("http://127.0.0.1:{}/readyz", stack.gw().admin_port),
-            None,
-            None,
-        )
-        .ok()
-        .filter(|a| a.body["routes"] == 1)
-    });
+    wait_routes_cached(&stack, 1);
     let before = resets(&stack);
     // The same store reopened may tell another history under the same revisions (a
     // restored backup): its new epoch makes every gateway take the whole state again.
@@ -1002,25 +982,7 @@ fn control_internal_paths_are_not_routed_even_with_the_service_token() {
 #[test]
 fn a_token_living_longer_than_the_maximum_is_refused_at_the_door() {
     let stack = GatewayStack::start("");
-    let config = stack.control.dir.load();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let sign = |lifetime: u64| {
-        config
-            .signer()
-            .unwrap()
-            .sign(&policy::TokenClaims {
-                sub: "alice".into(),
-                exp: now + lifetime,
-                iat: now,
-                iss: config.auth.issuer.clone(),
-                aud: config.auth.audience.clone(),
-                roles: vec![],
-            })
-            .unwrap()
-    };
+    let sign = |lifetime: u64| stack.control.token_for("alice", false, lifetime);
     let long = http(
         "GET",
         &stack.url(0, "/api/sessions"),
@@ -1050,23 +1012,7 @@ fn signing_out_closes_the_terminals_that_browser_opened() {
     let id = create(&stack, "alice");
     let this_browser = stack.sign_in("alice");
     // Another browser of alice's: a token of its own (another lifetime, so it differs).
-    let config = stack.control.dir.load();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let other = config
-        .signer()
-        .unwrap()
-        .sign(&policy::TokenClaims {
-            sub: "alice".into(),
-            exp: now + 1800,
-            iat: now,
-            iss: config.auth.issuer.clone(),
-            aud: config.auth.audience.clone(),
-            roles: vec![],
-        })
-        .unwrap();
+    let other = stack.control.token_for("alice", false, 1800);
     let other_browser = stack.sign_in_with(0, &other);
     assert_ne!(this_browser, other_browser);
     let mine = stack.open_as(0, &id, &this_browser).unwrap();
