@@ -224,6 +224,39 @@ async function endSession(s) {
   await refresh().catch((e) => say(e.message, true));
 }
 
+// While a terminal is shown, its session is checked every two seconds: when it ends
+// (or access to it does), the page says so in words instead of leaving ttyd's page
+// to its reconnect prompt.
+let watching = null;
+
+function stopWatching() {
+  if (watching) clearInterval(watching);
+  watching = null;
+}
+
+function watchTerminal(s) {
+  stopWatching();
+  watching = setInterval(async () => {
+    if ($("terminal").hidden) { stopWatching(); return; }
+    let ended = null;
+    try {
+      const now = await call("GET", "/api/sessions/" + s.id);
+      // `stopping` has no reason yet; the next check has it.
+      if (now.state !== "running" && now.state !== "stopping") {
+        ended = "This session was ended" + (now.end_reason ? " (" + now.end_reason + ")" : "") + ".";
+      }
+    } catch (e) {
+      if (e.code === "session_not_found") ended = "This session was ended.";
+      else if (e.code === "user_locked") ended = "This session was ended (" + MESSAGES.user_locked + ")";
+      // Anything else (control down, the network): the terminal may well still work.
+    }
+    if (!ended) return;
+    stopWatching();
+    await closeTerminal();
+    say(ended, true);
+  }, 2000);
+}
+
 function openTerminal(s) {
   const url = "/s/" + s.id + "/";
   $("terminal-title").textContent = "Terminal: " + s.name;
@@ -234,6 +267,7 @@ function openTerminal(s) {
   $("sessions").hidden = true;
   $("terminal").hidden = false;
   frame.focus();
+  watchTerminal(s);
 }
 
 function terminalLoaded(s, frame) {
@@ -266,6 +300,7 @@ function terminalLoaded(s, frame) {
 // beforeunload guard), although the session keeps running. Replacing the frame
 // disconnects the terminal without that prompt.
 function closeFrame() {
+  stopWatching();
   const old = $("terminal-frame");
   if (!old.getAttribute("src")) return;
   const fresh = document.createElement("iframe");

@@ -68,6 +68,8 @@ pub struct Ctx {
     reason: &'static str,
     terminal_request: bool,
     ticket: Option<Ticket>,
+    /// The browser's socket has been handed to the ticket (after the 101).
+    downstream_attached: bool,
     body_bytes: usize,
     bytes_up: u64,
     bytes_down: u64,
@@ -623,6 +625,7 @@ impl ProxyHttp for Proxy {
             reason: "",
             terminal_request: false,
             ticket: None,
+            downstream_attached: false,
             body_bytes: 0,
             bytes_up: 0,
             bytes_down: 0,
@@ -775,7 +778,13 @@ impl ProxyHttp for Proxy {
         ctx: &mut Ctx,
     ) -> Result<()> {
         if let Some(t) = &ctx.ticket {
-            t.attach_upstream(fd);
+            t.attach_upstream(fd).map_err(|e| {
+                Error::because(
+                    ErrorType::InternalError,
+                    "cannot keep the upstream socket for enforcement",
+                    e,
+                )
+            })?;
         }
         Ok(())
     }
@@ -820,13 +829,24 @@ impl ProxyHttp for Proxy {
 
     fn response_body_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         body: &mut Option<Bytes>,
         _end: bool,
         ctx: &mut Ctx,
     ) -> Result<Option<Duration>> {
         if let Some(b) = body {
             ctx.bytes_down += b.len() as u64;
+        }
+        if !ctx.downstream_attached {
+            // The first bytes after the upgrade: the 101 has been written, so a close
+            // frame from enforcement can no longer land inside the response head.
+            if let Some(t) = &ctx.ticket {
+                ctx.downstream_attached = true;
+                let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+                if let (false, Some(stream)) = (tls, session.as_downstream().stream()) {
+                    t.attach_downstream(stream.id());
+                }
+            }
         }
         Ok(None)
     }

@@ -38,6 +38,16 @@ pub enum CloseReason {
 }
 
 impl CloseReason {
+    /// What the browser is told in the close frame.
+    pub fn message(&self) -> &'static str {
+        match self {
+            CloseReason::RouteRemoved => "termgate: this session was ended",
+            CloseReason::UserLocked => "termgate: your account was locked",
+            CloseReason::TokenExpired => "termgate: your sign-in expired",
+            CloseReason::SignedOut => "termgate: signed out",
+        }
+    }
+
     /// Stable name for logs and metrics.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -56,6 +66,9 @@ struct Live {
     credential: u64,
     expires_at: Option<u64>,
     upstream: Option<socket2::Socket>,
+    /// The browser's socket, once the upgrade has been answered (plain-text listeners
+    /// only: under TLS no frame can be written from outside the session).
+    downstream: Option<socket2::Socket>,
     closed: Option<CloseReason>,
 }
 
@@ -123,6 +136,7 @@ impl Terminals {
                 credential,
                 expires_at,
                 upstream: None,
+                downstream: None,
                 closed: None,
             },
         );
@@ -146,6 +160,11 @@ impl Terminals {
             .filter(|l| l.closed.is_none() && pred(l))
         {
             live.closed = Some(reason);
+            if let Some(d) = &live.downstream {
+                // Say why before cutting: ttyd's page reconnects after any close code but
+                // 1000. The socket is non-blocking; a full buffer just skips the frame.
+                let _ = d.send(&close_frame(reason.message()));
+            }
             if let Some(s) = &live.upstream {
                 let _ = s.shutdown(Shutdown::Both);
             }
@@ -177,23 +196,53 @@ impl Terminals {
     }
 }
 
+/// A websocket close frame from the server (unmasked): code 1000 and `reason`.
+fn close_frame(reason: &str) -> Vec<u8> {
+    // A control frame's payload is at most 125 bytes: the code and up to 123 of reason.
+    let reason = &reason.as_bytes()[..reason.len().min(123)];
+    let mut frame = Vec::with_capacity(4 + reason.len());
+    frame.push(0x88);
+    frame.push(u8::try_from(2 + reason.len()).unwrap_or(125));
+    frame.extend_from_slice(&1000u16.to_be_bytes());
+    frame.extend_from_slice(reason);
+    frame
+}
+
+/// Our own copy of a descriptor Pingora lends for the duration of a call.
+fn duplicate(fd: RawFd) -> std::io::Result<socket2::Socket> {
+    // SAFETY: Pingora hands us the live descriptor of the connection for the duration of
+    // the call; we only duplicate it (F_DUPFD_CLOEXEC) and own the copy.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    let owned: OwnedFd = borrowed.try_clone_to_owned()?;
+    Ok(socket2::Socket::from(owned))
+}
+
 impl Ticket {
     /// Remembers the upstream socket so enforcement can shut it down. If the terminal
-    /// was revoked before the connection existed, it is shut down at once.
-    pub fn attach_upstream(&self, fd: RawFd) {
-        // SAFETY: Pingora hands us the live descriptor of the upstream connection for the
-        // duration of this call; we only duplicate it (F_DUPFD_CLOEXEC) and own the copy.
-        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-        let Ok(owned): Result<OwnedFd, _> = borrowed.try_clone_to_owned() else {
-            return;
-        };
-        let socket = socket2::Socket::from(owned);
+    /// was revoked before the connection existed, it is shut down at once. A socket that
+    /// cannot be kept is an error: that terminal could never be closed by enforcement.
+    pub fn attach_upstream(&self, fd: RawFd) -> std::io::Result<()> {
+        let socket = duplicate(fd)?;
         let mut inner = self.registry.lock();
         if let Some(live) = inner.live.get_mut(&self.id) {
             if live.closed.is_some() {
                 let _ = socket.shutdown(Shutdown::Both);
             }
             live.upstream = Some(socket);
+        }
+        Ok(())
+    }
+
+    /// Remembers the browser's socket (after the upgrade was answered) so that a
+    /// revocation can say why in a close frame. Best effort: without it, enforcement
+    /// still cuts the terminal.
+    pub fn attach_downstream(&self, fd: RawFd) {
+        let Ok(socket) = duplicate(fd) else {
+            return;
+        };
+        let mut inner = self.registry.lock();
+        if let Some(live) = inner.live.get_mut(&self.id) {
+            live.downstream = Some(socket);
         }
     }
 
@@ -259,7 +308,7 @@ mod tests {
         let t = Terminals::new(8, 8);
         let (ours, mut peer) = UnixStream::pair().unwrap();
         let ticket = t.admit(id(1), "alice", None, 0).unwrap();
-        ticket.attach_upstream(ours.as_raw_fd());
+        ticket.attach_upstream(ours.as_raw_fd()).unwrap();
         assert_eq!(t.close_session(&id(1), CloseReason::RouteRemoved), 1);
         let mut buf = [0u8; 1];
         assert_eq!(peer.read(&mut buf).unwrap(), 0, "peer must see EOF");
@@ -286,6 +335,21 @@ mod tests {
     }
 
     #[test]
+    fn a_revoked_terminal_tells_the_browser_why_before_the_cut() {
+        let t = Terminals::new(8, 8);
+        let ticket = t.admit(id(1), "alice", None, 0).unwrap();
+        let (browser_side, mut browser) = UnixStream::pair().unwrap();
+        browser_side.set_nonblocking(true).unwrap();
+        ticket.attach_downstream(browser_side.as_raw_fd());
+        t.close_user("alice", CloseReason::UserLocked);
+        let mut frame = [0u8; 64];
+        let n = browser.read(&mut frame).unwrap();
+        let reason = CloseReason::UserLocked.message().as_bytes();
+        assert_eq!(&frame[..4], &[0x88, 2 + reason.len() as u8, 0x03, 0xe8]);
+        assert_eq!(&frame[4..n], reason);
+    }
+
+    #[test]
     fn signing_out_closes_only_the_terminals_of_that_credential() {
         let t = Terminals::new(8, 8);
         let this_browser = t.admit(id(1), "alice", None, 11).unwrap();
@@ -303,7 +367,7 @@ mod tests {
         let ticket = t.admit(id(1), "alice", None, 0).unwrap();
         t.close_user("alice", CloseReason::UserLocked);
         let (ours, mut peer) = UnixStream::pair().unwrap();
-        ticket.attach_upstream(ours.as_raw_fd());
+        ticket.attach_upstream(ours.as_raw_fd()).unwrap();
         let mut buf = [0u8; 1];
         assert_eq!(peer.read(&mut buf).unwrap(), 0);
     }

@@ -417,3 +417,44 @@ fn a_sign_in_link_for_another_user_never_switches_accounts_silently() {
     );
     assert_eq!(whoami(&mut b), json!("mallory"));
 }
+
+#[test]
+fn a_session_ended_elsewhere_is_announced_in_words_not_left_reconnecting() {
+    let stack = GatewayStack::start("");
+    let mut b = launch();
+    sign_in_by_link(&mut b, &stack, "alice");
+    let id = create_in_page(&mut b, "");
+    click_row_button(&mut b, &id, "Open");
+    ok(
+        "the terminal connection",
+        b.wait_js(
+            "!document.getElementById('terminal').hidden \
+             && document.getElementById('terminal-frame').contentDocument.title === 'termgate'",
+            T,
+            "ttyd's window title (its websocket is open)",
+        ),
+    );
+    // Ended from somewhere else (another tab, an admin): the gateway closes the
+    // terminal with a close frame, and the page says what happened.
+    let admin = stack.control.token("root", true);
+    let r = stack
+        .control
+        .call("DELETE", &format!("/v1/sessions/{id}"), Some(&admin), None);
+    assert_eq!(r.status, 204, "{}", r.text);
+    let status = ok(
+        "the page says the session ended",
+        b.wait_js(
+            "(() => { const s = document.getElementById('status').textContent; \
+              return document.getElementById('terminal').hidden \
+                && s.startsWith('This session was ended') ? s : ''; })()",
+            T,
+            "the ended message",
+        ),
+    );
+    assert_eq!(
+        status,
+        json!("This session was ended (ended by an admin)."),
+        "the reason is given"
+    );
+    ok("ended.png", b.screenshot(&artifact("ended.png")));
+}

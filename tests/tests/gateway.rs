@@ -326,6 +326,12 @@ fn ending_the_session_closes_its_live_terminal_within_two_seconds() {
         !container_id(&stack, &id).is_empty(),
         "the terminal must close before the container is gone"
     );
+    // The browser is told why, with the one code after which ttyd's page does not
+    // reconnect.
+    assert_eq!(
+        t.close_reason().as_deref(),
+        Some("close frame 1000 \"termgate: this session was ended\"")
+    );
     eprintln!("DELETE → terminal closed: {took:?}");
     assert_eq!(delete.join().unwrap(), 204);
 }
@@ -351,6 +357,10 @@ fn locking_a_user_closes_their_terminal_and_refuses_new_ones() {
     );
     t.wait_closed(Duration::from_secs(2))
         .expect("closed within 2 s of the lock");
+    assert_eq!(
+        t.close_reason().as_deref(),
+        Some("close frame 1000 \"termgate: your account was locked\"")
+    );
     eprintln!("lock → terminal closed: {:?}", start.elapsed());
     let again = stack.open_as(0, &id, &cookie).unwrap_err();
     assert_eq!(
@@ -378,6 +388,10 @@ fn token_expiry_closes_the_live_terminal_without_traffic() {
     let waited = t
         .wait_closed(Duration::from_secs(8))
         .expect("closed at expiry");
+    assert_eq!(
+        t.close_reason().as_deref(),
+        Some("close frame 1000 \"termgate: your sign-in expired\"")
+    );
     assert!(
         waited >= Duration::from_millis(500),
         "closed too early: {waited:?}"
@@ -1031,6 +1045,10 @@ fn signing_out_closes_the_terminals_that_browser_opened() {
     assert_eq!(out, 200);
     mine.wait_closed(Duration::from_secs(2))
         .expect("signing out closes this browser's terminal");
+    assert_eq!(
+        mine.close_reason().as_deref(),
+        Some("close frame 1000 \"termgate: signed out\"")
+    );
     theirs.clear_output();
     theirs.send_input(b"echo still-$((5*5))\r").unwrap();
     theirs
