@@ -216,6 +216,10 @@ pub struct ControlConfig {
     /// Ended sessions kept in history per user.
     #[serde(default = "defaults::history_per_user")]
     pub history_per_user: usize,
+    /// Docker networks that gateway, control or the ttyd pool use; a profile naming one
+    /// is refused at load (sessions would reach termgate's own services).
+    #[serde(default)]
+    pub service_networks: Vec<String>,
 }
 
 /// `[ttyd]`
@@ -436,6 +440,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("control.stop_timeout_seconds", "5"),
     ("control.redraw_pause_ms", "150"),
     ("control.history_per_user", "200"),
+    ("control.service_networks", "[]"),
     ("ttyd.binary", "\"ttyd\""),
     ("ttyd.socket", "\"ttyd/ttyd.sock\""),
     ("ttyd.docker_cli", "\"docker\""),

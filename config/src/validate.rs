@@ -254,6 +254,15 @@ pub(crate) fn validate(c: &mut Config, errors: &mut Vec<ConfigError>) {
     }
     for (name, p) in &c.profiles {
         validate_profile(name, p, &mut err);
+        if c.control.service_networks.contains(&p.network) {
+            err(
+                &format!("profiles.{name}.network"),
+                format!(
+                    "profile {name:?} breaks rule `isolated_network`: {:?} is one of control.service_networks, where termgate's own services listen",
+                    p.network
+                ),
+            );
+        }
     }
 
     if let Some(verification) = verification {

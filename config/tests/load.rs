@@ -457,3 +457,19 @@ fn an_audience_is_required_unless_any_audience_is_allowed_explicitly() {
     let e = load_from_str(&long, dir.path(), Vec::new()).unwrap_err();
     assert!(format!("{e}").contains("auth.token_ttl_seconds"), "{e}");
 }
+
+#[test]
+fn a_profile_on_a_service_network_is_refused_naming_profile_and_rule() {
+    let dir = secrets_dir();
+    let base = "[auth]\naudience = \"a\"\nhs256_secret_file = \"secrets/hs256.key\"\n[control]\nservice_networks = [\"termgate_internal\"]\n[profiles.p]\nimage = \"i\"\n";
+    load_from_str(base, dir.path(), Vec::new()).expect("network none is fine");
+    let own = format!("{base}network = \"termgate_internal\"\n");
+    let e = load_from_str(&own, dir.path(), Vec::new()).unwrap_err();
+    let text = format!("{e}");
+    assert!(
+        text.contains("profiles.p.network") && text.contains("isolated_network"),
+        "{text}"
+    );
+    let other = format!("{base}network = \"sessions_only\"\n");
+    load_from_str(&other, dir.path(), Vec::new()).expect("another named network is fine");
+}
