@@ -77,6 +77,9 @@ pub struct Ctx {
 
 static REQUEST_IDS: AtomicU64 = AtomicU64::new(1);
 
+/// How long a failed authentication past `auth_failures_per_minute` waits for its 429.
+const REFUSAL_PAUSE: Duration = Duration::from_millis(100);
+
 /// Answers a JSON error and returns `Ok(true)` (request handled).
 async fn reply_json(
     session: &mut Session,
@@ -225,6 +228,10 @@ impl Proxy {
                     .unwrap_or(isize::MAX);
                 tracing::info!(target: "audit", decision = "deny", reason = e.reason(), client = %ip, "token refused");
                 if failures > limit {
+                    // A short pause before the refusal throttles each guessing
+                    // connection to a few attempts a second without costing CPU, so a
+                    // flood cannot slow everyone else down.
+                    tokio::time::sleep(REFUSAL_PAUSE).await;
                     reply_error(
                         session,
                         ctx,
