@@ -382,6 +382,7 @@ impl Store {
             route,
             owner_locked,
             rev,
+            epoch: self.epoch.clone(),
         }))
     }
 

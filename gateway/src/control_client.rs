@@ -26,6 +26,8 @@ pub struct Lookup {
     pub owner_locked: bool,
     /// Control's revision at the time.
     pub rev: u64,
+    /// The feed epoch of that revision.
+    pub epoch: String,
 }
 
 /// A client for control's internal API.
@@ -90,12 +92,14 @@ impl ControlClient {
                     route: Some(b.route),
                     owner_locked: b.owner_locked,
                     rev: b.rev,
+                    epoch: b.epoch,
                 })
             }
             StatusCode::NOT_FOUND => Ok(Lookup {
                 route: None,
                 owner_locked: false,
                 rev: 0,
+                epoch: String::new(),
             }),
             s => Err(Unavailable(format!("lookup answered {s}"))),
         }

@@ -272,7 +272,8 @@ impl Proxy {
                 }
                 match g.control.lookup(id).await {
                     Ok(l) => {
-                        g.routes.learn(*id, l.route, l.owner_locked, l.rev);
+                        g.routes
+                            .learn(*id, l.route, l.owner_locked, l.rev, &l.epoch);
                         // The cache's view after learning: an answer older than what
                         // the feed already said was dropped, and the feed knows better.
                         Ok(Some(match g.routes.get(id) {

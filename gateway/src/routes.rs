@@ -47,7 +47,7 @@ struct Inner {
     negative: HashMap<SessionId, Instant>,
     /// Routes learned by a one-off lookup ahead of the feed, with the revision they were
     /// true at: older feed changes for them are stale and skipped.
-    learned: HashMap<SessionId, u64>,
+    learned: HashMap<SessionId, (u64, String)>,
 }
 
 /// Routes and locks, as of a feed revision.
@@ -117,20 +117,28 @@ impl RouteCache {
         self.read().locked.contains(sub)
     }
 
-    /// Records the answer of a one-off lookup made at control revision `rev`. Ignored when
-    /// the cache has already seen a later revision (the feed knows better).
-    pub fn learn(&self, id: SessionId, route: Option<Route>, owner_locked: bool, rev: u64) {
+    /// Records the answer of a one-off lookup made at control revision `rev` of feed
+    /// `epoch`. Ignored when the cache has already seen a later revision of that epoch
+    /// (the feed knows better).
+    pub fn learn(
+        &self,
+        id: SessionId,
+        route: Option<Route>,
+        owner_locked: bool,
+        rev: u64,
+        epoch: &str,
+    ) {
         let mut inner = self.write();
         match route {
             Some(r) => {
-                if rev < inner.rev {
+                if epoch == inner.epoch && rev < inner.rev {
                     return;
                 }
                 if owner_locked {
                     inner.locked.insert(r.owner.clone());
                 }
                 inner.negative.remove(&id);
-                inner.learned.insert(id, rev);
+                inner.learned.insert(id, (rev, epoch.to_owned()));
                 inner.routes.insert(id, r);
             }
             None => {
@@ -159,8 +167,19 @@ impl RouteCache {
         }
         inner.epoch.clone_from(&page.epoch);
         if page.reset {
-            let routes: HashMap<SessionId, Route> =
+            let mut routes: HashMap<SessionId, Route> =
                 page.routes.iter().map(|r| (r.session, r.clone())).collect();
+            // A route learned at a later revision of this epoch than the snapshot is
+            // newer knowledge: a snapshot taken just before a session started must not
+            // revoke the terminal that was admitted on the lookup.
+            inner
+                .learned
+                .retain(|_, (l, e)| *e == page.epoch && *l > page.rev);
+            for id in inner.learned.keys() {
+                if let Some(r) = inner.routes.get(id) {
+                    routes.entry(*id).or_insert_with(|| r.clone());
+                }
+            }
             for (id, old) in &inner.routes {
                 match routes.get(id) {
                     Some(new) if new.owner == old.owner => {}
@@ -172,7 +191,6 @@ impl RouteCache {
             inner.routes = routes;
             inner.locked = locked;
             inner.negative.clear();
-            inner.learned.clear();
         } else {
             let mut before: HashMap<SessionId, Option<String>> = HashMap::new();
             let mut locked_now = Vec::new();
@@ -184,7 +202,11 @@ impl RouteCache {
                 match change {
                     Change::Upsert { route, .. } => {
                         let id = route.session;
-                        if inner.learned.get(&id).is_some_and(|l| *l >= rev) {
+                        if inner
+                            .learned
+                            .get(&id)
+                            .is_some_and(|(l, e)| *e == page.epoch && *l >= rev)
+                        {
                             continue;
                         }
                         let owner = inner.routes.get(&id).map(|r| r.owner.clone());
@@ -193,7 +215,11 @@ impl RouteCache {
                         inner.routes.insert(id, route.clone());
                     }
                     Change::Remove { session, .. } => {
-                        if inner.learned.get(session).is_some_and(|l| *l >= rev) {
+                        if inner
+                            .learned
+                            .get(session)
+                            .is_some_and(|(l, e)| *e == page.epoch && *l >= rev)
+                        {
                             continue;
                         }
                         let owner = inner.routes.get(session).map(|r| r.owner.clone());
@@ -225,7 +251,9 @@ impl RouteCache {
         }
         inner.rev = page.rev;
         let rev = page.rev;
-        inner.learned.retain(|_, l| *l > rev);
+        inner
+            .learned
+            .retain(|_, (l, e)| *e == page.epoch && *l > rev);
         drop(inner);
         self.synced.store(true, Ordering::Release);
         out
@@ -257,6 +285,24 @@ mod tests {
             routes: vec![],
             locked: vec![],
         }
+    }
+
+    #[test]
+    fn a_snapshot_older_than_a_learned_route_does_not_revoke_it() {
+        let c = RouteCache::new(Duration::from_secs(1));
+        c.apply(&page(3, vec![]));
+        // Admitted on a lookup at revision 5 of the same epoch...
+        c.learn(id(1), Some(route(1, "alice")), false, 5, "e1");
+        // ...then a reset taken at 4, before the session was running.
+        let mut stale = page(4, vec![]);
+        stale.reset = true;
+        assert!(c.apply(&stale).is_empty(), "nothing revoked");
+        assert_eq!(c.get(&id(1)), Lookup::Hit(route(1, "alice")));
+        // A reset at a later revision without it is the truth.
+        let mut later = page(6, vec![]);
+        later.reset = true;
+        assert_eq!(c.apply(&later).sessions, vec![id(1)]);
+        assert_eq!(c.get(&id(1)), Lookup::Miss);
     }
 
     #[test]
@@ -405,9 +451,9 @@ mod tests {
             }],
         ));
         assert_eq!(c.get(&id(1)), Lookup::Miss);
-        c.learn(id(1), Some(route(1, "alice")), false, 4);
+        c.learn(id(1), Some(route(1, "alice")), false, 4, "e1");
         assert_eq!(c.get(&id(1)), Lookup::Miss);
-        c.learn(id(1), Some(route(1, "alice")), false, 6);
+        c.learn(id(1), Some(route(1, "alice")), false, 6, "e1");
         assert_eq!(c.get(&id(1)), Lookup::Hit(route(1, "alice")));
     }
 
@@ -449,7 +495,7 @@ mod tests {
     fn a_route_learned_ahead_of_the_feed_survives_older_changes() {
         let c = RouteCache::new(Duration::from_secs(1));
         c.apply(&page(1, vec![]));
-        c.learn(id(1), Some(route(1, "alice")), false, 3);
+        c.learn(id(1), Some(route(1, "alice")), false, 3, "e1");
         // The feed catches up one change at a time: `remove` (creating) at 2 is older
         // than what the lookup saw.
         let r = c.apply(&page(
@@ -481,14 +527,14 @@ mod tests {
     fn negative_answers_are_learned_after_sync_too() {
         let c = RouteCache::new(Duration::from_secs(5));
         c.apply(&page(7, vec![]));
-        c.learn(id(4), None, false, 0);
+        c.learn(id(4), None, false, 0, "e1");
         assert_eq!(c.get(&id(4)), Lookup::Negative);
     }
 
     #[test]
     fn negative_answers_expire() {
         let c = RouteCache::new(Duration::from_millis(30));
-        c.learn(id(9), None, false, 0);
+        c.learn(id(9), None, false, 0, "e1");
         assert_eq!(c.get(&id(9)), Lookup::Negative);
         std::thread::sleep(Duration::from_millis(40));
         assert_eq!(c.get(&id(9)), Lookup::Miss);

@@ -28,6 +28,9 @@ pub struct RouteLookup {
     pub owner_locked: bool,
     /// The store's revision at the time of the answer.
     pub rev: u64,
+    /// The feed epoch that revision counts in (see [`FeedPage::epoch`]).
+    #[serde(default)]
+    pub epoch: String,
 }
 
 /// One entry of the route feed.

@@ -77,6 +77,10 @@ fn two_tabs_mirror_and_a_reconnect_returns_to_the_same_shell() {
     let cookie = stack.sign_in("alice");
     let a = stack.open_as(0, &id, &cookie).unwrap();
     let b = stack.open_as(0, &id, &cookie).unwrap();
+    // Each tab's attach is its own process, and output made before it attached is not
+    // replayed: make sure the second tab is attached (its own echo came back) first.
+    b.send_input(b"echo b-attached-$((1+1))\r").unwrap();
+    b.read_until("b-attached-2", T).unwrap();
     a.send_input(b"X=kept-$((100+23)); echo mirror-$((40+2))\r")
         .unwrap();
     a.read_until("mirror-42", T).unwrap();
