@@ -634,11 +634,22 @@ impl GatewayStack {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let t = crate::term::Terminal::connect(
+            let t = match crate::term::Terminal::connect(
                 crate::term::Target::Tcp(addr),
                 path_and_query,
                 headers,
-            )?;
+            ) {
+                Ok(t) => t,
+                // The same signature, caught earlier: the 101 arrived, then the socket
+                // closed before the client's first message could be sent.
+                Err(crate::term::ConnectError::Handshake(m))
+                    if m.starts_with("send initial message: websocket closed") && attempt < 3 =>
+                {
+                    eprintln!("terminal on {path_and_query} closed right after its 101 before the first message (pingora#946); reopening");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if t.wait_title(Duration::from_secs(10)).is_ok() || !t.is_closed() || attempt == 3 {
                 return Ok(t);
             }
