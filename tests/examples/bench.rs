@@ -9,18 +9,9 @@
 use std::time::{Duration, Instant};
 
 use e2e::stack::{http, wait_for, GatewayStack};
+use e2e::stats::{ms, pct};
 use e2e::term::{Target, Terminal};
 use serde_json::json;
-
-fn pct(samples: &mut [Duration], p: f64) -> Duration {
-    samples.sort();
-    let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
-    samples[i.min(samples.len() - 1)]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
-}
 
 fn server_timing(header: &str, name: &str) -> Option<Duration> {
     header.split(',').find_map(|part| {

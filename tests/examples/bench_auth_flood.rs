@@ -14,16 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use e2e::stack::{http, GatewayStack};
-
-fn pct(samples: &mut [Duration], p: f64) -> Duration {
-    samples.sort();
-    let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
-    samples[i.min(samples.len() - 1)]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
-}
+use e2e::stats::{ms, pct};
 
 /// One measured request as the signed-in user; its status must be 200.
 fn measured(url: &str, token: &str) -> Duration {

@@ -5,6 +5,7 @@
 //! `TERMGATE_BIN_DIR`.
 
 pub mod stack;
+pub mod stats;
 pub mod term;
 pub mod ttyd;
 pub mod upstream;
