@@ -343,23 +343,26 @@ fn a_sign_in_link_for_another_user_never_switches_accounts_silently() {
     // An attacker's link for their own account, opened in alice's signed-in tab: the
     // page asks, and until alice answers her cookie stays hers.
     let mallory = stack.control.token("mallory", false);
-    ok(
-        "open mallory's link over the page",
-        b.eval(&format!(
-            "location.hash = {}",
-            json!(format!("token={mallory}"))
-        )),
-    );
-    ok(
-        "the question",
-        b.wait_js(
-            "!document.getElementById('switch').hidden \
-             && document.getElementById('switch-text').textContent.includes('mallory') \
-             && document.getElementById('switch-text').textContent.includes('alice')",
-            T,
-            "the switch question naming both users",
-        ),
-    );
+    let link_asks = |b: &mut Browser, step: &str| {
+        ok(
+            step,
+            b.eval(&format!(
+                "location.hash = {}",
+                json!(format!("token={mallory}"))
+            )),
+        );
+        ok(
+            "the question",
+            b.wait_js(
+                "!document.getElementById('switch').hidden \
+                 && document.getElementById('switch-text').textContent.includes('mallory') \
+                 && document.getElementById('switch-text').textContent.includes('alice')",
+                T,
+                "the switch question naming both users",
+            ),
+        );
+    };
+    link_asks(&mut b, "open mallory's link over the page");
     ok("switch.png", b.screenshot(&artifact("switch.png")));
     assert_eq!(
         whoami(&mut b),
@@ -388,21 +391,7 @@ fn a_sign_in_link_for_another_user_never_switches_accounts_silently() {
     assert_eq!(whoami(&mut b), json!("alice"), "declining keeps alice");
 
     // Asked again and confirmed, the switch happens: the question is the only gate.
-    ok(
-        "open mallory's link again",
-        b.eval(&format!(
-            "location.hash = {}",
-            json!(format!("token={mallory}"))
-        )),
-    );
-    ok(
-        "the question again",
-        b.wait_js(
-            "!document.getElementById('switch').hidden",
-            T,
-            "the switch question",
-        ),
-    );
+    link_asks(&mut b, "open mallory's link again");
     ok(
         "switch to mallory",
         b.eval("document.getElementById('switch-yes').click()"),
