@@ -10,6 +10,7 @@ mod error;
 mod load;
 mod model;
 mod secret;
+pub mod telemetry;
 mod validate;
 
 pub use error::{ConfigError, ConfigErrors};

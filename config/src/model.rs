@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use policy::NamespaceMode;
 use serde::Deserialize;
 
 use crate::secret::Secrets;
@@ -322,19 +323,19 @@ pub struct Profile {
     /// Refused if not empty (red line `no_devices`).
     #[serde(default)]
     pub devices: Vec<String>,
-    /// Refused if `host` (red line `no_host_namespaces`), like `ipc_mode`,
-    /// `userns_mode` and `uts_mode`.
+    /// `""`, `private` or `host`; any other value is refused at load, and `host` by
+    /// red line `no_host_namespaces`. Like `ipc_mode`, `userns_mode` and `uts_mode`.
     #[serde(default)]
-    pub pid_mode: Option<String>,
+    pub pid_mode: Option<NamespaceMode>,
     /// See `pid_mode`.
     #[serde(default)]
-    pub ipc_mode: Option<String>,
+    pub ipc_mode: Option<NamespaceMode>,
     /// See `pid_mode`.
     #[serde(default)]
-    pub userns_mode: Option<String>,
+    pub userns_mode: Option<NamespaceMode>,
     /// See `pid_mode`.
     #[serde(default)]
-    pub uts_mode: Option<String>,
+    pub uts_mode: Option<NamespaceMode>,
 }
 
 /// One `[[profiles.<name>.mounts]]` entry.

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use policy::sandbox::{self, ContainerSpec, MountKind, MountSpec};
+use policy::sandbox::{self, ContainerSpec, MountKind, MountSpec, Namespace};
 use policy::{KeyMaterial, Origin, PemKey, Signer, Verifier, VerifierSettings};
 
 use crate::error::ConfigError;
@@ -413,13 +413,13 @@ impl Profile {
         let mut security_opt = vec!["no-new-privileges:true".to_owned()];
         security_opt.extend(self.security_opt.iter().cloned());
         let namespace_modes = [
-            ("PidMode", &self.pid_mode),
-            ("IpcMode", &self.ipc_mode),
-            ("UsernsMode", &self.userns_mode),
-            ("UTSMode", &self.uts_mode),
+            (Namespace::Pid, self.pid_mode),
+            (Namespace::Ipc, self.ipc_mode),
+            (Namespace::Userns, self.userns_mode),
+            (Namespace::Uts, self.uts_mode),
         ]
         .into_iter()
-        .filter_map(|(k, v)| v.as_ref().map(|v| (k.to_owned(), v.clone())))
+        .filter_map(|(kind, mode)| mode.map(|m| (kind, m)))
         .collect();
         let mut mounts: Vec<MountSpec> = self
             .mounts

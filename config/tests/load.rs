@@ -227,6 +227,35 @@ fn other_weakenings_are_refused_by_rule() {
 }
 
 #[test]
+fn namespace_modes_outside_the_known_ones_are_refused_naming_the_key() {
+    for (extra, key) in [
+        ("ipc_mode = \"shareable\"", "profiles.evil.ipc_mode"),
+        ("pid_mode = \"container:abc\"", "profiles.evil.pid_mode"),
+    ] {
+        let e = load_text(&example_with_profile(extra), &[]).unwrap_err();
+        assert!(e.mentions(key, "unknown namespace mode"), "{extra}: {e}");
+    }
+    let e = load_text(&example_with_profile("cgroupns_mode = \"host\""), &[]).unwrap_err();
+    assert!(
+        e.mentions("profiles.evil.cgroupns_mode", "unknown key"),
+        "{e}"
+    );
+    let c = load_text(
+        &example_with_profile("pid_mode = \"private\"\nuts_mode = \"\""),
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let spec = c.profiles["evil"].sandbox_spec(None);
+    assert_eq!(
+        spec.namespace_modes,
+        std::collections::BTreeMap::from([
+            (policy::Namespace::Pid, policy::NamespaceMode::Private),
+            (policy::Namespace::Uts, policy::NamespaceMode::Default),
+        ])
+    );
+}
+
+#[test]
 fn a_profile_breaking_several_rules_reports_each() {
     let e = load_text(
         &example_with_profile(

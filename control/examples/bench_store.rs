@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 
 use control::model::{Session, SessionState};
 use control::store::Store;
-use policy::SessionId;
+use policy::{SessionId, Sub};
 
 fn session(n: u32, owner: &str) -> Session {
     let mut r = [0u8; 10];
     r[..4].copy_from_slice(&n.to_be_bytes());
     Session {
         id: SessionId::from_random(r),
-        owner: owner.into(),
+        owner: Sub::parse(owner).expect("valid sub"),
         name: format!("s{n}"),
         profile: "default".into(),
         options: Default::default(),
@@ -49,9 +49,8 @@ fn main() {
     store.insert_rebuilt(&all).expect("insert");
     let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1000.0);
     println!("| list with 10,000 records in the store | p50 | p95 | records |\n|---|---|---|---|");
-    let (p50, p95, n) = time(200, || {
-        store.list_active(Some("alice")).expect("list").len()
-    });
+    let alice = Sub::parse("alice").expect("valid sub");
+    let (p50, p95, n) = time(200, || store.list_active(Some(&alice)).expect("list").len());
     println!(
         "| one user's sessions (index scan) | {} | {} | {n} |",
         ms(p50),

@@ -2,8 +2,9 @@
 //!
 //! User calls carry the user's JWT as a bearer token (the gateway turns the cookie into
 //! one); the route feed carries the service token. Bodies are bounded, unknown fields
-//! refused, and every error is DESIGN's JSON shape.
+//! refused, and every error is the JSON shape of design §2.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::error::ApiError;
-use crate::service::{now, Control, CreateRequest, RedrawRequest, SessionView};
+use crate::service::{Control, CreateRequest, RedrawRequest, SessionView};
 
 type Reply = Response<Full<Bytes>>;
 
@@ -51,11 +52,7 @@ fn error(e: &ApiError) -> Reply {
 }
 
 fn bearer(req: &Request<Incoming>) -> Option<&[u8]> {
-    let v = req.headers().get(AUTHORIZATION)?.as_bytes();
-    let (scheme, rest) = v.split_at(v.iter().position(|b| *b == b' ')?);
-    scheme
-        .eq_ignore_ascii_case(b"bearer")
-        .then(|| rest.trim_ascii())
+    policy::identity::bearer(req.headers().get(AUTHORIZATION)?.as_bytes())
 }
 
 /// The caller: a valid token of a user who is not locked. A locked user, admin or not,
@@ -63,18 +60,14 @@ fn bearer(req: &Request<Incoming>) -> Option<&[u8]> {
 /// lock anyone else.
 fn authenticate(control: &Control, req: &Request<Incoming>) -> Result<Principal, ApiError> {
     let token = bearer(req)
-        .ok_or_else(|| ApiError::new(401, "unauthenticated", "a bearer token is required"))?;
-    let who = control.verifier.verify(token, now()).map_err(|e| {
+        .ok_or_else(|| ApiError::UNAUTHENTICATED.with_message("a bearer token is required"))?;
+    let who = control.verify(token).map_err(|e| {
         tracing::info!(target: "audit", decision = "deny", reason = e.reason(), "token refused");
-        ApiError::new(
-            401,
-            "unauthenticated",
-            format!("token refused: {}", e.reason()),
-        )
+        ApiError::from(&e)
     })?;
-    if control.store.is_locked(who.sub.as_str())? {
-        tracing::info!(target: "audit", sub = %who.sub, decision = "deny", reason = "user_locked", "locked caller refused");
-        return Err(ApiError::denied(policy::Denial::LOCKED));
+    if control.is_locked(&who.sub)? {
+        tracing::info!(target: "audit", sub = %who.sub, decision = "deny", reason = ApiError::LOCKED.code, "locked caller refused");
+        return Err(ApiError::LOCKED);
     }
     Ok(who)
 }
@@ -85,19 +78,9 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 fn authenticate_service(control: &Control, req: &Request<Incoming>) -> Result<(), ApiError> {
-    let expected = control
-        .config
-        .secrets()
-        .service_token
-        .as_ref()
-        .map(|s| s.expose());
-    match (bearer(req), expected) {
+    match (bearer(req), control.service_token()) {
         (Some(got), Some(want)) if constant_time_eq(got, want) => Ok(()),
-        _ => Err(ApiError::new(
-            401,
-            "unauthenticated",
-            "the service token is required",
-        )),
+        _ => Err(ApiError::UNAUTHENTICATED.with_message("the service token is required")),
     }
 }
 
@@ -115,11 +98,7 @@ async fn read_json<T: serde::de::DeserializeOwned>(
     limit: usize,
 ) -> Result<T, ApiError> {
     let too_big = || {
-        ApiError::new(
-            413,
-            "body_too_large",
-            format!("request body is larger than {limit} bytes"),
-        )
+        ApiError::BODY_TOO_LARGE.with_message(format!("request body is larger than {limit} bytes"))
     };
     if let Some(len) = req
         .headers()
@@ -138,22 +117,74 @@ async fn read_json<T: serde::de::DeserializeOwned>(
             if e.is::<http_body_util::LengthLimitError>() {
                 too_big()
             } else {
-                ApiError::bad_request("bad_body", "could not read the request body")
+                ApiError::BAD_BODY
             }
         })?
         .to_bytes();
     serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request("invalid_json", format!("invalid request body: {e}")))
+        .map_err(|e| ApiError::INVALID_JSON.with_message(format!("invalid request body: {e}")))
 }
 
 fn session_id(seg: &str) -> Result<SessionId, ApiError> {
     // A malformed id cannot name anyone's session: the same 404 as an unknown one.
-    SessionId::parse(seg).map_err(|_| ApiError::not_found())
+    SessionId::parse(seg).map_err(|_| ApiError::NOT_FOUND)
 }
 
 #[derive(Serialize)]
 struct Sessions<'a> {
     sessions: Vec<SessionView<'a>>,
+}
+
+/// `GET /healthz` on either listener. Fields in name order, as the answer always was.
+#[derive(Serialize)]
+struct Health {
+    /// The store's revision (API listener only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rev: Option<u64>,
+    status: &'static str,
+}
+
+/// `GET /v1/profiles`.
+#[derive(Serialize)]
+struct Profiles<'a> {
+    profiles: Vec<ProfileView<'a>>,
+}
+
+/// A profile as users see it. Fields in name order, as the answer always was.
+#[derive(Serialize)]
+struct ProfileView<'a> {
+    description: &'a str,
+    name: &'a str,
+    options: BTreeMap<&'a str, OptionView<'a>>,
+}
+
+/// One option of a profile, without the variable it is passed in.
+#[derive(Serialize)]
+struct OptionView<'a> {
+    default: &'a str,
+    description: &'a str,
+    values: &'a [String],
+}
+
+impl<'a> ProfileView<'a> {
+    fn new(name: &'a str, p: &'a config::Profile) -> Self {
+        ProfileView {
+            description: &p.description,
+            name,
+            options: p
+                .options
+                .iter()
+                .map(|(k, o)| {
+                    let view = OptionView {
+                        default: &o.default,
+                        description: &o.description,
+                        values: &o.values,
+                    };
+                    (k.as_str(), view)
+                })
+                .collect(),
+        }
+    }
 }
 
 async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, ApiError> {
@@ -163,13 +194,15 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
         .map(|p| p.split('/').collect())
         .unwrap_or_default();
     let method = req.method().clone();
-    let limit = control.config.control.max_body_bytes;
-    let not_allowed =
-        || ApiError::new(405, "method_not_allowed", "method not allowed on this path");
+    let limit = control.max_body_bytes();
+    let not_allowed = || ApiError::METHOD_NOT_ALLOWED;
     match segments.as_slice() {
         ["healthz"] => Ok(json(
             200,
-            &serde_json::json!({"status": "ok", "rev": control.store.rev()}),
+            &Health {
+                rev: Some(control.rev()),
+                status: "ok",
+            },
         )),
         ["routes"] => {
             authenticate_service(&control, &req)?;
@@ -180,12 +213,12 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 .unwrap_or("0")
                 .parse::<u64>()
                 .map_err(|_| {
-                    ApiError::bad_request("invalid_query", "after must be a revision number")
+                    ApiError::INVALID_QUERY.with_message("after must be a revision number")
                 })?;
             let wait = query_param(&req, "wait")
                 .unwrap_or("0")
                 .parse::<u64>()
-                .map_err(|_| ApiError::bad_request("invalid_query", "wait must be seconds"))?;
+                .map_err(|_| ApiError::INVALID_QUERY.with_message("wait must be seconds"))?;
             let epoch = query_param(&req, "epoch").filter(|e| !e.is_empty());
             let page = control
                 .feed(after, epoch, Duration::from_secs(wait.min(MAX_FEED_WAIT)))
@@ -198,7 +231,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 return Err(not_allowed());
             }
             let id = session_id(id)?;
-            let lookup = control.route(&id)?.ok_or_else(ApiError::not_found)?;
+            let lookup = control.route(&id)?.ok_or(ApiError::NOT_FOUND)?;
             Ok(json(200, &lookup))
         }
         ["profiles"] => {
@@ -206,20 +239,12 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
             if method != Method::GET {
                 return Err(not_allowed());
             }
-            let profiles: Vec<_> = control
-                .config
-                .profiles
+            let profiles = control
+                .profiles()
                 .iter()
-                .map(|(name, p)| {
-                    let options: serde_json::Map<String, serde_json::Value> = p
-                        .options
-                        .iter()
-                        .map(|(k, o)| (k.clone(), serde_json::json!({"description": o.description, "values": o.values, "default": o.default})))
-                        .collect();
-                    serde_json::json!({"name": name, "description": p.description, "options": options})
-                })
+                .map(|(name, p)| ProfileView::new(name, p))
                 .collect();
-            Ok(json(200, &serde_json::json!({ "profiles": profiles })))
+            Ok(json(200, &Profiles { profiles }))
         }
         ["sessions"] => {
             let who = authenticate(&control, &req)?;
@@ -303,7 +328,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 _ => Err(not_allowed()),
             }
         }
-        _ => Err(ApiError::new(404, "not_found", "no such endpoint")),
+        _ => Err(ApiError::PAGE_NOT_FOUND.with_message("no such endpoint")),
     }
 }
 
@@ -321,15 +346,21 @@ async fn handle(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, 
 async fn handle_admin(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, Infallible> {
     Ok(match req.uri().path() {
         "/metrics" => {
-            let mut r = Response::new(Full::new(Bytes::from(control.metrics.render())));
+            let mut r = Response::new(Full::new(Bytes::from(control.metrics().render())));
             r.headers_mut().insert(
                 CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; version=0.0.4"),
             );
             r
         }
-        "/healthz" => json(200, &serde_json::json!({"status": "ok"})),
-        _ => error(&ApiError::new(404, "not_found", "no such endpoint")),
+        "/healthz" => json(
+            200,
+            &Health {
+                rev: None,
+                status: "ok",
+            },
+        ),
+        _ => error(&ApiError::PAGE_NOT_FOUND.with_message("no such endpoint")),
     })
 }
 
@@ -382,15 +413,67 @@ pub async fn serve(
             .serve_connection(TokioIo::new(stream), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
-            let _ = conn.await;
+            if let Err(e) = conn.await {
+                // Clients that hang up or send garbage end here; nothing to repair.
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
         });
     }
-    let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?grace,
+            "open requests did not finish within the grace period"
+        );
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn typed_answers_keep_the_bytes_of_the_old_json() {
+        let p: config::Profile = serde_json::from_value(serde_json::json!({
+            "image": "termgate/session:dev",
+            "description": "a shell",
+            "options": {"shell": {"env": "SESSION_SHELL", "values": ["sh", "ash"], "default": "sh", "description": "which shell"}},
+        }))
+        .expect("a profile");
+        let options: serde_json::Map<String, serde_json::Value> = p
+            .options
+            .iter()
+            .map(|(k, o)| (k.clone(), serde_json::json!({"description": o.description, "values": o.values, "default": o.default})))
+            .collect();
+        let old = serde_json::json!({"profiles": [
+            serde_json::json!({"name": "dev", "description": p.description, "options": options})
+        ]});
+        let new = Profiles {
+            profiles: vec![ProfileView::new("dev", &p)],
+        };
+        assert_eq!(
+            serde_json::to_string(&new).unwrap(),
+            serde_json::to_string(&old).unwrap()
+        );
+        let health = Health {
+            rev: Some(7),
+            status: "ok",
+        };
+        assert_eq!(
+            serde_json::to_string(&health).unwrap(),
+            serde_json::json!({"status": "ok", "rev": 7}).to_string()
+        );
+        let admin = Health {
+            rev: None,
+            status: "ok",
+        };
+        assert_eq!(
+            serde_json::to_string(&admin).unwrap(),
+            serde_json::json!({"status": "ok"}).to_string()
+        );
+    }
 
     #[test]
     fn constant_time_eq_compares_whole_values() {

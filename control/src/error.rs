@@ -1,65 +1,26 @@
-//! API errors: status, stable code, message — rendered as DESIGN's JSON shape.
+//! API errors: policy's [`Refusal`] values (status, stable code, message), rendered as
+//! the JSON shape of design §2, and how store and Docker failures map onto them.
+
+use policy::Refusal;
 
 use crate::docker::DockerError;
 use crate::store::StoreError;
 
-/// An error answered to an API caller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
-    /// HTTP status.
-    pub status: u16,
-    /// Stable snake_case code.
-    pub code: &'static str,
-    /// Human-readable message.
-    pub message: String,
-}
-
-impl ApiError {
-    /// Builds an error.
-    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-
-    /// 400 with a code.
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(400, code, message)
-    }
-
-    /// The one "no such session" answer, for unknown and not-yours alike.
-    pub fn not_found() -> Self {
-        let d = policy::Denial::NOT_FOUND;
-        Self::new(d.status, d.code, d.message)
-    }
-
-    /// From a policy denial.
-    pub fn denied(d: policy::Denial) -> Self {
-        Self::new(d.status, d.code, d.message)
-    }
-
-    /// The JSON body.
-    pub fn body(&self) -> Vec<u8> {
-        policy::ErrorBody::new(self.code, self.message.clone()).to_json()
-    }
-}
+/// An error answered to an API caller: one of [`Refusal`]'s constants, at most with a
+/// more specific message, so control and the gateway spell each code once.
+pub type ApiError = Refusal;
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Quota(q) => ApiError::new(429, policy::QuotaExceeded::CODE, q.to_string()),
-            StoreError::NotFound => ApiError::not_found(),
-            StoreError::Conflict(m) => ApiError::new(409, "conflict", m),
-            e @ StoreError::StateChanged(_) => ApiError::new(409, "conflict", e.to_string()),
+            StoreError::Quota(q) => Refusal::from(q),
+            StoreError::NotFound => Refusal::NOT_FOUND,
+            StoreError::Conflict(m) => Refusal::CONFLICT.with_message(m),
+            e @ StoreError::StateChanged(_) => Refusal::CONFLICT.with_message(e.to_string()),
             other => {
+                // The caller hears only that the store failed; the cause goes to the log.
                 tracing::error!(error = %other, "store error");
-                ApiError::new(
-                    500,
-                    "store_error",
-                    "the session store failed; see control's log",
-                )
+                Refusal::STORE_ERROR
             }
         }
     }
@@ -68,28 +29,23 @@ impl From<StoreError> for ApiError {
 impl From<DockerError> for ApiError {
     fn from(e: DockerError) -> Self {
         match e {
-            DockerError::Unavailable(m) => ApiError::new(
-                503,
-                "docker_unavailable",
-                format!("Docker is not answering: {m}"),
-            ),
+            DockerError::Unavailable(m) => {
+                Refusal::DOCKER_UNAVAILABLE.with_message(format!("Docker is not answering: {m}"))
+            }
             DockerError::Refused(v) => {
                 let rules: Vec<String> = v.iter().map(|v| v.to_string()).collect();
-                ApiError::new(
-                    500,
-                    "sandbox_refused",
-                    format!("container spec breaks red lines: {}", rules.join("; ")),
-                )
+                Refusal::SANDBOX_REFUSED.with_message(format!(
+                    "container spec breaks red lines: {}",
+                    rules.join("; ")
+                ))
             }
             DockerError::NotFound => {
-                ApiError::new(502, "docker_error", "Docker reported a missing object")
+                Refusal::DOCKER_ERROR.with_message("Docker reported a missing object")
             }
-            DockerError::Conflict(m) => ApiError::new(502, "docker_error", m),
-            DockerError::Other { op, message } => ApiError::new(
-                502,
-                "docker_error",
-                format!("Docker {op} failed: {message}"),
-            ),
+            DockerError::Conflict(m) => Refusal::DOCKER_ERROR.with_message(m),
+            DockerError::Other { op, message } => {
+                Refusal::DOCKER_ERROR.with_message(format!("Docker {op} failed: {message}"))
+            }
         }
     }
 }

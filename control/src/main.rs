@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use control::api::{self, Listener};
 use control::docker::Docker;
+use control::reconcile::Reconciler;
 use control::service::{now, Control};
 use control::store::Store;
 
@@ -42,12 +43,9 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let config = match config::load(&cli.config) {
+    let config = match config::telemetry::load_or_refuse("termgate-control", &cli.config) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("termgate-control: {}: {e}", cli.config.display());
-            return ExitCode::from(2);
-        }
+        Err(status) => return status,
     };
     match cli.command {
         Some(Command::Token { sub, admin, ttl }) => match token(&config, &sub, admin, ttl) {
@@ -65,7 +63,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         None => {
-            init_tracing();
+            config::telemetry::init_tracing();
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -86,17 +84,6 @@ fn main() -> ExitCode {
             }
         }
     }
-}
-
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr)
-        .try_init();
 }
 
 async fn serve(config: config::Config) -> anyhow::Result<()> {
@@ -139,21 +126,22 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
         })?;
 
     let control = Arc::new(Control::new(Arc::clone(&config), store, docker, verifier));
-    control.metrics.seccomp_enforced.set(i64::from(seccomp));
-    match control.rebuild_from_labels().await {
+    control.metrics().seccomp_enforced.set(i64::from(seccomp));
+    let reconciler = Reconciler::new(Arc::clone(&control));
+    match reconciler.rebuild_from_labels().await {
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "could not check Docker for sessions to rebuild"),
     }
-    let first = control.reconcile_pass().await;
+    let first = reconciler.pass().await;
     tracing::info!(
         ?first,
-        rev = control.store.rev(),
+        rev = control.rev(),
         at = now(),
         "first reconcile pass done"
     );
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let reconciler = tokio::spawn(Arc::clone(&control).run_reconciler(stop_rx.clone()));
+    let reconciler = tokio::spawn(reconciler.run(stop_rx.clone()));
     let grace = Duration::from_secs(2);
     let api = tokio::spawn(api::serve(
         Arc::clone(&control),
@@ -173,27 +161,45 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
 
     shutdown_signal().await;
     tracing::info!("shutting down");
+    // Fails only when every receiver is gone, that is when every task already ended.
     let _ = stop_tx.send(true);
-    let _ = tokio::time::timeout(Duration::from_secs(3), async {
-        let _ = api.await;
-        let _ = admin.await;
-        let _ = reconciler.await;
+    let stopped = tokio::time::timeout(Duration::from_secs(3), async {
+        for (task, handle) in [("api", api), ("admin", admin), ("reconciler", reconciler)] {
+            if let Err(e) = handle.await {
+                tracing::error!(task, error = %e, "task ended abnormally");
+            }
+        }
     })
     .await;
-    control.store.flush().context("flushing the store")?;
+    if stopped.is_err() {
+        tracing::warn!("tasks did not stop within 3 s; flushing the store anyway");
+    }
+    control.flush().context("flushing the store")?;
     tracing::info!("stopped; store flushed");
     Ok(())
 }
 
+/// Waits for SIGTERM or Ctrl-C. A signal that cannot be listened for is logged and the
+/// other one still stops the service.
 async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return std::future::pending().await,
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C; stopping on SIGTERM only");
+            std::future::pending::<()>().await;
+        }
     };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = ctrl_c => {}
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM; stopping on Ctrl-C only");
+            ctrl_c.await;
+        }
     }
 }
 

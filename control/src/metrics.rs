@@ -1,11 +1,11 @@
 //! Prometheus metrics of the control service, served on the admin listener.
 
+use config::telemetry::MetricsRegistry;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
 
 /// Label naming a kind of thing (reconcile action, Docker operation, create phase).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -20,7 +20,7 @@ fn kind(k: &str) -> Kind {
 
 /// Every metric control exports.
 pub struct Metrics {
-    registry: Registry,
+    registry: MetricsRegistry,
     /// Sessions holding resources (creating, running, stopping).
     pub sessions_active: Gauge,
     /// Create latency by phase: `total` (the whole request) and `docker` (create + start).
@@ -39,56 +39,42 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("termgate_control");
-        let sessions_active = Gauge::default();
-        let create_seconds = Family::<Kind, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.002, 2.0, 14))
-        });
-        let reconcile_actions = Family::<Kind, Counter>::default();
-        let docker_errors = Family::<Kind, Counter>::default();
-        let reconcile_pass_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
-        let feed_rev = Gauge::default();
-        registry.register(
-            "sessions_active",
-            "Sessions holding resources",
-            sessions_active.clone(),
-        );
-        registry.register(
-            "create_seconds",
-            "Session create latency by phase",
-            create_seconds.clone(),
-        );
-        registry.register(
-            "reconcile_actions",
-            "Reconciler actions by kind",
-            reconcile_actions.clone(),
-        );
-        registry.register(
-            "docker_errors",
-            "Failed Docker operations by kind",
-            docker_errors.clone(),
-        );
-        registry.register(
-            "reconcile_pass_seconds",
-            "Duration of full reconcile passes",
-            reconcile_pass_seconds.clone(),
-        );
-        registry.register("feed_revision", "Route feed revision", feed_rev.clone());
-        let seccomp_enforced = Gauge::default();
-        registry.register(
-            "seccomp_enforced",
-            "Whether session containers run under a seccomp filter",
-            seccomp_enforced.clone(),
-        );
+        let mut r = MetricsRegistry::new("termgate_control");
         Metrics {
-            registry,
-            sessions_active,
-            create_seconds,
-            reconcile_actions,
-            docker_errors,
-            seccomp_enforced,
-            reconcile_pass_seconds,
-            feed_rev,
+            sessions_active: r.register(
+                "sessions_active",
+                "Sessions holding resources",
+                Gauge::default(),
+            ),
+            create_seconds: r.register(
+                "create_seconds",
+                "Session create latency by phase",
+                Family::new_with_constructor(|| {
+                    Histogram::new(exponential_buckets(0.002, 2.0, 14))
+                }),
+            ),
+            reconcile_actions: r.register(
+                "reconcile_actions",
+                "Reconciler actions by kind",
+                Family::default(),
+            ),
+            docker_errors: r.register(
+                "docker_errors",
+                "Failed Docker operations by kind",
+                Family::default(),
+            ),
+            reconcile_pass_seconds: r.register(
+                "reconcile_pass_seconds",
+                "Duration of full reconcile passes",
+                Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            ),
+            feed_rev: r.register("feed_revision", "Route feed revision", Gauge::default()),
+            seccomp_enforced: r.register(
+                "seccomp_enforced",
+                "Whether session containers run under a seccomp filter",
+                Gauge::default(),
+            ),
+            registry: r,
         }
     }
 }
@@ -113,9 +99,6 @@ impl Metrics {
 
     /// The text exposition.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        self.registry.render()
     }
 }

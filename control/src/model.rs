@@ -1,7 +1,7 @@
 //! The records control keeps and publishes.
 
 pub use policy::feed::{Change, FeedPage, Route, RouteLookup};
-use policy::SessionId;
+use policy::{SessionId, Sub};
 use serde::{Deserialize, Serialize};
 
 /// Where a session is in its life.
@@ -52,8 +52,8 @@ impl SessionState {
 pub struct Session {
     /// Its id.
     pub id: SessionId,
-    /// The `sub` that created it.
-    pub owner: String,
+    /// The user that created it (stored and shown as the plain `sub` string).
+    pub owner: Sub,
     /// User-chosen display name.
     pub name: String,
     /// Profile it was made from.
@@ -85,7 +85,7 @@ impl Session {
         match (self.state, &self.container_id) {
             (SessionState::Running, Some(c)) => Some(Route {
                 session: self.id,
-                owner: self.owner.clone(),
+                owner: self.owner.to_string(),
                 container: c.clone(),
             }),
             _ => None,

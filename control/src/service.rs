@@ -7,33 +7,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use config::{Config, Profile};
-use policy::{Action, Decision, Principal, QuotaLimits, SessionId, Verifier};
+use policy::{Action, Decision, Principal, QuotaLimits, SessionId, Sub, TokenError, Verifier};
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
 use crate::docker::{ContainerRequest, Docker, DockerError};
 use crate::error::ApiError;
+use crate::labels;
 use crate::metrics::Metrics;
 use crate::model::{FeedPage, RouteLookup, Session, SessionState};
 use crate::store::{Ending, Store, StoreError};
-
-/// Labels that prove termgate made a container (DESIGN §4).
-pub mod labels {
-    /// `session` on session containers, `home` on home volumes.
-    pub const MANAGED: &str = "termgate.managed";
-    /// The deployment's `instance`.
-    pub const INSTANCE: &str = "termgate.instance";
-    /// The session id.
-    pub const SESSION: &str = "termgate.session";
-    /// The owner `sub`.
-    pub const OWNER: &str = "termgate.owner";
-    /// Profile name (for rebuilding the store).
-    pub const PROFILE: &str = "termgate.profile";
-    /// Display name (for rebuilding the store).
-    pub const NAME: &str = "termgate.name";
-    /// Creation time, Unix seconds (for rebuilding the store).
-    pub const CREATED: &str = "termgate.created";
-}
 
 /// Who ends sessions the reconciler ends.
 pub const SYSTEM: &str = "termgate";
@@ -66,7 +49,7 @@ pub struct RedrawRequest {
 #[derive(Debug, Serialize)]
 pub struct SessionView<'a> {
     id: &'a SessionId,
-    owner: &'a str,
+    owner: &'a Sub,
     name: &'a str,
     profile: &'a str,
     options: &'a BTreeMap<String, String>,
@@ -126,8 +109,8 @@ pub fn failpoint(name: &str) {
 }
 
 /// Name of a user's persistent home volume: stable, label-safe, collision-free.
-pub fn home_volume_name(instance: &str, sub: &str) -> String {
-    let digest = sha2::Sha256::digest(sub.as_bytes());
+pub fn home_volume_name(instance: &str, sub: &Sub) -> String {
+    let digest = sha2::Sha256::digest(sub.as_str().as_bytes());
     let hex: String = digest.iter().take(10).map(|b| format!("{b:02x}")).collect();
     format!("termgate-home-{instance}-{hex}")
 }
@@ -139,16 +122,11 @@ pub fn container_name(id: &SessionId) -> String {
 
 /// The control service.
 pub struct Control {
-    /// Configuration.
-    pub config: Arc<Config>,
-    /// The store.
-    pub store: Store,
-    /// Docker.
-    pub docker: Docker,
-    /// Token verifier.
-    pub verifier: Verifier,
-    /// Metrics.
-    pub metrics: Metrics,
+    config: Arc<Config>,
+    store: Store,
+    docker: Docker,
+    verifier: Verifier,
+    metrics: Metrics,
     redraw_locks: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
     /// Sessions being created by this process right now. The reconciler never
     /// abandons these, however long Docker takes; after a restart the set is empty, so
@@ -157,6 +135,16 @@ pub struct Control {
     /// Sessions whose container is being removed right now, so that the API and the
     /// reconciler never race to remove the same container.
     ending: InFlight,
+}
+
+/// Whose sessions a listing shows.
+enum Scope {
+    /// Everyone's (admin, `all`).
+    Everyone,
+    /// One owner's.
+    Owner(Sub),
+    /// No one's: the asked-for owner is no valid sub, so owns no session.
+    Nobody,
 }
 
 /// A set of sessions that some task of this process is working on.
@@ -206,6 +194,60 @@ impl Control {
         }
     }
 
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The store; the reconciler reads and repairs it directly.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The Docker client; the reconciler lists and inspects through it.
+    pub(crate) fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The profiles users may create sessions from, by name.
+    pub fn profiles(&self) -> &BTreeMap<String, Profile> {
+        &self.config.profiles
+    }
+
+    /// The largest request body the API reads, in bytes.
+    pub fn max_body_bytes(&self) -> usize {
+        self.config.control.max_body_bytes
+    }
+
+    /// The token gateways present on the route feed, when configured.
+    pub fn service_token(&self) -> Option<&[u8]> {
+        self.config
+            .secrets()
+            .service_token
+            .as_ref()
+            .map(|s| s.expose())
+    }
+
+    /// Who a bearer token proves the caller is, now.
+    pub fn verify(&self, token: &[u8]) -> Result<Principal, TokenError> {
+        self.verifier.verify(token, now())
+    }
+
+    /// The store's newest published revision.
+    pub fn rev(&self) -> u64 {
+        self.store.rev()
+    }
+
+    /// Writes everything the store committed so far to disk.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.store.flush()
+    }
+
     /// Whether this process is creating session `id` right now.
     pub fn is_being_created(&self, id: &SessionId) -> bool {
         self.creating.contains(id)
@@ -250,13 +292,17 @@ impl Control {
         }
     }
 
-    fn locked(&self, sub: &str) -> Result<bool, ApiError> {
+    /// Whether `sub` is locked.
+    pub fn is_locked(&self, sub: &Sub) -> Result<bool, ApiError> {
         Ok(self.store.is_locked(sub)?)
     }
 
     fn refresh_gauges(&self) {
-        if let Ok((_, total)) = self.store.counts("") {
-            self.metrics.sessions_active.set(i64::from(total));
+        match self.store.active_count() {
+            Ok(total) => {
+                self.metrics.sessions_active.set(i64::from(total));
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot count active sessions for the gauge"),
         }
         self.metrics
             .feed_rev
@@ -271,35 +317,29 @@ impl Control {
     ) -> Result<(Session, CreateTiming), ApiError> {
         let started = Instant::now();
         if let Decision::Deny(d) =
-            policy::decide(who, None, self.locked(who.sub.as_str())?, Action::Create)
+            policy::decide(who, None, self.is_locked(&who.sub)?, Action::Create)
         {
-            return Err(ApiError::denied(d));
+            return Err(d);
         }
         let profile = self.config.profiles.get(&req.profile).ok_or_else(|| {
-            ApiError::bad_request(
-                "unknown_profile",
-                format!("no profile named {:?}", req.profile),
-            )
+            ApiError::UNKNOWN_PROFILE.with_message(format!("no profile named {:?}", req.profile))
         })?;
         let options = resolve_options(profile, &req.options)?;
         let name = match req.name {
             None => req.profile.clone(),
             Some(n) => {
                 if n.chars().count() > 64 || n.chars().any(char::is_control) {
-                    return Err(ApiError::bad_request(
-                        "invalid_name",
-                        "name must be at most 64 printable characters",
-                    ));
+                    return Err(ApiError::INVALID_NAME);
                 }
                 n
             }
         };
         let mut random = [0u8; 10];
         getrandom::getrandom(&mut random)
-            .map_err(|e| ApiError::new(500, "internal", format!("no randomness: {e}")))?;
+            .map_err(|e| ApiError::INTERNAL.with_message(format!("no randomness: {e}")))?;
         let session = Session {
             id: SessionId::from_random(random),
-            owner: who.sub.to_string(),
+            owner: who.sub.clone(),
             name,
             profile: req.profile.clone(),
             options,
@@ -315,7 +355,7 @@ impl Control {
         let _in_flight = self
             .creating
             .mark(session.id)
-            .ok_or_else(|| ApiError::new(500, "internal", "session id already in flight"))?;
+            .ok_or_else(|| ApiError::INTERNAL.with_message("session id already in flight"))?;
         self.store.insert_creating(&session, self.limits()).map_err(|e| {
             if let StoreError::Quota(q) = &e {
                 tracing::info!(target: "audit", sub = %who.sub, decision = "deny", reason = "quota_exceeded", limit = q.limit, "create refused");
@@ -380,6 +420,11 @@ impl Control {
                 if let Err(e) = self.docker.remove(&container_id).await {
                     tracing::warn!(session = %session.id, error = %e, "could not remove the container of a session ended while being created; the reconciler will");
                 }
+                if let Err(e) = &other {
+                    if !matches!(e, StoreError::NotFound) {
+                        tracing::error!(session = %session.id, error = %e, "could not record the container of a session being created; the reconciler will end it");
+                    }
+                }
                 if let Ok(s) = &other {
                     let by = s.ended_by.clone().unwrap_or_else(|| SYSTEM.into());
                     if let Err(e) = self.end_record(
@@ -393,11 +438,8 @@ impl Control {
                     }
                 }
                 self.refresh_gauges();
-                Err(ApiError::new(
-                    409,
-                    "conflict",
-                    "the session was ended while it was being created",
-                ))
+                Err(ApiError::CONFLICT
+                    .with_message("the session was ended while it was being created"))
             }
         }
     }
@@ -424,21 +466,12 @@ impl Control {
                 env.push(format!("{}={value}", o.env));
             }
         }
-        let labels = BTreeMap::from([
-            (labels::MANAGED.to_owned(), "session".to_owned()),
-            (labels::INSTANCE.to_owned(), instance.clone()),
-            (labels::SESSION.to_owned(), s.id.to_string()),
-            (labels::OWNER.to_owned(), s.owner.clone()),
-            (labels::PROFILE.to_owned(), s.profile.clone()),
-            (labels::NAME.to_owned(), s.name.clone()),
-            (labels::CREATED.to_owned(), s.created_at.to_string()),
-        ]);
         let req = ContainerRequest {
             name: container_name(&s.id),
             image: profile.image.clone(),
             command: profile.command.clone(),
             env,
-            labels,
+            labels: labels::session_container(instance, s),
             spec: profile.sandbox_spec(home.as_deref()),
             tmp_size_mb: profile.tmp_size_mb,
         };
@@ -454,15 +487,15 @@ impl Control {
             Some(s) => Some(s),
             None => self.store.get_ended(id)?,
         };
-        let locked = self.locked(who.sub.as_str())?;
+        let locked = self.is_locked(&who.sub)?;
         match policy::decide(
             who,
             s.as_ref().map(|s| s.owner.as_str()),
             locked,
             Action::Read,
         ) {
-            Decision::Allow { .. } => s.ok_or_else(ApiError::not_found),
-            Decision::Deny(d) => Err(ApiError::denied(d)),
+            Decision::Allow { .. } => s.ok_or(ApiError::NOT_FOUND),
+            Decision::Deny(d) => Err(d),
         }
     }
 
@@ -473,8 +506,11 @@ impl Control {
         owner: Option<&str>,
         all: bool,
     ) -> Result<Vec<Session>, ApiError> {
-        let target = self.list_target(who, owner, all)?;
-        Ok(self.store.list_active(target.as_deref())?)
+        Ok(match self.list_target(who, owner, all)? {
+            Scope::Everyone => self.store.list_active(None)?,
+            Scope::Owner(o) => self.store.list_active(Some(&o))?,
+            Scope::Nobody => Vec::new(),
+        })
     }
 
     /// Ended sessions, newest first, with the same visibility as [`Control::list`].
@@ -484,10 +520,12 @@ impl Control {
         owner: Option<&str>,
         all: bool,
     ) -> Result<Vec<Session>, ApiError> {
-        let target = self.list_target(who, owner, all)?;
-        Ok(self
-            .store
-            .list_history(target.as_deref(), self.config.control.history_per_user)?)
+        let limit = self.config.control.history_per_user;
+        Ok(match self.list_target(who, owner, all)? {
+            Scope::Everyone => self.store.list_history(None, limit)?,
+            Scope::Owner(o) => self.store.list_history(Some(&o), limit)?,
+            Scope::Nobody => Vec::new(),
+        })
     }
 
     fn list_target(
@@ -495,21 +533,19 @@ impl Control {
         who: &Principal,
         owner: Option<&str>,
         all: bool,
-    ) -> Result<Option<String>, ApiError> {
-        if self.locked(who.sub.as_str())? {
-            return Err(ApiError::denied(policy::Denial::LOCKED));
+    ) -> Result<Scope, ApiError> {
+        if self.is_locked(&who.sub)? {
+            return Err(ApiError::LOCKED);
         }
         if (owner.is_some() || all) && !who.admin {
-            return Err(ApiError::new(
-                403,
-                "admin_required",
-                "only an admin may list other users' sessions",
-            ));
+            return Err(ApiError::ADMIN_REQUIRED
+                .with_message("only an admin may list other users' sessions"));
         }
         Ok(match (all, owner) {
-            (true, _) => None,
-            (false, Some(o)) => Some(o.to_owned()),
-            (false, None) => Some(who.sub.to_string()),
+            (true, _) => Scope::Everyone,
+            // A name that is no valid sub owns nothing.
+            (false, Some(o)) => Sub::parse(o).map_or(Scope::Nobody, Scope::Owner),
+            (false, None) => Scope::Owner(who.sub.clone()),
         })
     }
 
@@ -522,10 +558,10 @@ impl Control {
         action: Action,
     ) -> Result<Session, ApiError> {
         let s = self.store.get(id)?;
-        let locked = self.locked(who.sub.as_str())?;
+        let locked = self.is_locked(&who.sub)?;
         match policy::decide(who, s.as_ref().map(|s| s.owner.as_str()), locked, action) {
-            Decision::Allow { .. } => s.ok_or_else(ApiError::not_found),
-            Decision::Deny(d) => Err(ApiError::denied(d)),
+            Decision::Allow { .. } => s.ok_or(ApiError::NOT_FOUND),
+            Decision::Deny(d) => Err(d),
         }
     }
 
@@ -533,7 +569,7 @@ impl Control {
     pub async fn end(&self, who: &Principal, id: &SessionId) -> Result<(), ApiError> {
         let s = self.authorized(who, id, Action::End)?;
         let by = who.sub.to_string();
-        let reason = if s.owner != by {
+        let reason = if s.owner != who.sub {
             "ended by an admin"
         } else {
             "ended by its owner"
@@ -576,7 +612,9 @@ impl Control {
         }
         // A create racing with this end may have made the container under its name only.
         if s.container_id.is_some() {
-            let _ = self.docker.remove(&container_name(&s.id)).await;
+            if let Err(e) = self.docker.remove(&container_name(&s.id)).await {
+                tracing::warn!(session = %s.id, error = %e, "could not remove a container made under the session's name; the reconciler will");
+            }
         }
         failpoint("delete:after_remove");
         let by = s.ended_by.clone().unwrap_or_else(|| SYSTEM.into());
@@ -620,18 +658,11 @@ impl Control {
         req: RedrawRequest,
     ) -> Result<(), ApiError> {
         if !(2..=1000).contains(&req.cols) || !(1..=1000).contains(&req.rows) {
-            return Err(ApiError::bad_request(
-                "invalid_size",
-                "cols must be 2-1000 and rows 1-1000",
-            ));
+            return Err(ApiError::INVALID_SIZE);
         }
         let s = self.authorized(who, id, Action::Redraw)?;
         let Some(container) = s.route().map(|r| r.container) else {
-            return Err(ApiError::new(
-                409,
-                "not_running",
-                "the session is not running",
-            ));
+            return Err(ApiError::NOT_RUNNING);
         };
         let lock = {
             let mut locks = self.redraw_locks.lock().unwrap_or_else(|p| p.into_inner());
@@ -650,31 +681,20 @@ impl Control {
     /// Locks (`true`) or unlocks a user; admin only. Published on the route feed.
     pub fn set_lock(&self, who: &Principal, sub: &str, lock: bool) -> Result<(), ApiError> {
         if !who.admin {
-            return Err(ApiError::new(
-                403,
-                "admin_required",
-                "only an admin may lock users",
-            ));
+            return Err(ApiError::ADMIN_REQUIRED.with_message("only an admin may lock users"));
         }
-        if policy::Sub::parse(sub).is_none() {
-            return Err(ApiError::bad_request(
-                "invalid_sub",
-                "not a valid user name",
-            ));
-        }
-        if sub == who.sub.as_str() {
+        let Some(sub) = Sub::parse(sub) else {
+            return Err(ApiError::INVALID_SUB);
+        };
+        if sub == who.sub {
             // An admin who could lock themselves could lock the last unlocked admin
             // out; one who could unlock themselves would make locks meaningless.
-            return Err(ApiError::new(
-                403,
-                "own_lock",
-                "an admin cannot lock or unlock themselves",
-            ));
+            return Err(ApiError::OWN_LOCK);
         }
         let changed = if lock {
-            self.store.lock_user(sub, who.sub.as_str(), now())?
+            self.store.lock_user(&sub, &who.sub, now())?
         } else {
-            self.store.unlock_user(sub)?
+            self.store.unlock_user(&sub)?
         };
         self.refresh_gauges();
         tracing::info!(target: "audit", sub = %sub, by = %who.sub, locked = lock, changed, "user lock");
@@ -709,19 +729,15 @@ fn resolve_options(
     chosen: &BTreeMap<String, String>,
 ) -> Result<BTreeMap<String, String>, ApiError> {
     if let Some(unknown) = chosen.keys().find(|k| !profile.options.contains_key(*k)) {
-        return Err(ApiError::bad_request(
-            "invalid_option",
-            format!("this profile has no option {unknown:?}"),
-        ));
+        return Err(ApiError::INVALID_OPTION
+            .with_message(format!("this profile has no option {unknown:?}")));
     }
     let mut out = BTreeMap::new();
     for (name, o) in &profile.options {
         let value = chosen.get(name).unwrap_or(&o.default);
         if !o.values.contains(value) {
-            return Err(ApiError::bad_request(
-                "invalid_option",
-                format!("option {name:?} must be one of {:?}", o.values),
-            ));
+            return Err(ApiError::INVALID_OPTION
+                .with_message(format!("option {name:?} must be one of {:?}", o.values)));
         }
         out.insert(name.clone(), value.clone());
     }
@@ -746,13 +762,14 @@ mod tests {
 
     #[test]
     fn home_volume_names_are_distinct_and_docker_safe() {
-        let a = home_volume_name("prod", "a@b");
-        let b = home_volume_name("prod", "a-at-b");
+        let sub = |s: &str| Sub::parse(s).expect("valid sub");
+        let a = home_volume_name("prod", &sub("a@b"));
+        let b = home_volume_name("prod", &sub("a-at-b"));
         assert_ne!(a, b);
         assert!(a.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-'));
         assert_ne!(
-            home_volume_name("one", "alice"),
-            home_volume_name("two", "alice")
+            home_volume_name("one", &sub("alice")),
+            home_volume_name("two", &sub("alice"))
         );
     }
 }

@@ -46,11 +46,10 @@ impl ServeHttp for Admin {
                 )
             }
             "/readyz" => response(503, "application/json", br#"{"ready":false}"#.to_vec()),
-            _ => response(
-                404,
-                "application/json",
-                policy::ErrorBody::new("not_found", "no such endpoint").to_json(),
-            ),
+            _ => {
+                let refusal = policy::Refusal::PAGE_NOT_FOUND.with_message("no such endpoint");
+                response(refusal.status, "application/json", refusal.body())
+            }
         }
     }
 }

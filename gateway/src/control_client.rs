@@ -9,26 +9,13 @@ use hyper::{Request, StatusCode};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use policy::feed::{FeedPage, Route, RouteLookup};
+use policy::feed::{FeedPage, RouteLookup};
 use policy::SessionId;
 
 /// Control could not be asked (down, slow, or answered something unexpected).
 #[derive(Debug, thiserror::Error)]
 #[error("control unavailable: {0}")]
 pub struct Unavailable(pub String);
-
-/// The answer of a one-off lookup.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lookup {
-    /// The route, if the session is running.
-    pub route: Option<Route>,
-    /// Whether its owner is locked.
-    pub owner_locked: bool,
-    /// Control's revision at the time.
-    pub rev: u64,
-    /// The feed epoch of that revision.
-    pub epoch: String,
-}
 
 /// A client for control's internal API.
 #[derive(Clone)]
@@ -81,26 +68,15 @@ impl ControlClient {
             .map_err(|_| Unavailable(format!("no answer within {timeout:?}")))?
     }
 
-    /// Asks control for one session's route.
-    pub async fn lookup(&self, id: &SessionId) -> Result<Lookup, Unavailable> {
+    /// Asks control for one session's route: `None` when control knows no running
+    /// session by that id.
+    pub async fn lookup(&self, id: &SessionId) -> Result<Option<RouteLookup>, Unavailable> {
         let (status, body) = self.get(&format!("/v1/routes/{id}"), self.timeout).await?;
         match status {
-            StatusCode::OK => {
-                let b: RouteLookup = serde_json::from_slice(&body)
-                    .map_err(|e| Unavailable(format!("bad lookup answer: {e}")))?;
-                Ok(Lookup {
-                    route: Some(b.route),
-                    owner_locked: b.owner_locked,
-                    rev: b.rev,
-                    epoch: b.epoch,
-                })
-            }
-            StatusCode::NOT_FOUND => Ok(Lookup {
-                route: None,
-                owner_locked: false,
-                rev: 0,
-                epoch: String::new(),
-            }),
+            StatusCode::OK => serde_json::from_slice(&body)
+                .map(Some)
+                .map_err(|e| Unavailable(format!("bad lookup answer: {e}"))),
+            StatusCode::NOT_FOUND => Ok(None),
             s => Err(Unavailable(format!("lookup answered {s}"))),
         }
     }

@@ -34,25 +34,15 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let config = match config::load(&cli.config) {
+    let config = match config::telemetry::load_or_refuse("termgate-gateway", &cli.config) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("termgate-gateway: {}: {e}", cli.config.display());
-            return ExitCode::from(2);
-        }
+        Err(status) => return status,
     };
     if cli.check {
         println!("configuration {} is valid", cli.config.display());
         return ExitCode::SUCCESS;
     }
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr)
-        .try_init();
+    config::telemetry::init_tracing();
     match run(config, cli.upgrade) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

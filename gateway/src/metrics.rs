@@ -1,10 +1,10 @@
 //! Prometheus metrics of the gateway, served on the admin listener.
 
+use config::telemetry::MetricsRegistry;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
 
 /// A single-label set.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -15,7 +15,7 @@ pub struct Label {
 
 /// Every metric the gateway exports.
 pub struct Metrics {
-    registry: Registry,
+    registry: MetricsRegistry,
     /// Terminal requests by decision (`allow` or the denial reason).
     pub upgrades: Family<Label, Counter>,
     /// Open terminal websockets.
@@ -34,53 +34,45 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("termgate_gateway");
-        let m = Metrics {
-            upgrades: Family::default(),
-            open_terminals: Gauge::default(),
-            bytes: Family::default(),
-            auth_failures: Family::default(),
-            closed: Family::default(),
-            feed_revision: Gauge::default(),
-            feed_lag_seconds: Gauge::default(),
-            registry: Registry::default(),
-        };
-        registry.register(
-            "terminal_requests",
-            "Terminal requests by decision",
-            m.upgrades.clone(),
-        );
-        registry.register(
-            "open_terminals",
-            "Open terminal websockets",
-            m.open_terminals.clone(),
-        );
-        registry.register(
-            "terminal_bytes",
-            "Terminal bytes by direction",
-            m.bytes.clone(),
-        );
-        registry.register(
-            "auth_failures",
-            "Failed authentications by reason",
-            m.auth_failures.clone(),
-        );
-        registry.register(
-            "terminals_closed",
-            "Live terminals closed by enforcement",
-            m.closed.clone(),
-        );
-        registry.register(
-            "feed_revision",
-            "Route feed revision applied",
-            m.feed_revision.clone(),
-        );
-        registry.register(
-            "feed_lag_seconds",
-            "Seconds since the route feed last answered",
-            m.feed_lag_seconds.clone(),
-        );
-        Metrics { registry, ..m }
+        let mut r = MetricsRegistry::new("termgate_gateway");
+        Metrics {
+            upgrades: r.register(
+                "terminal_requests",
+                "Terminal requests by decision",
+                Family::default(),
+            ),
+            open_terminals: r.register(
+                "open_terminals",
+                "Open terminal websockets",
+                Gauge::default(),
+            ),
+            bytes: r.register(
+                "terminal_bytes",
+                "Terminal bytes by direction",
+                Family::default(),
+            ),
+            auth_failures: r.register(
+                "auth_failures",
+                "Failed authentications by reason",
+                Family::default(),
+            ),
+            closed: r.register(
+                "terminals_closed",
+                "Live terminals closed by enforcement",
+                Family::default(),
+            ),
+            feed_revision: r.register(
+                "feed_revision",
+                "Route feed revision applied",
+                Gauge::default(),
+            ),
+            feed_lag_seconds: r.register(
+                "feed_lag_seconds",
+                "Seconds since the route feed last answered",
+                Gauge::default(),
+            ),
+            registry: r,
+        }
     }
 }
 
@@ -92,8 +84,6 @@ impl Metrics {
 
     /// The text exposition.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        self.registry.render()
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
-use policy::feed::{Change, FeedPage, Route};
+use policy::feed::{Change, FeedPage, Route, RouteLookup};
 use policy::SessionId;
 
 /// The answer of a cache lookup.
@@ -117,29 +117,27 @@ impl RouteCache {
         self.read().locked.contains(sub)
     }
 
-    /// Records the answer of a one-off lookup made at control revision `rev` of feed
-    /// `epoch`. Ignored when the cache has already seen a later revision of that epoch
-    /// (the feed knows better).
-    pub fn learn(
-        &self,
-        id: SessionId,
-        route: Option<Route>,
-        owner_locked: bool,
-        rev: u64,
-        epoch: &str,
-    ) {
+    /// Records the answer of a one-off lookup (`None`: not running, remembered briefly as
+    /// unknown). A route is ignored when the cache has already seen a later revision of
+    /// the answer's epoch (the feed knows better).
+    pub fn learn(&self, id: SessionId, answer: Option<RouteLookup>) {
         let mut inner = self.write();
-        match route {
-            Some(r) => {
+        match answer {
+            Some(RouteLookup {
+                route,
+                owner_locked,
+                rev,
+                epoch,
+            }) => {
                 if epoch == inner.epoch && rev < inner.rev {
                     return;
                 }
                 if owner_locked {
-                    inner.locked.insert(r.owner.clone());
+                    inner.locked.insert(route.owner.clone());
                 }
                 inner.negative.remove(&id);
-                inner.learned.insert(id, (rev, epoch.to_owned()));
-                inner.routes.insert(id, r);
+                inner.learned.insert(id, (rev, epoch));
+                inner.routes.insert(id, route);
             }
             None => {
                 // Short-lived by design, so it needs no revision; bound its size.
@@ -268,6 +266,15 @@ mod tests {
         SessionId::from_random([n; 10])
     }
 
+    fn answer(route: Route, rev: u64) -> RouteLookup {
+        RouteLookup {
+            route,
+            owner_locked: false,
+            rev,
+            epoch: "e1".into(),
+        }
+    }
+
     fn route(n: u8, owner: &str) -> Route {
         Route {
             session: id(n),
@@ -292,7 +299,7 @@ mod tests {
         let c = RouteCache::new(Duration::from_secs(1));
         c.apply(&page(3, vec![]));
         // Admitted on a lookup at revision 5 of the same epoch...
-        c.learn(id(1), Some(route(1, "alice")), false, 5, "e1");
+        c.learn(id(1), Some(answer(route(1, "alice"), 5)));
         // ...then a reset taken at 4, before the session was running.
         let mut stale = page(4, vec![]);
         stale.reset = true;
@@ -451,9 +458,9 @@ mod tests {
             }],
         ));
         assert_eq!(c.get(&id(1)), Lookup::Miss);
-        c.learn(id(1), Some(route(1, "alice")), false, 4, "e1");
+        c.learn(id(1), Some(answer(route(1, "alice"), 4)));
         assert_eq!(c.get(&id(1)), Lookup::Miss);
-        c.learn(id(1), Some(route(1, "alice")), false, 6, "e1");
+        c.learn(id(1), Some(answer(route(1, "alice"), 6)));
         assert_eq!(c.get(&id(1)), Lookup::Hit(route(1, "alice")));
     }
 
@@ -495,7 +502,7 @@ mod tests {
     fn a_route_learned_ahead_of_the_feed_survives_older_changes() {
         let c = RouteCache::new(Duration::from_secs(1));
         c.apply(&page(1, vec![]));
-        c.learn(id(1), Some(route(1, "alice")), false, 3, "e1");
+        c.learn(id(1), Some(answer(route(1, "alice"), 3)));
         // The feed catches up one change at a time: `remove` (creating) at 2 is older
         // than what the lookup saw.
         let r = c.apply(&page(
@@ -527,14 +534,14 @@ mod tests {
     fn negative_answers_are_learned_after_sync_too() {
         let c = RouteCache::new(Duration::from_secs(5));
         c.apply(&page(7, vec![]));
-        c.learn(id(4), None, false, 0, "e1");
+        c.learn(id(4), None);
         assert_eq!(c.get(&id(4)), Lookup::Negative);
     }
 
     #[test]
     fn negative_answers_expire() {
         let c = RouteCache::new(Duration::from_millis(30));
-        c.learn(id(9), None, false, 0, "e1");
+        c.learn(id(9), None);
         assert_eq!(c.get(&id(9)), Lookup::Negative);
         std::thread::sleep(Duration::from_millis(40));
         assert_eq!(c.get(&id(9)), Lookup::Miss);

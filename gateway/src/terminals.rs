@@ -224,12 +224,17 @@ impl Ticket {
     pub fn attach_upstream(&self, fd: RawFd) -> std::io::Result<()> {
         let socket = duplicate(fd)?;
         let mut inner = self.registry.lock();
-        if let Some(live) = inner.live.get_mut(&self.id) {
-            if live.closed.is_some() {
-                let _ = socket.shutdown(Shutdown::Both);
-            }
-            live.upstream = Some(socket);
+        let live = inner.live.get_mut(&self.id).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the terminal's slot is no longer registered",
+            )
+        })?;
+        if live.closed.is_some() {
+            // Revoked already: the socket is cut; the proxy loop ends at once.
+            socket.shutdown(Shutdown::Both)?;
         }
+        live.upstream = Some(socket);
         Ok(())
     }
 
@@ -359,6 +364,15 @@ mod tests {
             (this_browser.closed(), other_browser.closed()),
             (Some(CloseReason::SignedOut), None)
         );
+    }
+
+    #[test]
+    fn a_socket_without_a_registered_slot_is_an_error() {
+        let t = Terminals::new(8, 8);
+        let ticket = t.admit(id(1), "alice", None, 0).unwrap();
+        t.lock().live.clear();
+        let (ours, _peer) = UnixStream::pair().unwrap();
+        assert!(ticket.attach_upstream(ours.as_raw_fd()).is_err());
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; 
 /// Serves an embedded asset (`""` is the page itself); 404 JSON for anything else.
 pub async fn serve(session: &mut Session, name: &str) -> Result<bool> {
     let Some(asset) = ASSETS.iter().find(|a| a.name == name) else {
-        let body = policy::ErrorBody::new("not_found", "no such page").to_json();
+        let body = policy::Refusal::PAGE_NOT_FOUND.body();
         let mut h = ResponseHeader::build(404, Some(2))?;
         h.insert_header("Content-Type", "application/json")?;
         h.insert_header("Content-Length", body.len().to_string())?;

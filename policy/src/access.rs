@@ -1,9 +1,10 @@
 //! Access decisions: may this principal do this to that session?
 //!
 //! A session the caller does not own and a session that does not exist produce the
-//! **same** denial, so ids cannot be probed.
+//! **same** refusal, so ids cannot be probed.
 
 use crate::identity::Principal;
+use crate::refusal::Refusal;
 
 /// What the caller wants to do with a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,42 +21,16 @@ pub enum Action {
     Create,
 }
 
-/// A refusal: HTTP status, stable code, human message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Denial {
-    /// HTTP status to answer with.
-    pub status: u16,
-    /// Stable snake_case code.
-    pub code: &'static str,
-    /// Human-readable message.
-    pub message: &'static str,
-}
-
-impl Denial {
-    /// Unknown session, or a session that is not the caller's: indistinguishable.
-    pub const NOT_FOUND: Denial = Denial {
-        status: 404,
-        code: "session_not_found",
-        message: "no such session",
-    };
-    /// The user is locked by an administrator.
-    pub const LOCKED: Denial = Denial {
-        status: 403,
-        code: "user_locked",
-        message: "this user is locked",
-    };
-}
-
 /// The outcome of [`decide`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Go ahead; `as_admin` is true when only the admin role made it so.
     Allow {
         /// Allowed by the admin role rather than by ownership.
         as_admin: bool,
     },
-    /// Refuse with this denial.
-    Deny(Denial),
+    /// Refuse: [`Refusal::NOT_FOUND`] or [`Refusal::LOCKED`].
+    Deny(Refusal),
 }
 
 impl Decision {
@@ -75,7 +50,7 @@ pub fn decide(
     action: Action,
 ) -> Decision {
     if locked {
-        return Decision::Deny(Denial::LOCKED);
+        return Decision::Deny(Refusal::LOCKED);
     }
     if action == Action::Create {
         return Decision::Allow { as_admin: false };
@@ -83,7 +58,7 @@ pub fn decide(
     match owner {
         Some(owner) if owner == principal.sub.as_str() => Decision::Allow { as_admin: false },
         Some(_) if principal.admin => Decision::Allow { as_admin: true },
-        _ => Decision::Deny(Denial::NOT_FOUND),
+        _ => Decision::Deny(Refusal::NOT_FOUND),
     }
 }
 
@@ -118,11 +93,11 @@ mod tests {
     }
 
     #[test]
-    fn non_owner_and_unknown_get_the_identical_denial() {
+    fn non_owner_and_unknown_get_the_identical_refusal() {
         for a in ALL {
             let other = decide(&who("bob", false), Some("alice"), false, a);
             let unknown = decide(&who("bob", false), None, false, a);
-            assert_eq!(other, Decision::Deny(Denial::NOT_FOUND));
+            assert_eq!(other, Decision::Deny(Refusal::NOT_FOUND));
             assert_eq!(other, unknown);
         }
     }
@@ -135,7 +110,7 @@ mod tests {
         );
         assert_eq!(
             decide(&who("root", true), None, false, Action::End),
-            Decision::Deny(Denial::NOT_FOUND)
+            Decision::Deny(Refusal::NOT_FOUND)
         );
     }
 
@@ -144,7 +119,7 @@ mod tests {
         for a in ALL.into_iter().chain([Action::Create]) {
             assert_eq!(
                 decide(&who("alice", true), Some("alice"), true, a),
-                Decision::Deny(Denial::LOCKED)
+                Decision::Deny(Refusal::LOCKED)
             );
         }
     }

@@ -78,6 +78,16 @@ pub struct Principal {
     pub expires_at: u64,
 }
 
+/// The token of an `Authorization` header value with the `Bearer` scheme (in any case),
+/// without surrounding whitespace. Other schemes and an empty token are `None`: the
+/// caller then has no bearer credential at all.
+pub fn bearer(header_value: &[u8]) -> Option<&[u8]> {
+    let value = header_value.trim_ascii();
+    let (scheme, token) = value.split_at(value.iter().position(|b| *b == b' ')?);
+    let token = token.trim_ascii();
+    (scheme.eq_ignore_ascii_case(b"bearer") && !token.is_empty()).then_some(token)
+}
+
 /// A PEM public key, optionally named by `kid`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PemKey {
@@ -680,6 +690,30 @@ impl Signer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bearer_takes_the_token_of_the_bearer_scheme_only() {
+        assert_eq!(bearer(b"Bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"bEaReR abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"  Bearer   abc  "), Some(&b"abc"[..]));
+        for refused in [
+            &b"Bearer"[..],
+            b"Bearer ",
+            b"Bearer    ",
+            b"",
+            b"Basic abc",
+            b"Bearerabc",
+            b"Bearer\tabc",
+            b"Token abc",
+        ] {
+            assert_eq!(
+                bearer(refused),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(refused)
+            );
+        }
+    }
 
     #[test]
     fn sub_accepts_the_documented_alphabet_only() {

@@ -15,12 +15,13 @@ pub mod identity;
 pub mod origin;
 pub mod path;
 pub mod quota;
+pub mod refusal;
 pub mod sandbox;
 pub mod session_id;
 #[cfg(test)]
 mod testing;
 
-pub use access::{decide, Action, Decision, Denial};
+pub use access::{decide, Action, Decision};
 pub use client_addr::TrustedProxies;
 pub use error::ErrorBody;
 pub use identity::{
@@ -30,5 +31,6 @@ pub use identity::{
 pub use origin::{CredentialSource, Origin, OriginDenied, OriginPolicy};
 pub use path::{classify, PathError, PublicRoute, TerminalPart};
 pub use quota::{QuotaExceeded, QuotaLimits, QuotaScope};
-pub use sandbox::{ContainerSpec, MountKind, MountSpec, Rule, Violation};
+pub use refusal::Refusal;
+pub use sandbox::{ContainerSpec, MountKind, MountSpec, Namespace, NamespaceMode, Rule, Violation};
 pub use session_id::{SessionId, SessionIdError};

@@ -1,4 +1,4 @@
-//! The gateway's public routes (DESIGN §2), parsed strictly from the raw request path.
+//! The gateway's public routes (design §2), parsed strictly from the raw request path.
 //!
 //! Only these exist: `/healthz`, `/` and the UI's assets, `/auth/session`, `/api/*`,
 //! `/s/<id>/`, `/s/<id>/token`, `/s/<id>/ws`. Percent-encodings, backslashes, control

@@ -28,11 +28,6 @@ pub struct QuotaExceeded {
     pub limit: u32,
 }
 
-impl QuotaExceeded {
-    /// Stable error code of the contract.
-    pub const CODE: &'static str = "quota_exceeded";
-}
-
 impl QuotaLimits {
     /// May one more session be created, given the user's and the deployment's current
     /// counts of sessions that hold resources (`creating`, `running`, `stopping`)?

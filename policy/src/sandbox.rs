@@ -1,10 +1,12 @@
-//! The session container red lines (DESIGN §5), checked on a plain description of a
+//! The session container red lines (design §5), checked on a plain description of a
 //! container. Control builds the Docker call from a [`ContainerSpec`] and checks it
 //! here twice: when the configuration is loaded (refusing to start) and again right
 //! before every create. [`check`] reports every violation, each naming its rule.
 
 use std::collections::BTreeMap;
 use std::fmt;
+
+use serde::{Deserialize, Deserializer};
 
 /// How a path or volume reaches the container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,6 +15,102 @@ pub enum MountKind {
     Bind,
     /// A named Docker volume.
     Volume,
+}
+
+/// A namespace a container may share or keep to itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Namespace {
+    /// Process ids (`PidMode`).
+    Pid,
+    /// System V IPC and POSIX message queues (`IpcMode`).
+    Ipc,
+    /// Host and domain name (`UTSMode`).
+    Uts,
+    /// User and group ids (`UsernsMode`).
+    Userns,
+    /// The cgroup hierarchy (`CgroupnsMode`).
+    Cgroup,
+}
+
+impl Namespace {
+    /// Every kind, in a fixed order.
+    pub const ALL: [Namespace; 5] = [
+        Namespace::Pid,
+        Namespace::Ipc,
+        Namespace::Uts,
+        Namespace::Userns,
+        Namespace::Cgroup,
+    ];
+
+    /// The name of Docker's host-config field that sets it.
+    pub fn docker_field(self) -> &'static str {
+        match self {
+            Namespace::Pid => "PidMode",
+            Namespace::Ipc => "IpcMode",
+            Namespace::Uts => "UTSMode",
+            Namespace::Userns => "UsernsMode",
+            Namespace::Cgroup => "CgroupnsMode",
+        }
+    }
+}
+
+impl fmt::Display for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.docker_field())
+    }
+}
+
+/// How a container has one of its namespaces. Only the modes every [`Namespace`] kind
+/// can express exist, so a spec can always be written as a Docker call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NamespaceMode {
+    /// Docker's default for the kind (the empty string in Docker's API).
+    Default,
+    /// A namespace of the container's own (`private`).
+    Private,
+    /// The host's namespace (`host`); breaks [`Rule::NoHostNamespaces`].
+    Host,
+}
+
+impl NamespaceMode {
+    /// From Docker's spelling, case-insensitively; `None` for anything else.
+    pub fn parse(s: &str) -> Option<NamespaceMode> {
+        if s.is_empty() {
+            Some(NamespaceMode::Default)
+        } else if s.eq_ignore_ascii_case("private") {
+            Some(NamespaceMode::Private)
+        } else if s.eq_ignore_ascii_case("host") {
+            Some(NamespaceMode::Host)
+        } else {
+            None
+        }
+    }
+
+    /// Docker's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NamespaceMode::Default => "",
+            NamespaceMode::Private => "private",
+            NamespaceMode::Host => "host",
+        }
+    }
+}
+
+impl fmt::Display for NamespaceMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for NamespaceMode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        NamespaceMode::parse(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown namespace mode {s:?}, expected \"\", \"private\" or \"host\""
+            ))
+        })
+    }
 }
 
 /// One mount of a container.
@@ -43,8 +141,8 @@ pub struct ContainerSpec {
     pub security_opt: Vec<String>,
     /// `NetworkMode` (`none`, or a named isolated network).
     pub network_mode: String,
-    /// `PidMode`, `IpcMode`, `UsernsMode`, `UTSMode`, `CgroupnsMode` when set.
-    pub namespace_modes: BTreeMap<String, String>,
+    /// The namespaces whose mode is set; the others keep Docker's default.
+    pub namespace_modes: BTreeMap<Namespace, NamespaceMode>,
     /// Mounts.
     pub mounts: Vec<MountSpec>,
     /// Host devices passed in.
@@ -67,7 +165,7 @@ pub struct ContainerSpec {
     pub init: bool,
 }
 
-/// A red line of DESIGN §5.
+/// A red line of design §5.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Rule {
     /// `CapDrop=["ALL"]` and nothing added back.
@@ -264,11 +362,10 @@ pub fn check(spec: &ContainerSpec) -> Vec<Violation> {
         );
     }
     for (kind, mode) in &spec.namespace_modes {
-        let m = mode.to_ascii_lowercase();
-        if m == "host" || m.starts_with("container:") || m == "shareable" {
+        if *mode == NamespaceMode::Host {
             add(
                 Rule::NoHostNamespaces,
-                format!("{kind} {mode:?} shares a namespace"),
+                format!("{kind} {:?} shares a namespace", mode.as_str()),
             );
         }
     }
@@ -525,15 +622,32 @@ mod tests {
             }),
             vec![Rule::NoHostNamespaces]
         );
-        for kind in ["PidMode", "IpcMode", "UsernsMode", "UTSMode"] {
+        for kind in Namespace::ALL {
             let mut s = hardened();
-            s.namespace_modes.insert(kind.into(), "host".into());
+            s.namespace_modes.insert(kind, NamespaceMode::Host);
             assert_eq!(rules(&s), vec![Rule::NoHostNamespaces], "{kind}");
+            for mode in [NamespaceMode::Default, NamespaceMode::Private] {
+                s.namespace_modes.insert(kind, mode);
+                assert_eq!(check(&s), vec![], "{kind} {mode}");
+            }
         }
-        let mut s = hardened();
-        s.namespace_modes
-            .insert("PidMode".into(), "container:abc".into());
-        assert_eq!(rules(&s), vec![Rule::NoHostNamespaces]);
+    }
+
+    #[test]
+    fn namespace_modes_parse_only_what_every_kind_can_express() {
+        for (text, mode) in [
+            ("", NamespaceMode::Default),
+            ("private", NamespaceMode::Private),
+            ("host", NamespaceMode::Host),
+            ("HOST", NamespaceMode::Host),
+        ] {
+            assert_eq!(NamespaceMode::parse(text), Some(mode), "{text:?}");
+        }
+        for text in ["shareable", "none", "container:abc", "hostile", " host"] {
+            assert_eq!(NamespaceMode::parse(text), None, "{text:?}");
+        }
+        let e = serde_json::from_str::<NamespaceMode>("\"container:abc\"").unwrap_err();
+        assert!(e.to_string().contains("unknown namespace mode"), "{e}");
     }
 
     #[test]

@@ -1,0 +1,714 @@
+//! The only module that talks to Docker: session containers and home volumes.
+//!
+//! Every call is bounded by the per-call timeout given to [`Docker::connect`]; a timeout,
+//! like a daemon that cannot be reached, is [`DockerError::Unavailable`]. Container
+//! creation re-checks the red lines of [`policy::sandbox`] on the spec right before the
+//! call and refuses a non-compliant spec without talking to Docker at all.
+//!
+//! [`body`] writes the create call, [`convert`] reads Docker's answers.
+
+mod body;
+mod convert;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use bollard::errors::Error as BollardError;
+use bollard::models::VolumeCreateRequest;
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, EventsOptionsBuilder, InspectContainerOptions,
+    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, ResizeContainerTTYOptionsBuilder,
+    StopContainerOptionsBuilder,
+};
+use bollard::{ClientVersion, API_DEFAULT_VERSION};
+use futures_util::{Stream, StreamExt};
+use policy::sandbox;
+use policy::{ContainerSpec, Sub, Violation};
+
+use crate::labels::{self, Labels};
+
+/// What can go wrong talking to Docker.
+#[derive(Debug, thiserror::Error)]
+pub enum DockerError {
+    /// The daemon cannot be reached, or a call timed out.
+    #[error("docker unavailable: {0}")]
+    Unavailable(String),
+    /// Docker answered 404.
+    #[error("not found")]
+    NotFound,
+    /// The spec broke a red line; refused before any call to Docker.
+    #[error("refused by sandbox policy: {}", join_violations(.0))]
+    Refused(Vec<Violation>),
+    /// Docker answered 409 (name in use, removal in progress, …), or an existing
+    /// object is not one termgate may use.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// Anything else.
+    #[error("docker {op}: {message}")]
+    Other {
+        /// The operation that failed.
+        op: &'static str,
+        /// What Docker (or the client) said.
+        message: String,
+    },
+}
+
+fn join_violations(v: &[Violation]) -> String {
+    v.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A session container to create.
+#[derive(Debug, Clone)]
+pub struct ContainerRequest {
+    /// Container name, `termgate-<session id>`.
+    pub name: String,
+    /// Image reference (must be present locally; nothing is pulled).
+    pub image: String,
+    /// Arguments replacing the image's `Cmd`; empty keeps the image default.
+    pub command: Vec<String>,
+    /// Environment, `K=V`.
+    pub env: Vec<String>,
+    /// Container labels (see [`labels::session_container`]).
+    pub labels: Labels,
+    /// The sandbox description the red lines are checked on.
+    pub spec: ContainerSpec,
+    /// Size of the `/tmp` tmpfs, in MiB; must be positive.
+    pub tmp_size_mb: u64,
+}
+
+/// A container as Docker reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerStatus {
+    /// Full container id.
+    pub id: String,
+    /// Name, without the leading `/`.
+    pub name: String,
+    /// Container labels.
+    pub labels: Labels,
+    /// What Docker says it is doing.
+    pub state: ContainerState,
+    /// Creation time, unix seconds (0 when Docker did not say).
+    pub created: i64,
+}
+
+/// What Docker says a container is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerState {
+    /// Made, never started.
+    Created,
+    /// Its program runs.
+    Running,
+    /// Frozen by `docker pause`.
+    Paused,
+    /// Being restarted by a restart policy.
+    Restarting,
+    /// Being removed.
+    Removing,
+    /// Its program ended.
+    Exited,
+    /// Docker could not stop or remove it cleanly.
+    Dead,
+    /// Docker said nothing, or something this version does not know.
+    Unknown,
+}
+
+impl ContainerState {
+    /// From Docker's spelling.
+    pub fn parse(s: &str) -> ContainerState {
+        match s {
+            "created" => ContainerState::Created,
+            "running" => ContainerState::Running,
+            "paused" => ContainerState::Paused,
+            "restarting" => ContainerState::Restarting,
+            "removing" => ContainerState::Removing,
+            "exited" => ContainerState::Exited,
+            "dead" => ContainerState::Dead,
+            _ => ContainerState::Unknown,
+        }
+    }
+
+    /// Docker's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerState::Created => "created",
+            ContainerState::Running => "running",
+            ContainerState::Paused => "paused",
+            ContainerState::Restarting => "restarting",
+            ContainerState::Removing => "removing",
+            ContainerState::Exited => "exited",
+            ContainerState::Dead => "dead",
+            ContainerState::Unknown => "unknown",
+        }
+    }
+
+    /// Whether the program runs.
+    pub fn is_running(self) -> bool {
+        self == ContainerState::Running
+    }
+
+    /// Whether a session on it is over: its program ended, or (for a session recorded
+    /// as running, whose container was started before the record said so) it is not
+    /// started at all.
+    pub fn is_dead(self) -> bool {
+        matches!(
+            self,
+            ContainerState::Exited | ContainerState::Dead | ContainerState::Created
+        )
+    }
+}
+
+/// What happened to a container, as Docker's event stream names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventAction {
+    /// Made.
+    Create,
+    /// Started.
+    Start,
+    /// Its program ended (exited or was killed).
+    Die,
+    /// Sent a signal.
+    Kill,
+    /// The kernel's out-of-memory killer struck inside it.
+    Oom,
+    /// Stopped by a stop call.
+    Stop,
+    /// Removed.
+    Destroy,
+    /// Something else, or something this version does not know.
+    Unknown,
+}
+
+impl EventAction {
+    /// The actions [`Docker::events`] reports: those that can end a session.
+    pub const WATCHED: [EventAction; 3] =
+        [EventAction::Die, EventAction::Destroy, EventAction::Oom];
+
+    /// From Docker's spelling.
+    pub fn parse(s: &str) -> EventAction {
+        match s {
+            "create" => EventAction::Create,
+            "start" => EventAction::Start,
+            "die" => EventAction::Die,
+            "kill" => EventAction::Kill,
+            "oom" => EventAction::Oom,
+            "stop" => EventAction::Stop,
+            "destroy" => EventAction::Destroy,
+            _ => EventAction::Unknown,
+        }
+    }
+
+    /// Docker's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventAction::Create => "create",
+            EventAction::Start => "start",
+            EventAction::Die => "die",
+            EventAction::Kill => "kill",
+            EventAction::Oom => "oom",
+            EventAction::Stop => "stop",
+            EventAction::Destroy => "destroy",
+            EventAction::Unknown => "unknown",
+        }
+    }
+}
+
+/// A container event of a termgate instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerEvent {
+    /// Container id.
+    pub id: String,
+    /// One of [`EventAction::WATCHED`].
+    pub action: EventAction,
+    /// The event actor's attributes: the container's labels, plus the `name`, `image`
+    /// (and for `die`, `exitCode`) attributes Docker adds.
+    pub labels: Labels,
+}
+
+/// A Docker client with a per-call timeout.
+#[derive(Debug, Clone)]
+pub struct Docker {
+    inner: bollard::Docker,
+    timeout: Duration,
+}
+
+/// Whole seconds for bollard's own (header) timeout: never below ours, never zero.
+fn whole_secs(d: Duration) -> u64 {
+    let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    s.max(1)
+}
+
+/// Maps a bollard error to a [`DockerError`].
+fn map_err(op: &'static str, e: BollardError) -> DockerError {
+    match e {
+        BollardError::DockerResponseServerError {
+            status_code: 404, ..
+        } => DockerError::NotFound,
+        BollardError::DockerResponseServerError {
+            status_code: 409,
+            message,
+        } => DockerError::Conflict(message),
+        BollardError::DockerResponseServerError {
+            status_code,
+            message,
+        } => DockerError::Other {
+            op,
+            message: format!("status {status_code}: {message}"),
+        },
+        BollardError::RequestTimeoutError => {
+            DockerError::Unavailable(format!("{op}: request timed out"))
+        }
+        BollardError::SocketNotFoundError(path) => {
+            DockerError::Unavailable(format!("{op}: socket {path} not found"))
+        }
+        e @ (BollardError::HyperLegacyError { .. }
+        | BollardError::HyperResponseError { .. }
+        | BollardError::IOError { .. }) => DockerError::Unavailable(format!("{op}: {e}")),
+        e => DockerError::Other {
+            op,
+            message: e.to_string(),
+        },
+    }
+}
+
+/// Whether `s` can be put in a request path as a container id, container name or
+/// volume name: what Docker itself allows for names (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`).
+fn is_plain_ref(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 255
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+fn check_ref(op: &'static str, s: &str) -> Result<(), DockerError> {
+    if is_plain_ref(s) {
+        Ok(())
+    } else {
+        Err(DockerError::Other {
+            op,
+            message: format!("{s:?} is not a valid container or volume reference"),
+        })
+    }
+}
+
+impl Docker {
+    /// Connects and negotiates the API version. `None` uses `DOCKER_HOST`, else
+    /// `/var/run/docker.sock`; `unix://`, `tcp://` and `http://` hosts are supported
+    /// (a bare absolute path is taken as a unix socket).
+    pub async fn connect(
+        docker_host: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Docker, DockerError> {
+        const OP: &str = "connect";
+        let secs = whole_secs(timeout);
+        let inner = match docker_host {
+            None => bollard::Docker::connect_with_defaults(),
+            Some(h) if h.starts_with("unix://") => {
+                bollard::Docker::connect_with_unix(h, secs, API_DEFAULT_VERSION)
+            }
+            Some(h) if h.starts_with('/') => bollard::Docker::connect_with_unix(
+                &format!("unix://{h}"),
+                secs,
+                API_DEFAULT_VERSION,
+            ),
+            Some(h) if h.starts_with("tcp://") || h.starts_with("http://") => {
+                bollard::Docker::connect_with_http(h, secs, API_DEFAULT_VERSION)
+            }
+            Some(h) => {
+                return Err(DockerError::Other {
+                    op: OP,
+                    message: format!(
+                        "unsupported docker host {h:?} (use unix://, tcp:// or http://)"
+                    ),
+                })
+            }
+        }
+        .map_err(|e| map_err(OP, e))?
+        .with_timeout(Duration::from_secs(secs));
+        let inner = match tokio::time::timeout(timeout, inner.negotiate_version()).await {
+            Err(_) => return Err(DockerError::Unavailable(format!("{OP}: timed out"))),
+            Ok(r) => r.map_err(|e| map_err(OP, e))?,
+        };
+        Ok(Docker { inner, timeout })
+    }
+
+    /// Runs one call under the per-call timeout.
+    async fn call<T>(
+        &self,
+        op: &'static str,
+        fut: impl Future<Output = Result<T, BollardError>>,
+    ) -> Result<T, DockerError> {
+        self.call_within(op, self.timeout, fut).await
+    }
+
+    async fn call_within<T>(
+        &self,
+        op: &'static str,
+        limit: Duration,
+        fut: impl Future<Output = Result<T, BollardError>>,
+    ) -> Result<T, DockerError> {
+        match tokio::time::timeout(limit, fut).await {
+            Err(_) => Err(DockerError::Unavailable(format!(
+                "{op}: timed out after {limit:?}"
+            ))),
+            Ok(r) => r.map_err(|e| map_err(op, e)),
+        }
+    }
+
+    /// The Docker API version this client speaks, as negotiated by [`Docker::connect`].
+    pub fn api_version(&self) -> ClientVersion {
+        self.inner.client_version()
+    }
+
+    /// Checks that the daemon answers.
+    pub async fn ping(&self) -> Result<(), DockerError> {
+        self.call("ping", self.inner.ping()).await.map(|_| ())
+    }
+
+    /// Whether the daemon runs containers under a seccomp profile.
+    pub async fn seccomp_supported(&self) -> Result<bool, DockerError> {
+        let info = self.call("info", self.inner.info()).await?;
+        Ok(info
+            .security_options
+            .unwrap_or_default()
+            .iter()
+            .any(|o| o.split(',').any(|part| part == "name=seccomp")))
+    }
+
+    /// Creates a session container; returns its id. The spec is checked against the red
+    /// lines first: any violation is [`DockerError::Refused`] and Docker is not called.
+    pub async fn create(&self, req: &ContainerRequest) -> Result<String, DockerError> {
+        let violations = sandbox::check(&req.spec);
+        if !violations.is_empty() {
+            return Err(DockerError::Refused(violations));
+        }
+        let body = body::container_body(req)?;
+        let options = CreateContainerOptionsBuilder::new().name(&req.name).build();
+        let created = self
+            .call("create", self.inner.create_container(Some(options), body))
+            .await?;
+        for w in &created.warnings {
+            tracing::warn!(container = %req.name, warning = %w, "docker create warning");
+        }
+        Ok(created.id)
+    }
+
+    /// Starts a created container.
+    pub async fn start(&self, id: &str) -> Result<(), DockerError> {
+        check_ref("start", id)?;
+        self.call("start", self.inner.start_container(id, None))
+            .await
+    }
+
+    /// Stops a container, killing it after `grace_secs`. Already stopped or missing: Ok.
+    /// The call may take the grace period on top of the per-call timeout.
+    pub async fn stop(&self, id: &str, grace_secs: u64) -> Result<(), DockerError> {
+        const OP: &str = "stop";
+        check_ref(OP, id)?;
+        let t = i32::try_from(grace_secs).unwrap_or(i32::MAX);
+        let options = StopContainerOptionsBuilder::new().t(t).build();
+        let limit = self.timeout.saturating_add(Duration::from_secs(grace_secs));
+        let client = self.inner.clone().with_timeout(Duration::from_secs(
+            whole_secs(self.timeout).saturating_add(grace_secs),
+        ));
+        let stop = async move {
+            match client.stop_container(id, Some(options)).await {
+                // 304: already stopped.
+                Err(BollardError::DockerResponseServerError {
+                    status_code: 304, ..
+                }) => Ok(()),
+                r => r,
+            }
+        };
+        match self.call_within(OP, limit, stop).await {
+            Ok(()) | Err(DockerError::NotFound) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Removes a container by force, with its anonymous volumes. Missing: Ok.
+    pub async fn remove(&self, id_or_name: &str) -> Result<(), DockerError> {
+        check_ref("remove", id_or_name)?;
+        let options = RemoveContainerOptionsBuilder::new()
+            .force(true)
+            .v(true)
+            .build();
+        match self
+            .call(
+                "remove",
+                self.inner.remove_container(id_or_name, Some(options)),
+            )
+            .await
+        {
+            Ok(()) | Err(DockerError::NotFound) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A container's status; `None` when it does not exist.
+    pub async fn inspect(&self, id_or_name: &str) -> Result<Option<ContainerStatus>, DockerError> {
+        check_ref("inspect", id_or_name)?;
+        match self
+            .call(
+                "inspect",
+                self.inner
+                    .inspect_container(id_or_name, None::<InspectContainerOptions>),
+            )
+            .await
+        {
+            Ok(c) => Ok(Some(convert::status_from_inspect(c))),
+            Err(DockerError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every session container of `instance`, in any state.
+    pub async fn list_managed(&self, instance: &str) -> Result<Vec<ContainerStatus>, DockerError> {
+        let filters = HashMap::from([("label", labels::session_filters(instance))]);
+        let options = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let list = self
+            .call("list", self.inner.list_containers(Some(options)))
+            .await?;
+        Ok(list
+            .into_iter()
+            .map(convert::status_from_summary)
+            // Docker's filter is not the red line: the predicate is.
+            .filter(|c| labels::is_session_of(&c.labels, instance))
+            .collect())
+    }
+
+    /// Resizes a running container's TTY.
+    pub async fn resize(&self, id: &str, cols: u16, rows: u16) -> Result<(), DockerError> {
+        check_ref("resize", id)?;
+        let options = ResizeContainerTTYOptionsBuilder::new()
+            .w(i32::from(cols))
+            .h(i32::from(rows))
+            .build();
+        self.call("resize", self.inner.resize_container_tty(id, options))
+            .await
+    }
+
+    /// Makes sure the home volume `name` exists for `owner`. Creates it, labelled, when
+    /// absent; an existing volume must carry exactly termgate's three labels with these
+    /// values, else [`DockerError::Conflict`]: a volume termgate did not create is never
+    /// adopted.
+    pub async fn ensure_home_volume(
+        &self,
+        name: &str,
+        owner: &Sub,
+        instance: &str,
+    ) -> Result<(), DockerError> {
+        const OP: &str = "ensure_home_volume";
+        check_ref(OP, name)?;
+        let want = labels::home_volume(instance, owner);
+        let found = match self.call(OP, self.inner.inspect_volume(name)).await {
+            Ok(v) => v.labels,
+            Err(DockerError::NotFound) => {
+                let req = VolumeCreateRequest {
+                    name: Some(name.to_owned()),
+                    labels: Some(want.clone().into_iter().collect()),
+                    ..Default::default()
+                };
+                // Creating an existing volume answers with that volume, so a racing
+                // creator is caught by the same label check.
+                self.call(OP, self.inner.create_volume(req)).await?.labels
+            }
+            Err(e) => return Err(e),
+        };
+        if found.into_iter().collect::<Labels>() == want {
+            Ok(())
+        } else {
+            Err(DockerError::Conflict(format!(
+                "volume {name:?} exists and was not created by termgate for this owner and instance"
+            )))
+        }
+    }
+
+    /// `die`, `destroy` and `oom` events of the containers labelled with `instance`.
+    /// The stream has no overall timeout; it ends when the daemon closes it.
+    ///
+    /// The request is only sent when the stream is first polled; it asks for events
+    /// since the moment of this call, so nothing between the call and the first poll is
+    /// missed (an event from the same instant may be seen twice across resubscriptions).
+    pub fn events(
+        &self,
+        instance: &str,
+    ) -> impl Stream<Item = Result<ContainerEvent, DockerError>> + Send + 'static {
+        let filters = HashMap::from([
+            ("type", vec!["container".to_owned()]),
+            ("label", vec![labels::instance_filter(instance)]),
+            (
+                "event",
+                EventAction::WATCHED
+                    .iter()
+                    .map(|a| a.as_str().to_owned())
+                    .collect(),
+            ),
+        ]);
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| format!("{}.{:09}", d.as_secs(), d.subsec_nanos()))
+            .unwrap_or_else(|_| "0".to_owned());
+        let options = EventsOptionsBuilder::new()
+            .since(&since)
+            .filters(&filters)
+            .build();
+        let instance = instance.to_owned();
+        self.inner.events(Some(options)).filter_map(move |r| {
+            let item = match r {
+                Ok(m) => convert::event_from_message(m)
+                    .filter(|e| labels::is_of_instance(&e.labels, &instance))
+                    .map(Ok),
+                Err(e) => Some(Err(map_err("events", e))),
+            };
+            std::future::ready(item)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    /// Docker pointed at an address nothing answers on, without negotiating.
+    fn unreachable(timeout: Duration) -> Docker {
+        Docker {
+            inner: bollard::Docker::connect_with_http(
+                "tcp://127.0.0.1:9",
+                whole_secs(timeout),
+                API_DEFAULT_VERSION,
+            )
+            .unwrap(),
+            timeout,
+        }
+    }
+
+    fn sub(s: &str) -> Sub {
+        Sub::parse(s).expect("valid sub")
+    }
+
+    #[test]
+    fn references_with_path_characters_are_rejected() {
+        for bad in ["", "../containers", "a/b", "a?b", "-x", ".x", "a b"] {
+            assert!(!is_plain_ref(bad), "{bad}");
+        }
+        for ok in ["termgate-abc", "0123abcdef", "termgate-home-alice_1.x"] {
+            assert!(is_plain_ref(ok), "{ok}");
+        }
+    }
+
+    #[test]
+    fn watched_event_actions_round_trip() {
+        for a in EventAction::WATCHED {
+            assert_eq!(EventAction::parse(a.as_str()), a);
+        }
+        assert_eq!(EventAction::parse("start"), EventAction::Start);
+        assert_eq!(EventAction::parse("exec_start: sh"), EventAction::Unknown);
+    }
+
+    #[tokio::test]
+    async fn privileged_spec_is_refused_before_any_docker_call() {
+        let req = ContainerRequest {
+            name: "termgate-x".into(),
+            image: "termgate/session:dev".into(),
+            command: vec![],
+            env: vec![],
+            labels: Labels::new(),
+            spec: ContainerSpec {
+                privileged: true,
+                ..Default::default()
+            },
+            tmp_size_mb: 16,
+        };
+        // A client that cannot reach anything: Refused (not Unavailable) proves no call.
+        let offline = unreachable(Duration::from_secs(2));
+        match offline.create(&req).await {
+            Err(DockerError::Refused(v)) => {
+                assert!(
+                    v.iter().any(|v| v.rule == policy::Rule::NotPrivileged),
+                    "{v:?}"
+                )
+            }
+            other => panic!("expected Refused, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn missing_socket_is_unavailable() {
+        let err = Docker::connect(Some("unix:///nonexistent.sock"), Duration::from_secs(2))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, DockerError::Unavailable(_)), "{err:?}");
+        let err = unreachable(Duration::from_secs(2))
+            .ping()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, DockerError::Unavailable(_)), "{err:?}");
+        let err = Docker::connect(Some("ftp://x"), Duration::from_secs(2))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, DockerError::Other { op: "connect", .. }),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_daemon_that_never_answers_times_out_as_unavailable() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hold = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = listener.accept().await {
+                held.push(s);
+            }
+        });
+        let d = Docker {
+            inner: bollard::Docker::connect_with_http(
+                &format!("tcp://{addr}"),
+                30,
+                API_DEFAULT_VERSION,
+            )
+            .unwrap(),
+            timeout: Duration::from_millis(300),
+        };
+        let started = Instant::now();
+        let err = d.ping().await.unwrap_err();
+        assert!(matches!(err, DockerError::Unavailable(_)), "{err:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let err = Docker::connect(Some(&format!("tcp://{addr}")), Duration::from_millis(300))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, DockerError::Unavailable(_)), "{err:?}");
+        hold.abort();
+    }
+
+    #[tokio::test]
+    async fn invalid_references_never_reach_docker() {
+        let offline = unreachable(Duration::from_secs(2));
+        for bad in ["../../volumes/x", "a/b", ""] {
+            assert!(matches!(
+                offline.inspect(bad).await,
+                Err(DockerError::Other { .. })
+            ));
+            assert!(matches!(
+                offline.remove(bad).await,
+                Err(DockerError::Other { .. })
+            ));
+            assert!(matches!(
+                offline.ensure_home_volume(bad, &sub("a"), "b").await,
+                Err(DockerError::Other { .. })
+            ));
+        }
+    }
+}

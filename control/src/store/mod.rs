@@ -1,0 +1,783 @@
+//! The control service's books, kept in sled. This is the only module that touches sled.
+//!
+//! Layout (one sled database, eight trees):
+//!
+//! | tree               | key                                         | value              |
+//! |--------------------|---------------------------------------------|--------------------|
+//! | `sessions`         | session id                                  | active [`Session`] JSON |
+//! | `owners`           | `owner \0 id`                               | empty              |
+//! | `history`          | session id                                  | ended [`Session`] JSON |
+//! | `history_by_owner` | `owner \0 ended_at (u64 BE) \0 id`          | empty              |
+//! | `counts`           | `u:<sub>` / `g`                             | u32 BE             |
+//! | `meta`             | `rev`                                       | u64 BE             |
+//! | `changes`          | rev (u64 BE)                                | [`Change`] JSON    |
+//! | `locks`            | sub                                         | [`UserLock`] JSON  |
+//!
+//! Every write holds one process-wide mutex and runs as one multi-tree transaction:
+//! the mutex serialises quota check, insert, counting and the revision bump (sled's
+//! optimistic transactions alone let racing creates overshoot a quota), and the
+//! transaction makes a crash leave either all of a change or none of it. Because every
+//! write holds the mutex, a writer may also read the trees outside its transaction
+//! (for prefix scans, which transactions cannot do) and rely on them not moving.
+//!
+//! A write that changes what gateways should know bumps `rev` and appends exactly one
+//! [`Change`] in the same transaction; the change log keeps the newest
+//! `change_log_len` entries. After commit the database is flushed (an acknowledged
+//! change survives `kill -9`) and the new revision is published on a watch channel so
+//! long-polling feed readers wake at once.
+//!
+//! [`keys`] holds the byte layouts, [`tx`] the transaction helper.
+
+mod keys;
+#[cfg(test)]
+mod tests;
+mod tx;
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use policy::{QuotaExceeded, QuotaLimits, SessionId, Sub};
+use sled::transaction::TransactionError;
+use sled::{IVec, Tree};
+use tokio::sync::watch;
+
+use crate::model::{Change, FeedPage, Route, RouteLookup, Session, SessionState, UserLock};
+use keys::{
+    decode_u32, decode_u64, history_key, owner_key, owner_prefix, parse_history_key,
+    parse_owner_key, user_count_key, CHANGES, COUNTS, GLOBAL_COUNT_KEY, HISTORY, HISTORY_BY_OWNER,
+    LOCKS, META, OWNERS, REV_KEY, SESSIONS,
+};
+use tx::{abort, encode};
+
+/// Result of every store operation.
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Creating one more session would exceed a quota.
+    #[error("{0}")]
+    Quota(QuotaExceeded),
+    /// No active session has that id.
+    #[error("no such active session")]
+    NotFound,
+    /// The write contradicts what is stored (an id that exists, a transition not allowed).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The record has moved on from the state the caller decided on (it is now in the
+    /// given state); nothing was written.
+    #[error("the session is now {}, no longer in the state the change was decided on", .0.as_str())]
+    StateChanged(SessionState),
+    /// A stored record cannot be read back; the store needs repair.
+    #[error("corrupt store record: {0}")]
+    Corrupt(#[source] Corruption),
+    /// The database itself failed (I/O and the like).
+    #[error("store database error: {0}")]
+    Db(#[source] sled::Error),
+    /// A record could not be written as JSON.
+    #[error("store database error: encode: {0}")]
+    Encode(#[source] serde_json::Error),
+    /// The system gave no randomness for this opening's feed epoch.
+    #[error("store database error: no randomness for the feed epoch: {0}")]
+    Randomness(getrandom::Error),
+}
+
+/// What is wrong with a stored record.
+#[derive(Debug, thiserror::Error)]
+pub enum Corruption {
+    /// Bytes of the wrong size or shape, or a record that contradicts its key.
+    #[error("{0}")]
+    Malformed(String),
+    /// A record whose JSON does not decode.
+    #[error("{what}: {source}")]
+    Undecodable {
+        /// Which record.
+        what: String,
+        /// What the decoder said.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// sled's own checksums failed.
+    #[error("{0}")]
+    Db(#[source] sled::Error),
+}
+
+impl StoreError {
+    /// A record of the wrong shape, described by `what`.
+    fn corrupt(what: impl Into<String>) -> StoreError {
+        StoreError::Corrupt(Corruption::Malformed(what.into()))
+    }
+
+    /// A record, described by `what`, whose JSON does not decode.
+    fn undecodable(what: impl Into<String>, source: serde_json::Error) -> StoreError {
+        StoreError::Corrupt(Corruption::Undecodable {
+            what: what.into(),
+            source,
+        })
+    }
+}
+
+impl From<sled::Error> for StoreError {
+    fn from(e: sled::Error) -> Self {
+        match e {
+            // sled's own checksum failures are corruption too, and need the same repair.
+            e @ sled::Error::Corruption { .. } => StoreError::Corrupt(Corruption::Db(e)),
+            other => StoreError::Db(other),
+        }
+    }
+}
+
+impl From<TransactionError<StoreError>> for StoreError {
+    fn from(e: TransactionError<StoreError>) -> Self {
+        match e {
+            TransactionError::Abort(e) => e,
+            TransactionError::Storage(e) => e.into(),
+        }
+    }
+}
+
+/// The control service's persistent state: sessions, history, quotas, locks and the
+/// route feed.
+pub struct Store {
+    db: sled::Db,
+    sessions: Tree,
+    owners: Tree,
+    history: Tree,
+    history_by_owner: Tree,
+    counts: Tree,
+    meta: Tree,
+    changes: Tree,
+    locks: Tree,
+    change_log_len: u64,
+    /// This opening's feed epoch (see [`FeedPage::epoch`]).
+    epoch: String,
+    write_lock: Mutex<()>,
+    /// Holds the newest committed-and-flushed revision; receivers are feed pollers.
+    rev_tx: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("rev", &self.rev())
+            .field("change_log_len", &self.change_log_len)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How an active session ends: [`Store::end`]'s request.
+#[derive(Debug, Clone, Copy)]
+pub struct Ending<'a> {
+    /// The states the decision to end was based on; the end happens only if the record
+    /// is still in one of them.
+    pub from: &'a [SessionState],
+    /// The ended state to record.
+    pub state: SessionState,
+    /// Who ends it: a `sub`, or `termgate` for the reconciler.
+    pub by: &'a str,
+    /// Why, in words.
+    pub reason: &'a str,
+    /// When, seconds since the Unix epoch.
+    pub at: u64,
+}
+
+/// Every active state: for an end that holds whatever the session is doing.
+pub const ANY_ACTIVE: &[SessionState] = &[
+    SessionState::Creating,
+    SessionState::Running,
+    SessionState::Stopping,
+];
+
+impl Store {
+    /// Opens (or creates) the store in directory `path`, keeping the newest
+    /// `change_log_len` feed changes (at least one, so the newest change is always
+    /// retained).
+    pub fn open(path: &Path, change_log_len: usize) -> Result<Store> {
+        let db = sled::open(path)?;
+        let open = |name: &str| db.open_tree(name);
+        let store = Store {
+            sessions: open(SESSIONS)?,
+            owners: open(OWNERS)?,
+            history: open(HISTORY)?,
+            history_by_owner: open(HISTORY_BY_OWNER)?,
+            counts: open(COUNTS)?,
+            meta: open(META)?,
+            changes: open(CHANGES)?,
+            locks: open(LOCKS)?,
+            change_log_len: u64::try_from(change_log_len.max(1)).unwrap_or(u64::MAX),
+            epoch: new_epoch()?,
+            write_lock: Mutex::new(()),
+            rev_tx: watch::channel(0).0,
+            db,
+        };
+        let rev = store.stored_rev()?;
+        store.rev_tx.send_replace(rev);
+        Ok(store)
+    }
+
+    /// The newest revision that has been committed and flushed.
+    pub fn rev(&self) -> u64 {
+        *self.rev_tx.borrow()
+    }
+
+    /// A receiver that sees every new revision as it is published (for long polls).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.rev_tx.subscribe()
+    }
+
+    /// true when the store has no active sessions and no history (fresh or lost store).
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty() && self.history.is_empty()
+    }
+
+    /// Quota check (limits.check(user_active, global_active)) + insert a `Creating`
+    /// session + counts + rev bump, atomically; flush.
+    ///
+    /// `Conflict` if `s` is not `Creating` or its id is already used (active or ended).
+    pub fn insert_creating(&self, s: &Session, limits: QuotaLimits) -> Result<()> {
+        if s.state != SessionState::Creating {
+            return Err(StoreError::Conflict(format!(
+                "a new session must be creating, not {}",
+                s.state.as_str()
+            )));
+        }
+        let _guard = self.lock();
+        self.transact(|tx| {
+            if tx.id_used(&s.id)? {
+                return Err(abort(conflict_exists(&s.id)));
+            }
+            let user = tx.count(&user_count_key(&s.owner))?;
+            let global = tx.count(GLOBAL_COUNT_KEY)?;
+            limits
+                .check(user, global)
+                .map_err(|q| abort(StoreError::Quota(q)))?;
+            tx.put_active(s)?;
+            tx.add_active(&s.owner, 1)?;
+            tx.bump_for(s)?;
+            Ok(())
+        })?;
+        self.settle()
+    }
+
+    /// Insert records rebuilt from container labels (no quota check; active ones
+    /// counted); one rev bump and change per inserted session; flush. Skips ids already
+    /// present (active or ended, including earlier in the same batch). Ended records go
+    /// to history without trimming it. Returns how many were inserted.
+    pub fn insert_rebuilt(&self, sessions: &[Session]) -> Result<usize> {
+        let _guard = self.lock();
+        let inserted = self.transact(|tx| {
+            let mut inserted = 0;
+            for s in sessions {
+                if tx.id_used(&s.id)? {
+                    continue;
+                }
+                if s.state.is_active() {
+                    tx.put_active(s)?;
+                    tx.add_active(&s.owner, 1)?;
+                } else {
+                    // A record without an end time still needs an index position.
+                    let ended_at = s.ended_at.unwrap_or(s.created_at);
+                    tx.put_history(s, ended_at)?;
+                }
+                tx.bump_for(s)?;
+                inserted += 1;
+            }
+            Ok(inserted)
+        })?;
+        if inserted > 0 {
+            self.settle()?;
+        }
+        Ok(inserted)
+    }
+
+    /// Apply `f` to an active session and write it back (state must stay active:
+    /// Creating/Running/Stopping, else Conflict); rev bump + change; flush. Returns the
+    /// new record. NotFound if not active.
+    ///
+    /// `f` may not change the id or the owner (the indexes hang on them): Conflict.
+    /// When `f` leaves the record exactly as it was, nothing is written and the
+    /// revision does not move (gateways have nothing to learn).
+    pub fn update<F: FnOnce(&mut Session)>(&self, id: &SessionId, f: F) -> Result<Session> {
+        let _guard = self.lock();
+        // Safe to read outside the transaction: every writer holds the mutex.
+        let old = self.get(id)?.ok_or(StoreError::NotFound)?;
+        let mut new = old.clone();
+        f(&mut new);
+        if new.id != old.id || new.owner != old.owner {
+            return Err(StoreError::Conflict(
+                "an update may not change a session's id or owner".into(),
+            ));
+        }
+        if !new.state.is_active() {
+            return Err(StoreError::Conflict(format!(
+                "update may not set {}; end the session instead",
+                new.state.as_str()
+            )));
+        }
+        if new == old {
+            return Ok(new);
+        }
+        self.transact(|tx| {
+            tx.sessions
+                .insert(new.id.as_str().as_bytes(), encode(&new)?)?;
+            tx.bump_for(&new)?;
+            Ok(())
+        })?;
+        self.settle()?;
+        Ok(new)
+    }
+
+    /// End an active session, but only if it is still in one of `ending.from` (the
+    /// states the caller's decision was based on; otherwise `StateChanged` and nothing
+    /// is written): set state (must be an ended state: Terminated/Exited/Gone/Failed,
+    /// else Conflict), ended_at, ended_by, end_reason; move it from `sessions` to
+    /// `history` (+ indexes), decrement counts, rev bump + Change::Remove; trim that
+    /// owner's history to the newest `history_per_user` entries; flush. NotFound if not
+    /// active.
+    ///
+    /// Deciding in the store first and acting in Docker only after this succeeded is
+    /// what lets two racing parties (a create and the reconciler, say) agree on exactly
+    /// one winner.
+    pub fn end(
+        &self,
+        id: &SessionId,
+        ending: &Ending<'_>,
+        history_per_user: usize,
+    ) -> Result<Session> {
+        if ending.state.is_active() {
+            return Err(StoreError::Conflict(format!(
+                "{} is not an ended state",
+                ending.state.as_str()
+            )));
+        }
+        let now = ending.at;
+        let _guard = self.lock();
+        let mut s = self.get(id)?.ok_or(StoreError::NotFound)?;
+        if !ending.from.contains(&s.state) {
+            return Err(StoreError::StateChanged(s.state));
+        }
+        s.state = ending.state;
+        s.ended_at = Some(now);
+        s.ended_by = Some(ending.by.to_owned());
+        s.end_reason = Some(ending.reason.to_owned());
+
+        // Transactions cannot scan, so pick the history entries to drop here; the
+        // mutex keeps them valid until the transaction runs. The new entry takes part:
+        // "newest N" is by end time, whatever order the ends arrive in.
+        let mut keys = self.history_keys(&s.owner)?;
+        keys.push(history_key(&s.owner, now, &s.id));
+        keys.sort();
+        let drop_n = keys.len().saturating_sub(history_per_user);
+        let dropped: Vec<(Vec<u8>, SessionId)> = keys
+            .into_iter()
+            .take(drop_n)
+            .map(|k| {
+                let id = parse_history_key(&k).map(|(_, _, id)| id);
+                id.map(|id| (k, id))
+            })
+            .collect::<Result<_>>()?;
+
+        self.transact(|tx| {
+            tx.sessions.remove(s.id.as_str().as_bytes())?;
+            tx.owners.remove(owner_key(&s.owner, &s.id))?;
+            tx.put_history(&s, now)?;
+            // After the insert, so that a new entry that is itself among the oldest
+            // goes too.
+            for (key, old) in &dropped {
+                tx.history_by_owner.remove(key.as_slice())?;
+                tx.history.remove(old.as_str().as_bytes())?;
+            }
+            tx.add_active(&s.owner, -1)?;
+            tx.bump(|rev| Change::Remove { rev, session: s.id })?;
+            Ok(())
+        })?;
+        self.settle()?;
+        Ok(s)
+    }
+
+    /// The active session with this id, if any.
+    pub fn get(&self, id: &SessionId) -> Result<Option<Session>> {
+        let key = id.as_str().as_bytes();
+        self.sessions
+            .get(key)?
+            .map(|v| decode_session(key, &v))
+            .transpose()
+    }
+
+    /// A running session's route with its owner's lock and the revision they are true
+    /// at, read under the write mutex so that no write falls between the three (a
+    /// route stamped with a revision after its own removal would make gateways skip
+    /// that removal).
+    pub fn lookup(&self, id: &SessionId) -> Result<Option<RouteLookup>> {
+        let _guard = self.lock();
+        let Some(s) = self.get(id)? else {
+            return Ok(None);
+        };
+        let Some(route) = s.route() else {
+            return Ok(None);
+        };
+        let owner_locked = self.is_locked(&s.owner)?;
+        let rev = self.stored_rev()?;
+        Ok(Some(RouteLookup {
+            route,
+            owner_locked,
+            rev,
+            epoch: self.epoch.clone(),
+        }))
+    }
+
+    /// The ended session with this id, if it is still in history.
+    pub fn get_ended(&self, id: &SessionId) -> Result<Option<Session>> {
+        let key = id.as_str().as_bytes();
+        self.history
+            .get(key)?
+            .map(|v| decode_session(key, &v))
+            .transpose()
+    }
+
+    /// Active sessions, of one owner (read through the owner index) or of everyone,
+    /// sorted by `created_at` then id.
+    pub fn list_active(&self, owner: Option<&Sub>) -> Result<Vec<Session>> {
+        let mut out = Vec::new();
+        match owner {
+            Some(owner) => {
+                for item in self.owners.scan_prefix(owner_prefix(owner)) {
+                    let (key, _) = item?;
+                    let Some(id) = parse_owner_key(&key, owner)? else {
+                        continue;
+                    };
+                    let s = self.get(&id)?.ok_or_else(|| {
+                        StoreError::corrupt(format!("owner index names missing session {id}"))
+                    })?;
+                    out.push(s);
+                }
+            }
+            None => {
+                for item in self.sessions.iter() {
+                    let (key, value) = item?;
+                    out.push(decode_session(&key, &value)?);
+                }
+            }
+        }
+        out.sort_by_key(|s| (s.created_at, s.id));
+        Ok(out)
+    }
+
+    /// Up to `limit` ended sessions, of one owner or of everyone, newest end first
+    /// (ties: larger id first).
+    pub fn list_history(&self, owner: Option<&Sub>, limit: usize) -> Result<Vec<Session>> {
+        match owner {
+            Some(owner) => {
+                let mut out = Vec::new();
+                // Index keys sort by end time, so reading backwards is newest first.
+                for item in self.history_by_owner.scan_prefix(owner_prefix(owner)).rev() {
+                    if out.len() >= limit {
+                        break;
+                    }
+                    let (key, _) = item?;
+                    let (key_owner, _, id) = parse_history_key(&key)?;
+                    if key_owner != owner.as_str().as_bytes() {
+                        continue;
+                    }
+                    let s = self.get_ended(&id)?.ok_or_else(|| {
+                        StoreError::corrupt(format!("history index names missing session {id}"))
+                    })?;
+                    out.push(s);
+                }
+                Ok(out)
+            }
+            None => {
+                let mut all = Vec::new();
+                for item in self.history.iter() {
+                    let (key, value) = item?;
+                    all.push(decode_session(&key, &value)?);
+                }
+                all.sort_by_key(|s| std::cmp::Reverse((s.ended_at, s.id)));
+                all.truncate(limit);
+                Ok(all)
+            }
+        }
+    }
+
+    /// (sessions `owner` holds, sessions the deployment holds), counting `creating`,
+    /// `running` and `stopping`.
+    pub fn counts(&self, owner: &Sub) -> Result<(u32, u32)> {
+        let user = decode_u32(self.counts.get(user_count_key(owner))?)?;
+        Ok((user, self.active_count()?))
+    }
+
+    /// Sessions the deployment holds, counting `creating`, `running` and `stopping`.
+    pub fn active_count(&self) -> Result<u32> {
+        decode_u32(self.counts.get(GLOBAL_COUNT_KEY)?)
+    }
+
+    /// Locks `sub` (gateways close their terminals). false if already locked (no rev
+    /// bump then).
+    pub fn lock_user(&self, sub: &Sub, by: &Sub, now: u64) -> Result<bool> {
+        let lock = UserLock {
+            sub: sub.to_string(),
+            by: by.to_string(),
+            at: now,
+        };
+        let _guard = self.lock();
+        let locked = self.transact(|tx| {
+            if tx.locks.get(sub.as_str().as_bytes())?.is_some() {
+                return Ok(false);
+            }
+            tx.locks.insert(sub.as_str().as_bytes(), encode(&lock)?)?;
+            tx.bump(|rev| Change::Lock {
+                rev,
+                sub: sub.to_string(),
+            })?;
+            Ok(true)
+        })?;
+        if locked {
+            self.settle()?;
+        }
+        Ok(locked)
+    }
+
+    /// Unlocks `sub`. false if not locked (no rev bump then).
+    pub fn unlock_user(&self, sub: &Sub) -> Result<bool> {
+        let _guard = self.lock();
+        let unlocked = self.transact(|tx| {
+            if tx.locks.remove(sub.as_str().as_bytes())?.is_none() {
+                return Ok(false);
+            }
+            tx.bump(|rev| Change::Unlock {
+                rev,
+                sub: sub.to_string(),
+            })?;
+            Ok(true)
+        })?;
+        if unlocked {
+            self.settle()?;
+        }
+        Ok(unlocked)
+    }
+
+    /// Whether `sub` is locked.
+    pub fn is_locked(&self, sub: &Sub) -> Result<bool> {
+        Ok(self.locks.contains_key(sub.as_str().as_bytes())?)
+    }
+
+    /// Every locked user, sorted.
+    pub fn locked_users(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for item in self.locks.iter() {
+            let (key, value) = item?;
+            let lock: UserLock = serde_json::from_slice(&value).map_err(|e| {
+                StoreError::undecodable(format!("lock {}", String::from_utf8_lossy(&key)), e)
+            })?;
+            if lock.sub.as_bytes() != key.as_ref() {
+                return Err(StoreError::corrupt(format!(
+                    "lock stored under {} names {}",
+                    String::from_utf8_lossy(&key),
+                    lock.sub
+                )));
+            }
+            out.push(lock.sub);
+        }
+        Ok(out)
+    }
+
+    /// Route feed: changes with rev > after, in order. If `after` is older than the
+    /// oldest retained change minus one (log trimmed), or greater than the current rev
+    /// (a restored/rebuilt store), return reset=true with every route of running
+    /// sessions and every locked user. after == rev → empty changes, reset false.
+    pub fn feed(&self, after: u64) -> Result<FeedPage> {
+        self.feed_in(after, None)
+    }
+
+    /// This opening's feed epoch.
+    pub fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    /// [`Store::feed`] for a poller whose revision counts in `epoch`: another epoch than
+    /// this opening's is answered with a reset.
+    pub fn feed_in(&self, after: u64, epoch: Option<&str>) -> Result<FeedPage> {
+        if epoch.is_some_and(|e| e != self.epoch) {
+            return self.snapshot();
+        }
+        let rev = self.rev();
+        if after == rev {
+            return Ok(FeedPage {
+                epoch: self.epoch.clone(),
+                rev,
+                reset: false,
+                changes: Vec::new(),
+                routes: Vec::new(),
+                locked: Vec::new(),
+            });
+        }
+        if after < rev {
+            // Only published revisions: every change up to `rev` is committed and
+            // flushed. A concurrent write may trim the front of the log under this
+            // read; any gap means "trimmed" and becomes a reset.
+            let mut changes = Vec::new();
+            let mut expect = after + 1;
+            let start = expect.to_be_bytes();
+            let end = rev.to_be_bytes();
+            for item in self.changes.range(start.as_slice()..=end.as_slice()) {
+                let (key, value) = item?;
+                let at = decode_u64(Some(key))?;
+                if at != expect {
+                    break;
+                }
+                let change: Change = serde_json::from_slice(&value)
+                    .map_err(|e| StoreError::undecodable(format!("change {at}"), e))?;
+                if change.rev() != at {
+                    return Err(StoreError::corrupt(format!(
+                        "change stored at {at} says rev {}",
+                        change.rev()
+                    )));
+                }
+                changes.push(change);
+                expect += 1;
+            }
+            if expect == rev + 1 {
+                return Ok(FeedPage {
+                    epoch: self.epoch.clone(),
+                    rev,
+                    reset: false,
+                    changes,
+                    routes: Vec::new(),
+                    locked: Vec::new(),
+                });
+            }
+        }
+        self.snapshot()
+    }
+
+    /// Recompute counts from the sessions tree (used after repair); returns the total
+    /// number of active sessions. Gateways learn nothing from it, so no rev bump.
+    pub fn recount(&self) -> Result<u32> {
+        let _guard = self.lock();
+        let mut per_user: std::collections::BTreeMap<Sub, u32> = Default::default();
+        let mut total: u32 = 0;
+        for item in self.sessions.iter() {
+            let (key, value) = item?;
+            let s = decode_session(&key, &value)?;
+            *per_user.entry(s.owner).or_default() += 1;
+            total += 1;
+        }
+        let stale: Vec<IVec> = self
+            .counts
+            .iter()
+            .keys()
+            .collect::<std::result::Result<_, _>>()?;
+        self.transact(|tx| {
+            for key in &stale {
+                tx.counts.remove(key)?;
+            }
+            for (owner, n) in &per_user {
+                tx.set_count(&user_count_key(owner), *n)?;
+            }
+            tx.set_count(GLOBAL_COUNT_KEY, total)?;
+            Ok(())
+        })?;
+        self.db.flush()?;
+        Ok(total)
+    }
+
+    /// Writes everything committed so far to disk.
+    pub fn flush(&self) -> Result<()> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    // ---- internals ----
+
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        // The mutex guards no data (the transaction keeps the trees whole), so a
+        // panic in another writer leaves nothing to distrust.
+        self.write_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn stored_rev(&self) -> Result<u64> {
+        decode_u64(self.meta.get(REV_KEY)?)
+    }
+
+    /// After a commit (mutex still held): flush, then publish the committed revision.
+    /// The revision is published even if the flush fails, because the change is
+    /// already visible to readers of this process; the caller still gets the error.
+    fn settle(&self) -> Result<()> {
+        let flushed = self.db.flush();
+        let rev = self.stored_rev()?;
+        self.rev_tx.send_if_modified(|cur| {
+            // Monotonic even if something ever publishes out of order.
+            if rev > *cur {
+                *cur = rev;
+                true
+            } else {
+                false
+            }
+        });
+        flushed?;
+        Ok(())
+    }
+
+    /// The full state for a feed reset, taken under the write mutex so `rev`, routes
+    /// and locks describe the same moment.
+    fn snapshot(&self) -> Result<FeedPage> {
+        let _guard = self.lock();
+        let rev = self.rev();
+        let mut routes: Vec<Route> = Vec::new();
+        for item in self.sessions.iter() {
+            let (key, value) = item?;
+            if let Some(route) = decode_session(&key, &value)?.route() {
+                routes.push(route);
+            }
+        }
+        let locked = self.locked_users()?;
+        Ok(FeedPage {
+            epoch: self.epoch.clone(),
+            rev,
+            reset: true,
+            changes: Vec::new(),
+            routes,
+            locked,
+        })
+    }
+
+    /// Every `history_by_owner` key of `owner`, ascending (oldest first).
+    fn history_keys(&self, owner: &Sub) -> Result<Vec<Vec<u8>>> {
+        let mut keys = Vec::new();
+        for item in self.history_by_owner.scan_prefix(owner_prefix(owner)) {
+            let (key, _) = item?;
+            let (key_owner, _, _) = parse_history_key(&key)?;
+            if key_owner == owner.as_str().as_bytes() {
+                keys.push(key.to_vec());
+            }
+        }
+        Ok(keys)
+    }
+}
+
+/// A fresh random feed epoch.
+fn new_epoch() -> Result<String> {
+    let mut random = [0u8; 8];
+    getrandom::getrandom(&mut random).map_err(StoreError::Randomness)?;
+    Ok(random.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn decode_session(key: &[u8], value: &[u8]) -> Result<Session> {
+    let name = String::from_utf8_lossy(key);
+    let s: Session = serde_json::from_slice(value)
+        .map_err(|e| StoreError::undecodable(format!("session {name}"), e))?;
+    // A record filed under another id would dodge every lookup and index.
+    if s.id.as_str().as_bytes() != key {
+        return Err(StoreError::corrupt(format!(
+            "session stored under {name} says id {}",
+            s.id
+        )));
+    }
+    Ok(s)
+}
+
+fn conflict_exists(id: &SessionId) -> StoreError {
+    StoreError::Conflict(format!("session {id} already exists"))
+}

@@ -1,0 +1,131 @@
+//! Terminal admission: a bodiless GET, a verified credential, an allowed Origin on the
+//! websocket, the session's route, the access decision, and for a websocket a slot
+//! among the open terminals, re-checked once taken.
+
+use pingora::http::RequestHeader;
+use pingora::proxy::Session;
+use policy::feed::Route;
+use policy::{Action, Decision, Principal, Refusal, SessionId, TerminalPart};
+
+use super::credential::{authenticate, credential};
+use super::{header, Allowed, Ctx, Next, Upstream};
+use crate::routes::Lookup;
+use crate::state::Gateway;
+use crate::terminals::{LimitHit, Ticket};
+
+/// Admits a request for a terminal's page, token or websocket, or says why not.
+pub(super) async fn terminal(
+    g: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+    id: SessionId,
+    part: TerminalPart,
+) -> Result<Allowed, Refusal> {
+    bodiless_get(session.req_header())?;
+    let presented = credential(session.req_header(), &g.config.auth.cookie_name);
+    let (principal, source) = authenticate(g, session, ctx, presented).await?;
+    ctx.principal = Some(principal.clone());
+    if part == TerminalPart::Ws {
+        g.origins
+            .check(header(session.req_header(), "origin"), source)?;
+    }
+    let sub = principal.sub.as_str();
+    let route = route(g, &id, sub).await?;
+    let owner = route.as_ref().map(|r| r.owner.as_str());
+    let as_admin = match policy::decide(
+        &principal,
+        owner,
+        g.routes.is_locked(sub),
+        Action::OpenTerminal,
+    ) {
+        Decision::Allow { as_admin } => as_admin,
+        Decision::Deny(refusal) => return Err(refusal),
+    };
+    let route = route.ok_or(Refusal::NOT_FOUND)?;
+    if part == TerminalPart::Ws {
+        ctx.ticket = Some(slot(g, ctx.token.as_deref(), &principal, id, &route)?);
+    }
+    Ok(Allowed {
+        reason: if as_admin { "admin" } else { "owner" },
+        next: Next::Proxy(Upstream::Ttyd {
+            container: route.container,
+            part,
+        }),
+    })
+}
+
+/// Terminals take GET (and HEAD) without a body: ttyd never needs one, so nothing
+/// unexpected is relayed to it.
+fn bodiless_get(req: &RequestHeader) -> Result<(), Refusal> {
+    if req.method != "GET" && req.method != "HEAD" {
+        return Err(Refusal::METHOD_NOT_ALLOWED.with_message("terminals accept GET only"));
+    }
+    let declares_body = header(req, "transfer-encoding").is_some()
+        || header(req, "content-length").is_some_and(|v| v.trim_ascii() != b"0");
+    if declares_body {
+        return Err(Refusal::BODY_NOT_ALLOWED);
+    }
+    Ok(())
+}
+
+/// The route of a session (`None`: unknown or not running): from the cache, or from one
+/// bounded lookup at control.
+async fn route(g: &Gateway, id: &SessionId, sub: &str) -> Result<Option<Route>, Refusal> {
+    match g.routes.get(id) {
+        Lookup::Hit(r) => return Ok(Some(r)),
+        Lookup::Negative => return Ok(None),
+        Lookup::Miss => {}
+    }
+    let limit = isize::try_from(g.config.gateway.lookup_misses_per_minute).unwrap_or(isize::MAX);
+    if g.lookups.observe(&sub, 1) > limit {
+        // Past the limit, unknown ids are not asked about; they get the answer an
+        // unknown id gets, so the limit tells nothing apart.
+        return Ok(None);
+    }
+    let l = g.control.lookup(id).await.map_err(|e| {
+        tracing::warn!(session = %id, error = %e, "route lookup failed");
+        Refusal::CONTROL_UNAVAILABLE
+    })?;
+    g.routes.learn(*id, l);
+    // The cache's view after learning: an answer older than what the feed already said
+    // was dropped, and the feed knows better.
+    Ok(match g.routes.get(id) {
+        Lookup::Hit(r) => Some(r),
+        Lookup::Negative | Lookup::Miss => None,
+    })
+}
+
+/// Takes a slot among the open terminals for a websocket on `route`, then re-checks: a
+/// revocation applied to the cache before this point is seen here; one applied after it
+/// finds the slot registered and closes it.
+fn slot(
+    g: &Gateway,
+    token: Option<&str>,
+    principal: &Principal,
+    id: SessionId,
+    route: &Route,
+) -> Result<Ticket, Refusal> {
+    let sub = principal.sub.as_str();
+    let expires = g
+        .config
+        .gateway
+        .close_on_token_expiry
+        .then_some(principal.expires_at);
+    let credential = g.credential_key(token.unwrap_or_default().as_bytes());
+    let ticket =
+        g.terminals
+            .admit(id, sub, expires, credential)
+            .map_err(|hit| match hit {
+                LimitHit::User => Refusal::TOO_MANY_TERMINALS,
+                LimitHit::Session => Refusal::TOO_MANY_TERMINALS
+                    .with_message("this session has too many open terminals"),
+            })?;
+    let still = matches!(g.routes.get(&id), Lookup::Hit(r) if r == *route);
+    if !still {
+        return Err(Refusal::NOT_FOUND);
+    }
+    if g.routes.is_locked(sub) {
+        return Err(Refusal::LOCKED);
+    }
+    Ok(ticket)
+}

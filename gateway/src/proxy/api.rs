@@ -1,0 +1,157 @@
+//! The gateway's API surface: `/api/…`, proxied to control's `/v1/…` for a verified
+//! caller, and `/auth/session` — who am I (GET), sign in (POST, sets the cookie), sign
+//! out (DELETE).
+
+use pingora::proxy::Session;
+use policy::{CredentialSource, Principal, Refusal};
+
+use super::credential::{authenticate, credential, Credential};
+use super::reply::Json;
+use super::{header, Allowed, Ctx, Next, Upstream};
+use crate::state::{now, Gateway};
+use crate::terminals::CloseReason;
+
+/// Largest sign-in body: a JSON object holding one token.
+const MAX_SIGN_IN_BYTES: usize = 16 * 1024;
+
+/// The body of a sign-in.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignIn {
+    token: String,
+}
+
+/// Admits an `/api/{rest}` call, to be proxied to control with the verified token.
+pub(super) async fn api(
+    g: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+    rest: &str,
+) -> Result<Allowed, Refusal> {
+    let presented = credential(session.req_header(), &g.config.auth.cookie_name);
+    let (principal, source) = authenticate(g, session, ctx, presented).await?;
+    let req = session.req_header();
+    let unsafe_method = !matches!(req.method.as_str(), "GET" | "HEAD" | "OPTIONS");
+    if source == CredentialSource::Cookie && unsafe_method {
+        // Defence in depth next to SameSite=Strict: a cookie-borne change must come
+        // from an allowed page.
+        g.origins.check(header(req, "origin"), source)?;
+    }
+    let declared = header(req, "content-length")
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > g.config.gateway.max_body_bytes) {
+        return Err(Refusal::BODY_TOO_LARGE);
+    }
+    let query = req.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+    ctx.principal = Some(principal);
+    Ok(Allowed {
+        reason: "api",
+        next: Next::Proxy(Upstream::Control(format!("/v1/{rest}{query}"))),
+    })
+}
+
+/// `/auth/session`: GET who am I, POST sign in (sets the cookie), DELETE sign out.
+pub(super) async fn auth_session(
+    g: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+) -> Result<Allowed, Refusal> {
+    if let Some(origin) = header(session.req_header(), "origin") {
+        // A sign-in posted from another site would log the victim into the attacker's
+        // account.
+        g.origins.check(Some(origin), CredentialSource::Cookie)?;
+    }
+    match session.req_header().method.as_str() {
+        "DELETE" => Ok(sign_out(g, session)),
+        "GET" => {
+            let presented = credential(session.req_header(), &g.config.auth.cookie_name);
+            let (p, _) = authenticate(g, session, ctx, presented).await?;
+            Ok(Allowed {
+                reason: "whoami",
+                next: Next::Reply(Json::ok(&who(&p))),
+            })
+        }
+        "POST" => sign_in(g, session, ctx).await,
+        _ => Err(Refusal::METHOD_NOT_ALLOWED.with_message("use GET, POST or DELETE")),
+    }
+}
+
+/// Clears the cookie, and closes the terminals this credential opened here.
+fn sign_out(g: &Gateway, session: &Session) -> Allowed {
+    let cookie = &g.config.auth.cookie_name;
+    if let Some(Credential { token, .. }) = credential(session.req_header(), cookie) {
+        let n = g.terminals.close_credential(g.credential_key(&token));
+        if n > 0 {
+            tracing::info!(target: "audit", closed = n, reason = "signed_out", "live terminals closed");
+            g.count_closed(CloseReason::SignedOut, n);
+        }
+    }
+    let secure = if g.secure_cookie { "; Secure" } else { "" };
+    let clear = format!("{cookie}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}");
+    Allowed {
+        reason: "sign_out",
+        next: Next::Reply(
+            Json::new(200, br#"{"signed_in":false}"#.to_vec()).with_header("Set-Cookie", clear),
+        ),
+    }
+}
+
+/// Verifies the token of a bearer header or of the body and sets it as the cookie,
+/// for as long as the token is valid.
+async fn sign_in(g: &Gateway, session: &mut Session, ctx: &mut Ctx) -> Result<Allowed, Refusal> {
+    let token = match header(session.req_header(), "authorization")
+        .and_then(policy::identity::bearer)
+    {
+        Some(t) => t.to_vec(),
+        None => {
+            let body = read_body(session, MAX_SIGN_IN_BYTES).await?;
+            let sign_in: SignIn = serde_json::from_slice(&body).map_err(|e| {
+                Refusal::INVALID_JSON.with_message(format!("expected {{\"token\": \"…\"}}: {e}"))
+            })?;
+            sign_in.token.into_bytes()
+        }
+    };
+    // A token in the body is presented by a program, as a bearer header is.
+    let presented = Credential {
+        token,
+        source: CredentialSource::Bearer,
+    };
+    let (p, _) = authenticate(g, session, ctx, Some(presented)).await?;
+    let max_age = p.expires_at.saturating_sub(now());
+    let token = ctx.token.take().unwrap_or_default();
+    let cookie = &g.config.auth.cookie_name;
+    let secure = if g.secure_cookie { "; Secure" } else { "" };
+    let set =
+        format!("{cookie}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{secure}");
+    tracing::info!(target: "audit", sub = %p.sub, decision = "allow", reason = "sign_in", "signed in");
+    let reply = Json::ok(&who(&p)).with_header("Set-Cookie", set);
+    ctx.principal = Some(p);
+    Ok(Allowed {
+        reason: "sign_in",
+        next: Next::Reply(reply),
+    })
+}
+
+/// What the sessions page is told about the signed-in user.
+fn who(p: &Principal) -> serde_json::Value {
+    serde_json::json!({"sub": p.sub.as_str(), "admin": p.admin, "expires_at": p.expires_at})
+}
+
+/// Reads a small request body, refusing one larger than `limit`.
+async fn read_body(session: &mut Session, limit: usize) -> Result<Vec<u8>, Refusal> {
+    let mut body = Vec::new();
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) if body.len() + chunk.len() > limit => {
+                return Err(Refusal::BODY_TOO_LARGE)
+            }
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            Ok(None) => return Ok(body),
+            Err(e) => {
+                tracing::debug!(error = %e, "request body could not be read");
+                return Err(Refusal::BAD_BODY);
+            }
+        }
+    }
+}

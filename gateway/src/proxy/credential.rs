@@ -1,0 +1,177 @@
+//! Who is asking: the credential a request presents (a bearer header or the session
+//! cookie, never the query), its verification, and the client address that failed
+//! verifications count against.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use pingora::http::RequestHeader;
+use pingora::proxy::Session;
+use policy::{CredentialSource, Principal, Refusal, TrustedProxies};
+
+use super::{header, Ctx};
+use crate::metrics::Metrics;
+use crate::state::{now, Gateway};
+
+/// How long a failed authentication past `auth_failures_per_minute` waits for its 429.
+const REFUSAL_PAUSE: Duration = Duration::from_millis(100);
+
+/// A token as presented, and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Credential {
+    /// The token's bytes, unverified.
+    pub token: Vec<u8>,
+    /// Bearer header or cookie: decides whether Origin must be checked.
+    pub source: CredentialSource,
+}
+
+/// The credential of a request: a bearer header wins over the cookie. Never the query.
+pub(super) fn credential(req: &RequestHeader, cookie_name: &str) -> Option<Credential> {
+    if let Some(token) = header(req, "authorization").and_then(policy::identity::bearer) {
+        return Some(Credential {
+            token: token.to_vec(),
+            source: CredentialSource::Bearer,
+        });
+    }
+    let token = req
+        .headers
+        .get_all("cookie")
+        .into_iter()
+        .find_map(|value| {
+            value.as_bytes().split(|b| *b == b';').find_map(|pair| {
+                pair.trim_ascii()
+                    .strip_prefix(cookie_name.as_bytes())?
+                    .strip_prefix(b"=")
+            })
+        })?;
+    Some(Credential {
+        token: token.to_vec(),
+        source: CredentialSource::Cookie,
+    })
+}
+
+/// The client's address, the key of the failed-authentication limit: the peer, or
+/// behind a configured trusted proxy the address it forwards (unix-socket clients share
+/// one key).
+pub(super) fn client_ip(session: &Session, trusted: &TrustedProxies) -> IpAddr {
+    let peer = session
+        .client_addr()
+        .and_then(|a| a.as_inet())
+        .map(|a| a.ip())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    if trusted.is_empty() {
+        return peer;
+    }
+    let forwarded = session
+        .req_header()
+        .headers
+        .get_all("x-forwarded-for")
+        .into_iter()
+        .map(|v| v.as_bytes());
+    trusted.client(peer, forwarded)
+}
+
+/// Verifies the presented credential (`None`: nothing presented) and keeps its token in
+/// `ctx` for the upstream. Only failures count against the client's address: past
+/// `auth_failures_per_minute` a failure is refused 429 instead of 401, and a valid token
+/// is never refused by that limit (one address may be many users behind a proxy).
+pub(super) async fn authenticate(
+    g: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+    presented: Option<Credential>,
+) -> Result<(Principal, CredentialSource), Refusal> {
+    let Some(Credential { token, source }) = presented else {
+        Metrics::inc(&g.metrics.auth_failures, "missing");
+        return Err(Refusal::UNAUTHENTICATED);
+    };
+    let e = match g.verifier.verify(&token, now()) {
+        Ok(principal) => {
+            ctx.token = String::from_utf8(token).ok();
+            return Ok((principal, source));
+        }
+        Err(e) => e,
+    };
+    Metrics::inc(&g.metrics.auth_failures, e.reason());
+    let ip = client_ip(session, &g.trusted_proxies);
+    let failures = g.auth_failures.observe(&ip, 1);
+    let limit = isize::try_from(g.config.gateway.auth_failures_per_minute).unwrap_or(isize::MAX);
+    tracing::info!(target: "audit", decision = "deny", reason = e.reason(), client = %ip, "token refused");
+    if failures > limit {
+        // A short pause before the refusal throttles each guessing connection to a few
+        // attempts a second without costing CPU, so a flood cannot slow everyone else
+        // down.
+        tokio::time::sleep(REFUSAL_PAUSE).await;
+        return Err(Refusal::TOO_MANY_FAILURES);
+    }
+    // The logs and metrics keep the precise reason the token was refused.
+    ctx.reason = e.reason();
+    Err(Refusal::from(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(headers: &[(&str, &str)]) -> RequestHeader {
+        let mut r = RequestHeader::build("GET", b"/s/x/ws", None).unwrap();
+        for (k, v) in headers {
+            r.append_header(k.to_string(), *v).unwrap();
+        }
+        r
+    }
+
+    fn presented(token: &str, source: CredentialSource) -> Option<Credential> {
+        Some(Credential {
+            token: token.as_bytes().to_vec(),
+            source,
+        })
+    }
+
+    #[test]
+    fn bearer_wins_over_cookie_and_the_cookie_is_found_among_others() {
+        let r = req(&[
+            ("Cookie", "a=1; termgate_session=tok; b=2"),
+            ("Authorization", "Bearer bt"),
+        ]);
+        assert_eq!(
+            credential(&r, "termgate_session"),
+            presented("bt", CredentialSource::Bearer)
+        );
+        let r = req(&[("Cookie", "a=1; termgate_session=tok; b=2")]);
+        assert_eq!(
+            credential(&r, "termgate_session"),
+            presented("tok", CredentialSource::Cookie)
+        );
+    }
+
+    #[test]
+    fn the_cookie_is_found_in_a_later_cookie_header() {
+        let r = req(&[("Cookie", "a=1"), ("Cookie", "termgate_session=tok")]);
+        assert_eq!(
+            credential(&r, "termgate_session"),
+            presented("tok", CredentialSource::Cookie)
+        );
+    }
+
+    #[test]
+    fn similarly_named_cookies_and_other_schemes_are_not_credentials() {
+        let r = req(&[
+            ("Cookie", "termgate_session2=x; xtermgate_session=y"),
+            ("Authorization", "Basic abc"),
+        ]);
+        assert_eq!(credential(&r, "termgate_session"), None);
+    }
+
+    #[test]
+    fn an_empty_bearer_falls_back_to_the_cookie() {
+        let r = req(&[
+            ("Cookie", "termgate_session=tok"),
+            ("Authorization", "Bearer "),
+        ]);
+        assert_eq!(
+            credential(&r, "termgate_session"),
+            presented("tok", CredentialSource::Cookie)
+        );
+    }
+}

@@ -1,0 +1,407 @@
+//! The request path, as a row of Pingora phases that reads like design §2:
+//! parse the path → authenticate → check Origin → look the route up → decide → rewrite
+//! → proxy. Each phase calls a pure function from `policy` for its decision.
+//!
+//! The handlers ([`admission`] for terminals, [`api`] for the API and sign-in) answer
+//! with values: what an allowed request does next, or the [`Refusal`] of a refused one.
+//! Only [`ProxyHttp::request_filter`] writes those answers (through [`reply`]) and
+//! records the decision for the logs.
+
+mod admission;
+mod api;
+mod credential;
+mod reply;
+mod upstream;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::HttpPeer;
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use pingora::{Error, ErrorType, Result};
+use policy::{Principal, PublicRoute, Refusal, SessionId, TerminalPart};
+
+pub use upstream::{TtydUpstream, Upstream};
+
+use crate::metrics::{Label, Metrics};
+use crate::state::Gateway;
+use crate::terminals::Ticket;
+use crate::ui;
+use reply::Json;
+
+/// The gateway's `ProxyHttp`.
+pub struct Proxy {
+    /// Shared state.
+    pub g: Arc<Gateway>,
+    /// The ttyd pool.
+    pub ttyd: TtydUpstream,
+    /// Address of control.
+    pub control_addr: String,
+}
+
+/// What the gateway decided about a request, for logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Nothing yet (the request failed before a decision).
+    None,
+    /// Allowed: answered here or proxied.
+    Allow,
+    /// Refused.
+    Deny,
+}
+
+impl Decision {
+    /// The name logs and metrics use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::None => "none",
+            Decision::Allow => "allow",
+            Decision::Deny => "deny",
+        }
+    }
+}
+
+/// An allowed request: why it was allowed (for the logs) and what happens next.
+struct Allowed {
+    reason: &'static str,
+    next: Next,
+}
+
+/// What an allowed request does next.
+enum Next {
+    /// Goes on to an upstream.
+    Proxy(Upstream),
+    /// Is answered here with JSON.
+    Reply(Json),
+    /// Is answered with an embedded asset of the sessions page.
+    Asset(String),
+}
+
+/// Per-request state.
+pub struct Ctx {
+    request_id: u64,
+    started: Instant,
+    principal: Option<Principal>,
+    /// The verified token, passed on to control as a bearer header.
+    token: Option<String>,
+    session: Option<SessionId>,
+    upstream: Option<Upstream>,
+    decision: Decision,
+    reason: &'static str,
+    terminal_request: bool,
+    ticket: Option<Ticket>,
+    /// The browser's socket has been handed to the ticket (after the 101).
+    downstream_attached: bool,
+    body_bytes: usize,
+    bytes_up: u64,
+    bytes_down: u64,
+}
+
+static REQUEST_IDS: AtomicU64 = AtomicU64::new(1);
+
+/// The raw bytes of a request header, if present.
+fn header<'a>(req: &'a RequestHeader, name: &str) -> Option<&'a [u8]> {
+    req.headers.get(name).map(|v| v.as_bytes())
+}
+
+/// The size of the request's headers, as counted against `max_request_header_bytes`.
+fn header_bytes(req: &RequestHeader) -> usize {
+    req.headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum()
+}
+
+impl Proxy {
+    /// Parses the path and hands the request to the handler of its route.
+    async fn admit(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Allowed, Refusal> {
+        let g = &self.g;
+        if header_bytes(session.req_header()) > g.config.gateway.max_request_header_bytes {
+            return Err(Refusal::HEADERS_TOO_LARGE);
+        }
+        let path = session.req_header().uri.path().to_owned();
+        match policy::classify(path.as_bytes())? {
+            PublicRoute::Health => Ok(Allowed {
+                reason: "",
+                next: Next::Reply(Json::new(200, br#"{"status":"ok"}"#.to_vec())),
+            }),
+            PublicRoute::Asset(name) => Ok(Allowed {
+                reason: "",
+                next: Next::Asset(name.to_owned()),
+            }),
+            PublicRoute::AuthSession => api::auth_session(g, session, ctx).await,
+            PublicRoute::Api(rest) => api::api(g, session, ctx, rest).await,
+            PublicRoute::Terminal { id, part } => {
+                ctx.terminal_request = true;
+                ctx.session = Some(id);
+                admission::terminal(g, session, ctx, id, part).await
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl ProxyHttp for Proxy {
+    type CTX = Ctx;
+
+    /// A fresh request: numbered, timed, nothing decided.
+    fn new_ctx(&self) -> Ctx {
+        Ctx {
+            request_id: REQUEST_IDS.fetch_add(1, Ordering::Relaxed),
+            started: Instant::now(),
+            principal: None,
+            token: None,
+            session: None,
+            upstream: None,
+            decision: Decision::None,
+            reason: "",
+            terminal_request: false,
+            ticket: None,
+            downstream_attached: false,
+            body_bytes: 0,
+            bytes_up: 0,
+            bytes_down: 0,
+        }
+    }
+
+    /// Admits or refuses the request; answers it here unless it goes to an upstream.
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        let allowed = match self.admit(session, ctx).await {
+            Ok(allowed) => allowed,
+            Err(refusal) => {
+                ctx.decision = Decision::Deny;
+                // A handler may have recorded a finer reason (why a token was refused).
+                if ctx.reason.is_empty() {
+                    ctx.reason = refusal.code;
+                }
+                reply::refusal(session, &refusal).await?;
+                return Ok(true);
+            }
+        };
+        ctx.decision = Decision::Allow;
+        ctx.reason = allowed.reason;
+        match allowed.next {
+            Next::Proxy(upstream) => {
+                ctx.upstream = Some(upstream);
+                return Ok(false);
+            }
+            Next::Reply(json) => reply::json(session, json).await?,
+            Next::Asset(name) => {
+                ui::serve(session, &name).await?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Picks the peer of the chosen upstream.
+    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+        let upstream = ctx.upstream.as_ref().ok_or_else(no_upstream)?;
+        let mut peer = upstream.peer(&self.control_addr, &self.ttyd, ctx.request_id)?;
+        peer.options.connection_timeout = Some(Duration::from_millis(
+            self.g.config.gateway.control_timeout_ms,
+        ));
+        Ok(Box::new(peer))
+    }
+
+    /// Rewrites the request for its upstream, with no identity but the verified one.
+    async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        up: &mut RequestHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        upstream::strip_identity(up);
+        let upstream = ctx.upstream.as_ref().ok_or_else(no_upstream)?;
+        upstream.rewrite(up, ctx.principal.as_ref(), ctx.token.as_deref())
+    }
+
+    /// Hands a terminal websocket's upstream socket to its slot, so enforcement can cut
+    /// it; a websocket whose socket cannot be kept is refused.
+    async fn connected_to_upstream(
+        &self,
+        _session: &mut Session,
+        _reused: bool,
+        _peer: &HttpPeer,
+        fd: std::os::unix::io::RawFd,
+        _digest: Option<&pingora::protocols::Digest>,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        let unenforceable = |cause| {
+            Error::because(
+                ErrorType::InternalError,
+                "cannot keep the upstream socket for enforcement",
+                cause,
+            )
+        };
+        match (&ctx.ticket, &ctx.upstream) {
+            (Some(t), _) => t.attach_upstream(fd).map_err(unenforceable),
+            (
+                None,
+                Some(Upstream::Ttyd {
+                    part: TerminalPart::Ws,
+                    ..
+                }),
+            ) => Err(unenforceable(std::io::Error::other(
+                "the terminal websocket holds no slot",
+            ))),
+            (None, _) => Ok(()),
+        }
+    }
+
+    /// Counts bytes up, and bounds the body of API calls.
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end: bool,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if let Some(b) = body {
+            ctx.bytes_up += b.len() as u64;
+            if matches!(ctx.upstream, Some(Upstream::Control(_))) {
+                ctx.body_bytes += b.len();
+                if ctx.body_bytes > self.g.config.gateway.max_body_bytes {
+                    // Answered as `Refusal::BODY_TOO_LARGE` by `fail_to_proxy`.
+                    return Err(Error::explain(
+                        ErrorType::HTTPStatus(413),
+                        "request body is too large",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Tags every answer with its request id, and terminal answers with strict headers.
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        resp: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        resp.insert_header("X-Request-Id", ctx.request_id.to_string())?;
+        if ctx.terminal_request {
+            resp.insert_header("X-Content-Type-Options", "nosniff")?;
+            resp.insert_header("Referrer-Policy", "no-referrer")?;
+            resp.insert_header("Content-Security-Policy", "frame-ancestors 'self'")?;
+            resp.insert_header("Cache-Control", "no-store")?;
+        }
+        Ok(())
+    }
+
+    /// Counts bytes down; after the upgrade, hands the browser's socket to the slot.
+    fn response_body_filter(
+        &self,
+        session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end: bool,
+        ctx: &mut Ctx,
+    ) -> Result<Option<Duration>> {
+        if let Some(b) = body {
+            ctx.bytes_down += b.len() as u64;
+        }
+        if !ctx.downstream_attached {
+            // The first bytes after the upgrade: the 101 has been written, so a close
+            // frame from enforcement can no longer land inside the response head.
+            if let Some(t) = &ctx.ticket {
+                ctx.downstream_attached = true;
+                let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+                if let (false, Some(stream)) = (tls, session.as_downstream().stream()) {
+                    t.attach_downstream(stream.id());
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Answers a failure to proxy with the refusal it amounts to, in the JSON shape.
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
+        let Some(refusal) = reply::failure(e, ctx.upstream.as_ref()) else {
+            ctx.reason = "client_error";
+            return FailToProxy {
+                error_code: 0,
+                can_reuse_downstream: false,
+            };
+        };
+        ctx.reason = refusal.code;
+        if session.response_written().is_none() {
+            if let Err(write) = reply::json(session, Json::refusal(&refusal)).await {
+                tracing::debug!(error = %write, "could not answer a failure to proxy");
+            }
+        }
+        FailToProxy {
+            error_code: refusal.status,
+            can_reuse_downstream: false,
+        }
+    }
+
+    /// Writes the access log line, and for terminals the audit line and metrics.
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
+        log(&self.g.metrics, session, e, ctx);
+        // The slot is freed when the request ends, not when the context is dropped.
+        ctx.ticket = None;
+    }
+}
+
+fn no_upstream() -> Box<Error> {
+    Error::explain(ErrorType::InternalError, "no upstream chosen")
+}
+
+/// The access log line; for terminals also the audit line and metrics.
+fn log(metrics: &Metrics, session: &Session, e: Option<&Error>, ctx: &Ctx) {
+    let status = session.response_written().map_or(0, |r| r.status.as_u16());
+    let sub = ctx
+        .principal
+        .as_ref()
+        .map(|p| p.sub.as_str())
+        .unwrap_or("-");
+    let session_id = ctx
+        .session
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| "-".into());
+    let closed = ctx
+        .ticket
+        .as_ref()
+        .and_then(|t| t.closed())
+        .map(|r| r.as_str())
+        .unwrap_or("");
+    let decision = ctx.decision.as_str();
+    tracing::info!(
+        target: "access",
+        request_id = ctx.request_id,
+        method = %session.req_header().method,
+        path = %session.req_header().uri.path(),
+        sub,
+        session = %session_id,
+        decision,
+        reason = ctx.reason,
+        status,
+        bytes_up = ctx.bytes_up,
+        bytes_down = ctx.bytes_down,
+        duration_ms = ctx.started.elapsed().as_millis() as u64,
+        closed_by = closed,
+        error = e.map(|e| e.to_string()).unwrap_or_default(),
+        "request"
+    );
+    if ctx.terminal_request {
+        tracing::info!(target: "audit", request_id = ctx.request_id, sub, session = %session_id, decision, reason = ctx.reason, status, "terminal access");
+        let outcome = if ctx.decision == Decision::Allow {
+            "allow"
+        } else {
+            ctx.reason
+        };
+        Metrics::inc(&metrics.upgrades, outcome);
+        metrics
+            .bytes
+            .get_or_create(&Label { kind: "up" })
+            .inc_by(ctx.bytes_up);
+        metrics
+            .bytes
+            .get_or_create(&Label { kind: "down" })
+            .inc_by(ctx.bytes_down);
+    }
+}

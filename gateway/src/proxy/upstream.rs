@@ -1,0 +1,155 @@
+//! Where an allowed request goes and what of it arrives there: the peer (control, or a
+//! ttyd of the pool) and the rewritten request head, which carries no identity the
+//! client claimed — only the one the gateway verified.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pingora::http::RequestHeader;
+use pingora::lb::{selection::RoundRobin, LoadBalancer};
+use pingora::prelude::HttpPeer;
+use pingora::{Error, ErrorType, Result};
+use policy::{Principal, TerminalPart};
+
+/// Where ttyd is.
+pub enum TtydUpstream {
+    /// A unix socket (single host).
+    Unix(String),
+    /// Internal addresses, balanced with health checks.
+    Tcp(Arc<LoadBalancer<RoundRobin>>),
+}
+
+/// Where an allowed request goes.
+#[derive(Debug, Clone)]
+pub enum Upstream {
+    /// control, at this path and query.
+    Control(String),
+    /// ttyd, for this container and part.
+    Ttyd {
+        /// Container id (ttyd's `arg`).
+        container: String,
+        /// Page, token or websocket.
+        part: TerminalPart,
+    },
+}
+
+impl Upstream {
+    /// The peer to connect to; `key` spreads requests over the ttyd pool.
+    pub(super) fn peer(
+        &self,
+        control_addr: &str,
+        ttyd: &TtydUpstream,
+        key: u64,
+    ) -> Result<HttpPeer> {
+        Ok(match self {
+            Upstream::Control(_) => {
+                let mut p = HttpPeer::new(control_addr, false, String::new());
+                p.options.read_timeout = Some(Duration::from_secs(60));
+                p
+            }
+            Upstream::Ttyd { .. } => match ttyd {
+                TtydUpstream::Unix(path) => HttpPeer::new_uds(path, false, String::new())?,
+                TtydUpstream::Tcp(lb) => {
+                    let backend = lb.select(&key.to_le_bytes(), 256).ok_or_else(|| {
+                        Error::explain(ErrorType::ConnectNoRoute, "no healthy ttyd upstream")
+                    })?;
+                    HttpPeer::new(backend, false, String::new())
+                }
+            },
+        })
+    }
+
+    /// Rewrites the request head for this upstream: ttyd's own path for the terminal
+    /// part (the container as the websocket's `arg`) and the verified user; control's
+    /// path and the verified token.
+    pub(super) fn rewrite(
+        &self,
+        up: &mut RequestHeader,
+        principal: Option<&Principal>,
+        token: Option<&str>,
+    ) -> Result<()> {
+        match self {
+            Upstream::Ttyd { container, part } => {
+                let target = match part {
+                    TerminalPart::Ws => format!("/ws?arg={container}"),
+                    other => other.upstream_path().to_owned(),
+                };
+                set_uri(up, &target)?;
+                if *part != TerminalPart::Ws {
+                    up.remove_header("upgrade");
+                    up.remove_header("connection");
+                }
+                if let Some(p) = principal {
+                    up.insert_header("X-Termgate-User", p.sub.as_str())?;
+                }
+            }
+            Upstream::Control(path) => {
+                set_uri(up, path)?;
+                up.remove_header("upgrade");
+                up.remove_header("connection");
+                if let Some(t) = token {
+                    up.insert_header("Authorization", format!("Bearer {t}"))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Removes every header through which a client could claim an identity: nothing the
+/// client says about who it is reaches an upstream.
+pub(super) fn strip_identity(up: &mut RequestHeader) {
+    let claimed: Vec<_> = up
+        .headers
+        .keys()
+        .filter(|k| {
+            let k = k.as_str();
+            k == "cookie" || k == "authorization" || k.starts_with("x-termgate-")
+        })
+        .cloned()
+        .collect();
+    for k in claimed {
+        up.remove_header(&k);
+    }
+}
+
+fn set_uri(up: &mut RequestHeader, target: &str) -> Result<()> {
+    let uri = target
+        .parse()
+        .map_err(|e| Error::because(ErrorType::InternalError, "bad upstream uri", e))?;
+    up.set_uri(uri);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claimed_identities_are_stripped_and_the_verified_one_set() {
+        let mut up = RequestHeader::build("GET", b"/s/x/ws", None).unwrap();
+        for (k, v) in [
+            ("Cookie", "termgate_session=t"),
+            ("Authorization", "Bearer t"),
+            ("X-Termgate-User", "root"),
+            ("Upgrade", "websocket"),
+        ] {
+            up.append_header(k, v).unwrap();
+        }
+        strip_identity(&mut up);
+        let principal = Principal {
+            sub: policy::Sub::parse("alice").unwrap(),
+            admin: false,
+            expires_at: 0,
+        };
+        let ws = Upstream::Ttyd {
+            container: "c1".into(),
+            part: TerminalPart::Ws,
+        };
+        ws.rewrite(&mut up, Some(&principal), Some("t")).unwrap();
+        assert_eq!(up.uri, "/ws?arg=c1");
+        assert_eq!(up.headers.get("x-termgate-user").unwrap(), "alice");
+        assert_eq!(up.headers.get("upgrade").unwrap(), "websocket");
+        assert!(up.headers.get("cookie").is_none() && up.headers.get("authorization").is_none());
+    }
+}

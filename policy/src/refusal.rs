@@ -1,0 +1,249 @@
+//! Refusals as values: an HTTP status, a stable code and a human message.
+//!
+//! Every refusal the gateway or control answers is one of the constants below, at most
+//! with a more specific message, so each code is spelled once and always travels with
+//! the same status. A refusal renders as the JSON shape of design §2 through [`ErrorBody`].
+
+use std::borrow::Cow;
+use std::fmt;
+
+use crate::error::ErrorBody;
+use crate::identity::TokenError;
+use crate::origin::OriginDenied;
+use crate::path::PathError;
+use crate::quota::QuotaExceeded;
+
+/// A refusal: HTTP status, stable code, human message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// HTTP status to answer with.
+    pub status: u16,
+    /// Stable snake_case code, for programs.
+    pub code: &'static str,
+    /// Human-readable message, for people.
+    pub message: Cow<'static, str>,
+}
+
+/// A refusal with a fixed message, usable in constants.
+const fn refusal(status: u16, code: &'static str, message: &'static str) -> Refusal {
+    Refusal {
+        status,
+        code,
+        message: Cow::Borrowed(message),
+    }
+}
+
+impl Refusal {
+    /// Unknown session, or a session that is not the caller's: indistinguishable.
+    pub const NOT_FOUND: Refusal = refusal(404, "session_not_found", "no such session");
+    /// The user is locked by an administrator.
+    pub const LOCKED: Refusal = refusal(403, "user_locked", "this user is locked");
+    /// No credential, or one that does not verify.
+    pub const UNAUTHENTICATED: Refusal = refusal(
+        401,
+        "unauthenticated",
+        "sign in first: no token or session cookie",
+    );
+    /// A failed authentication from an address past its per-minute limit of failures.
+    pub const TOO_MANY_FAILURES: Refusal = refusal(
+        429,
+        "too_many_failures",
+        "too many failed sign-ins from this address; wait a minute",
+    );
+    /// Request headers larger than the configured limit.
+    pub const HEADERS_TOO_LARGE: Refusal =
+        refusal(431, "headers_too_large", "request headers are too large");
+    /// A path no route can have (encodings, control bytes, …).
+    pub const BAD_PATH: Refusal = refusal(400, "bad_path", "the path is malformed");
+    /// A well-formed path (or endpoint) that is not a route.
+    pub const PAGE_NOT_FOUND: Refusal = refusal(404, "not_found", "no such page");
+    /// A method the path does not accept.
+    pub const METHOD_NOT_ALLOWED: Refusal =
+        refusal(405, "method_not_allowed", "method not allowed on this path");
+    /// A body on a request that must not carry one (terminals).
+    pub const BODY_NOT_ALLOWED: Refusal =
+        refusal(400, "body_not_allowed", "terminal requests carry no body");
+    /// A request body larger than the configured limit.
+    pub const BODY_TOO_LARGE: Refusal = refusal(413, "body_too_large", "request body is too large");
+    /// A request body that could not be read.
+    pub const BAD_BODY: Refusal = refusal(400, "bad_body", "could not read the request body");
+    /// A request body that is not the expected JSON.
+    pub const INVALID_JSON: Refusal = refusal(400, "invalid_json", "invalid request body");
+    /// A query parameter with a value of the wrong form.
+    pub const INVALID_QUERY: Refusal = refusal(400, "invalid_query", "invalid query parameter");
+    /// A terminal past the open-terminal limit of its user or session.
+    pub const TOO_MANY_TERMINALS: Refusal = refusal(
+        429,
+        "too_many_terminals",
+        "you have too many open terminals",
+    );
+    /// Cookie credential without an Origin header.
+    pub const ORIGIN_MISSING: Refusal = refusal(403, "origin_missing", "Origin header is required");
+    /// The opaque origin `null`.
+    pub const ORIGIN_NULL: Refusal = refusal(403, "origin_null", "Origin null is not allowed");
+    /// An Origin header that is not one parseable origin.
+    pub const ORIGIN_MALFORMED: Refusal =
+        refusal(403, "origin_malformed", "Origin header is malformed");
+    /// A well-formed origin that is not on the allow-list.
+    pub const ORIGIN_NOT_ALLOWED: Refusal =
+        refusal(403, "origin_not_allowed", "Origin is not allowed");
+    /// The control service did not answer (the gateway's route lookup or API proxy).
+    pub const CONTROL_UNAVAILABLE: Refusal = refusal(
+        503,
+        "control_unavailable",
+        "the control service is not answering; try again shortly",
+    );
+    /// ttyd did not answer.
+    pub const TERMINAL_UNAVAILABLE: Refusal = refusal(
+        502,
+        "terminal_unavailable",
+        "the terminal service is not answering",
+    );
+    /// Proxying failed for another reason.
+    pub const PROXY_ERROR: Refusal =
+        refusal(502, "proxy_error", "the request could not be proxied");
+    /// A request that failed with an HTTP status but no more specific code; callers set
+    /// the status.
+    pub const REQUEST_FAILED: Refusal = refusal(400, "error", "request failed");
+    /// A create past the user's or the deployment's session quota.
+    pub const QUOTA_EXCEEDED: Refusal = refusal(429, "quota_exceeded", "session quota reached");
+    /// The request conflicts with the session's current state.
+    pub const CONFLICT: Refusal = refusal(409, "conflict", "the session changed meanwhile");
+    /// The session store failed (details are in control's log only).
+    pub const STORE_ERROR: Refusal = refusal(
+        500,
+        "store_error",
+        "the session store failed; see control's log",
+    );
+    /// Docker did not answer.
+    pub const DOCKER_UNAVAILABLE: Refusal =
+        refusal(503, "docker_unavailable", "Docker is not answering");
+    /// Docker answered with an error.
+    pub const DOCKER_ERROR: Refusal = refusal(502, "docker_error", "Docker failed");
+    /// A container spec that breaks the sandbox's red lines.
+    pub const SANDBOX_REFUSED: Refusal =
+        refusal(500, "sandbox_refused", "container spec breaks red lines");
+    /// A failure of control itself.
+    pub const INTERNAL: Refusal = refusal(500, "internal", "internal error");
+    /// An action only an admin may take.
+    pub const ADMIN_REQUIRED: Refusal = refusal(403, "admin_required", "only an admin may do this");
+    /// An admin locking or unlocking themselves.
+    pub const OWN_LOCK: Refusal =
+        refusal(403, "own_lock", "an admin cannot lock or unlock themselves");
+    /// An action that needs a running session.
+    pub const NOT_RUNNING: Refusal = refusal(409, "not_running", "the session is not running");
+    /// A profile name that is not configured.
+    pub const UNKNOWN_PROFILE: Refusal = refusal(400, "unknown_profile", "no such profile");
+    /// A session name that is too long or not printable.
+    pub const INVALID_NAME: Refusal = refusal(
+        400,
+        "invalid_name",
+        "name must be at most 64 printable characters",
+    );
+    /// A profile option that does not exist or has a value it does not offer.
+    pub const INVALID_OPTION: Refusal = refusal(400, "invalid_option", "invalid profile option");
+    /// A terminal size out of range.
+    pub const INVALID_SIZE: Refusal =
+        refusal(400, "invalid_size", "cols must be 2-1000 and rows 1-1000");
+    /// A user name that is not a valid `sub`.
+    pub const INVALID_SUB: Refusal = refusal(400, "invalid_sub", "not a valid user name");
+
+    /// The same refusal with a more specific message.
+    pub fn with_message(self, message: impl Into<Cow<'static, str>>) -> Refusal {
+        Refusal {
+            message: message.into(),
+            ..self
+        }
+    }
+
+    /// The JSON body: `{"error":{"code":…,"message":…}}`.
+    pub fn body(&self) -> Vec<u8> {
+        ErrorBody::new(self.code, self.message.as_ref()).to_json()
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: {}", self.status, self.code, self.message)
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+impl From<&TokenError> for Refusal {
+    /// A token that does not verify; the message names the reason, never the token.
+    fn from(e: &TokenError) -> Self {
+        Refusal::UNAUTHENTICATED.with_message(format!("token refused: {}", e.reason()))
+    }
+}
+
+impl From<OriginDenied> for Refusal {
+    fn from(denied: OriginDenied) -> Self {
+        match denied {
+            OriginDenied::Missing => Refusal::ORIGIN_MISSING,
+            OriginDenied::Null => Refusal::ORIGIN_NULL,
+            OriginDenied::Malformed => Refusal::ORIGIN_MALFORMED,
+            OriginDenied::NotAllowed => Refusal::ORIGIN_NOT_ALLOWED,
+        }
+    }
+}
+
+impl From<PathError> for Refusal {
+    fn from(e: PathError) -> Self {
+        match e {
+            PathError::BadRequest(why) => Refusal::BAD_PATH.with_message(why),
+            PathError::NotFound => Refusal::PAGE_NOT_FOUND,
+        }
+    }
+}
+
+impl From<QuotaExceeded> for Refusal {
+    fn from(q: QuotaExceeded) -> Self {
+        Refusal::QUOTA_EXCEEDED.with_message(q.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_renders_the_contract_shape() {
+        let v: serde_json::Value = serde_json::from_slice(&Refusal::NOT_FOUND.body()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"error": {"code": "session_not_found", "message": "no such session"}})
+        );
+    }
+
+    #[test]
+    fn a_specific_message_keeps_status_and_code() {
+        let r =
+            Refusal::TOO_MANY_TERMINALS.with_message("this session has too many open terminals");
+        assert_eq!((r.status, r.code), (429, "too_many_terminals"));
+        assert_eq!(r.message, "this session has too many open terminals");
+    }
+
+    #[test]
+    fn origin_refusals_keep_their_codes_and_messages() {
+        for d in [
+            OriginDenied::Missing,
+            OriginDenied::Null,
+            OriginDenied::Malformed,
+            OriginDenied::NotAllowed,
+        ] {
+            let r = Refusal::from(d);
+            assert_eq!(
+                (r.status, r.code, r.message.as_ref()),
+                (403, d.reason(), d.to_string().as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn a_refused_token_names_its_reason() {
+        let r = Refusal::from(&TokenError::Expired);
+        assert_eq!((r.status, r.code), (401, "unauthenticated"));
+        assert_eq!(r.message, "token refused: expired");
+    }
+}
