@@ -557,10 +557,14 @@ impl GatewayStack {
 
     /// Waits until gateway `n` reports ready (its route cache synced once).
     pub fn wait_ready(&mut self, n: usize) {
-        let url = format!("http://127.0.0.1:{}/readyz", self.gateways[n].admin_port);
+        let ready = format!("http://127.0.0.1:{}/readyz", self.gateways[n].admin_port);
+        // Pingora starts its services in no fixed order: the admin listener can say
+        // ready before the public one accepts, so both are waited for.
+        let public = format!("http://127.0.0.1:{}/healthz", self.gateways[n].port);
         let start = Instant::now();
         loop {
-            if http("GET", &url, None, None).is_ok_and(|a| a.status == 200) {
+            let answers = |url: &str| http("GET", url, None, None).is_ok_and(|a| a.status == 200);
+            if answers(&ready) && answers(&public) {
                 return;
             }
             let g = &mut self.gateways[n];
