@@ -83,11 +83,9 @@ impl Session {
     /// The route gateways need, when the session is running.
     pub fn route(&self) -> Option<Route> {
         match (self.state, &self.container_id) {
-            (SessionState::Running, Some(c)) => Some(Route {
-                session: self.id,
-                owner: self.owner.to_string(),
-                container: c.clone(),
-            }),
+            (SessionState::Running, Some(c)) => {
+                Some(Route::container(self.id, self.owner.to_string(), c.clone()))
+            }
             _ => None,
         }
     }

@@ -10,5 +10,6 @@ pub mod metrics;
 pub mod proxy;
 pub mod routes;
 pub mod state;
+pub mod target_credentials;
 pub mod terminals;
 pub mod ui;

@@ -4,17 +4,17 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use policy::feed::{Change, FeedPage, Route, RouteLookup};
+use policy::feed::{Change, FeedPage, Route, RouteLookup, TargetAccess};
 use policy::SessionId;
 
 /// The answer of a cache lookup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup {
-    /// A running session's route.
-    Hit(Route),
+    /// A running session's route (shared with the cache: no copy per request).
+    Hit(Arc<Route>),
     /// Recently confirmed unknown: answer 404 without asking control.
     Negative,
     /// Not known: ask control once.
@@ -24,16 +24,31 @@ pub enum Lookup {
 /// What a feed update takes away, so live terminals can be closed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Revocations {
-    /// Sessions whose route was removed or whose owner changed.
+    /// Sessions whose route was removed, or changed owner, container or upstream.
     pub sessions: Vec<SessionId>,
+    /// Targets whose allowed users or roles changed: each terminal is judged again.
+    pub narrowed: Vec<(SessionId, TargetAccess)>,
     /// Users who were locked.
     pub users: Vec<String>,
 }
 
 impl Revocations {
+    /// What a route that changed from `old` to `new` revokes: the whole session when
+    /// its terminals would now reach something else, the users a target no longer
+    /// allows when only its list changed.
+    fn compare(&mut self, old: &Route, new: &Route) {
+        if !old.same_terminal(new) {
+            self.sessions.push(new.session);
+        } else if let (Some(before), Some(after)) = (&old.target, &new.target) {
+            if before != after {
+                self.narrowed.push((new.session, after.clone()));
+            }
+        }
+    }
+
     /// Whether nothing was revoked.
     pub fn is_empty(&self) -> bool {
-        self.sessions.is_empty() && self.users.is_empty()
+        self.sessions.is_empty() && self.users.is_empty() && self.narrowed.is_empty()
     }
 }
 
@@ -42,7 +57,7 @@ struct Inner {
     /// The feed epoch `rev` counts in.
     epoch: String,
     rev: u64,
-    routes: HashMap<SessionId, Route>,
+    routes: HashMap<SessionId, Arc<Route>>,
     locked: HashSet<String>,
     negative: HashMap<SessionId, Instant>,
     /// Routes learned by a one-off lookup ahead of the feed, with the revision they were
@@ -104,7 +119,7 @@ impl RouteCache {
     pub fn get(&self, id: &SessionId) -> Lookup {
         let inner = self.read();
         if let Some(r) = inner.routes.get(id) {
-            return Lookup::Hit(r.clone());
+            return Lookup::Hit(Arc::clone(r));
         }
         match inner.negative.get(id) {
             Some(t) if t.elapsed() < self.negative_ttl => Lookup::Negative,
@@ -137,7 +152,7 @@ impl RouteCache {
                 }
                 inner.negative.remove(&id);
                 inner.learned.insert(id, (rev, epoch));
-                inner.routes.insert(id, route);
+                inner.routes.insert(id, Arc::new(route));
             }
             None => {
                 // Short-lived by design, so it needs no revision; bound its size.
@@ -165,8 +180,11 @@ impl RouteCache {
         }
         inner.epoch.clone_from(&page.epoch);
         if page.reset {
-            let mut routes: HashMap<SessionId, Route> =
-                page.routes.iter().map(|r| (r.session, r.clone())).collect();
+            let mut routes: HashMap<SessionId, Arc<Route>> = page
+                .routes
+                .iter()
+                .map(|r| (r.session, Arc::new(r.clone())))
+                .collect();
             // A route learned at a later revision of this epoch than the snapshot is
             // newer knowledge: a snapshot taken just before a session started must not
             // revoke the terminal that was admitted on the lookup.
@@ -175,13 +193,13 @@ impl RouteCache {
                 .retain(|_, (l, e)| *e == page.epoch && *l > page.rev);
             for id in inner.learned.keys() {
                 if let Some(r) = inner.routes.get(id) {
-                    routes.entry(*id).or_insert_with(|| r.clone());
+                    routes.entry(*id).or_insert_with(|| Arc::clone(r));
                 }
             }
             for (id, old) in &inner.routes {
                 match routes.get(id) {
-                    Some(new) if new.owner == old.owner => {}
-                    _ => out.sessions.push(*id),
+                    Some(new) => out.compare(old, new),
+                    None => out.sessions.push(*id),
                 }
             }
             let locked: HashSet<String> = page.locked.iter().cloned().collect();
@@ -190,7 +208,7 @@ impl RouteCache {
             inner.locked = locked;
             inner.negative.clear();
         } else {
-            let mut before: HashMap<SessionId, Option<String>> = HashMap::new();
+            let mut before: HashMap<SessionId, Option<Arc<Route>>> = HashMap::new();
             let mut locked_now = Vec::new();
             for change in &page.changes {
                 let rev = change.rev();
@@ -207,10 +225,10 @@ impl RouteCache {
                         {
                             continue;
                         }
-                        let owner = inner.routes.get(&id).map(|r| r.owner.clone());
-                        before.entry(id).or_insert(owner);
+                        let old = inner.routes.get(&id).cloned();
+                        before.entry(id).or_insert(old);
                         inner.negative.remove(&id);
-                        inner.routes.insert(id, route.clone());
+                        inner.routes.insert(id, Arc::new(route.clone()));
                     }
                     Change::Remove { session, .. } => {
                         if inner
@@ -220,8 +238,8 @@ impl RouteCache {
                         {
                             continue;
                         }
-                        let owner = inner.routes.get(session).map(|r| r.owner.clone());
-                        before.entry(*session).or_insert(owner);
+                        let old = inner.routes.get(session).cloned();
+                        before.entry(*session).or_insert(old);
                         inner.routes.remove(session);
                     }
                     Change::Lock { sub, .. } => {
@@ -233,11 +251,11 @@ impl RouteCache {
                     }
                 }
             }
-            for (id, owner_before) in before {
-                match (inner.routes.get(&id), owner_before) {
-                    (Some(r), Some(o)) if r.owner == o => {}
+            for (id, old) in before {
+                match (inner.routes.get(&id), old) {
+                    (Some(new), Some(old)) => out.compare(&old, new),
                     (Some(_), None) => {}
-                    _ => out.sessions.push(id),
+                    (None, _) => out.sessions.push(id),
                 }
             }
             locked_now.sort();
@@ -276,11 +294,7 @@ mod tests {
     }
 
     fn route(n: u8, owner: &str) -> Route {
-        Route {
-            session: id(n),
-            owner: owner.into(),
-            container: format!("c{n}"),
-        }
+        Route::container(id(n), owner, format!("c{n}"))
     }
 
     fn page(rev: u64, changes: Vec<Change>) -> FeedPage {
@@ -304,7 +318,7 @@ mod tests {
         let mut stale = page(4, vec![]);
         stale.reset = true;
         assert!(c.apply(&stale).is_empty(), "nothing revoked");
-        assert_eq!(c.get(&id(1)), Lookup::Hit(route(1, "alice")));
+        assert_eq!(c.get(&id(1)), Lookup::Hit(Arc::new(route(1, "alice"))));
         // A reset at a later revision without it is the truth.
         let mut later = page(6, vec![]);
         later.reset = true;
@@ -332,7 +346,11 @@ mod tests {
         );
         other.epoch = "e2".into();
         assert!(c.apply(&other).is_empty());
-        assert_eq!(c.get(&id(1)), Lookup::Hit(route(1, "alice")), "not applied");
+        assert_eq!(
+            c.get(&id(1)),
+            Lookup::Hit(Arc::new(route(1, "alice"))),
+            "not applied"
+        );
         assert_eq!(
             (c.rev(), c.epoch().as_str()),
             (0, ""),
@@ -352,7 +370,7 @@ mod tests {
             }],
         ));
         assert!(c.is_synced());
-        assert_eq!(c.get(&id(1)), Lookup::Hit(route(1, "alice")));
+        assert_eq!(c.get(&id(1)), Lookup::Hit(Arc::new(route(1, "alice"))));
         let r = c.apply(&page(
             2,
             vec![Change::Remove {
@@ -461,7 +479,7 @@ mod tests {
         c.learn(id(1), Some(answer(route(1, "alice"), 4)));
         assert_eq!(c.get(&id(1)), Lookup::Miss);
         c.learn(id(1), Some(answer(route(1, "alice"), 6)));
-        assert_eq!(c.get(&id(1)), Lookup::Hit(route(1, "alice")));
+        assert_eq!(c.get(&id(1)), Lookup::Hit(Arc::new(route(1, "alice"))));
     }
 
     #[test]
@@ -513,7 +531,7 @@ mod tests {
             }],
         ));
         assert!(r.is_empty(), "{r:?}");
-        assert_eq!(c.get(&id(1)), Lookup::Hit(route(1, "alice")));
+        assert_eq!(c.get(&id(1)), Lookup::Hit(Arc::new(route(1, "alice"))));
         let r = c.apply(&page(
             4,
             vec![

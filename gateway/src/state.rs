@@ -10,6 +10,7 @@ use policy::{OriginPolicy, Verifier};
 use crate::control_client::ControlClient;
 use crate::metrics::Metrics;
 use crate::routes::{Revocations, RouteCache};
+use crate::target_credentials::TargetCredentials;
 use crate::terminals::{CloseReason, Terminals};
 
 /// Seconds since the Unix epoch.
@@ -44,6 +45,8 @@ pub struct Gateway {
     pub secure_cookie: bool,
     /// Proxies whose `X-Forwarded-For` names the client address.
     pub trusted_proxies: policy::TrustedProxies,
+    /// Credentials of targets' ttyds, read from files.
+    pub target_credentials: TargetCredentials,
     /// Key of the credential hashes that tie terminals to the token that opened them.
     credential_keys: std::collections::hash_map::RandomState,
 }
@@ -72,6 +75,7 @@ impl Gateway {
             lookups: Rate::new(Duration::from_secs(60)),
             secure_cookie: g.tls_cert_file.is_some(),
             credential_keys: std::collections::hash_map::RandomState::new(),
+            target_credentials: TargetCredentials::default(),
             trusted_proxies: policy::TrustedProxies::parse(&g.trusted_proxies)
                 .map_err(|(i, why)| anyhow::anyhow!("gateway.trusted_proxies[{i}]: {why}"))?,
             config,
@@ -85,6 +89,15 @@ impl Gateway {
             if n > 0 {
                 tracing::info!(target: "audit", session = %id, closed = n, reason = "route_removed", "live terminals closed");
                 self.count_closed(CloseReason::RouteRemoved, n);
+            }
+        }
+        for (id, access) in &revoked.narrowed {
+            let n = self
+                .terminals
+                .close_disallowed(id, |sub, roles| access.allows(sub, roles));
+            if n > 0 {
+                tracing::info!(target: "audit", session = %id, closed = n, reason = "access_removed", "live terminals closed");
+                self.count_closed(CloseReason::AccessRemoved, n);
             }
         }
         for sub in &revoked.users {

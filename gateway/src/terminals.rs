@@ -13,7 +13,7 @@ use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use policy::SessionId;
+use policy::{Principal, SessionId};
 
 /// Why a terminal was refused a slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +35,8 @@ pub enum CloseReason {
     TokenExpired,
     /// The browser that opened it signed out.
     SignedOut,
+    /// The target no longer allows its user.
+    AccessRemoved,
 }
 
 impl CloseReason {
@@ -45,6 +47,7 @@ impl CloseReason {
             CloseReason::UserLocked => "termgate: your account was locked",
             CloseReason::TokenExpired => "termgate: your sign-in expired",
             CloseReason::SignedOut => "termgate: signed out",
+            CloseReason::AccessRemoved => "termgate: your access to this terminal was removed",
         }
     }
 
@@ -55,6 +58,7 @@ impl CloseReason {
             CloseReason::UserLocked => "user_locked",
             CloseReason::TokenExpired => "token_expired",
             CloseReason::SignedOut => "signed_out",
+            CloseReason::AccessRemoved => "access_removed",
         }
     }
 }
@@ -62,6 +66,10 @@ impl CloseReason {
 struct Live {
     session: SessionId,
     sub: String,
+    /// The roles and admin flag it was admitted with: a target that narrows its list
+    /// closes the terminals no longer allowed.
+    roles: Vec<String>,
+    admin: bool,
     /// Keyed hash of the credential that opened it (see [`Terminals::admit`]).
     credential: u64,
     expires_at: Option<u64>,
@@ -108,16 +116,17 @@ impl Terminals {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes a slot for a terminal of `sub` on `session`; `expires_at` closes it then.
+    /// Takes a slot for a terminal of `who` on `session`; `expires_at` closes it then.
     /// `credential` identifies the token that opened it (a keyed hash, never the token),
     /// so that signing that token out closes it.
     pub fn admit(
         self: &Arc<Self>,
         session: SessionId,
-        sub: &str,
+        who: &Principal,
         expires_at: Option<u64>,
         credential: u64,
     ) -> Result<Ticket, LimitHit> {
+        let sub = who.sub.as_str();
         let mut inner = self.lock();
         if inner.per_user.get(sub).copied().unwrap_or(0) >= self.max_per_user {
             return Err(LimitHit::User);
@@ -133,6 +142,8 @@ impl Terminals {
             Live {
                 session,
                 sub: sub.to_owned(),
+                roles: who.roles.clone(),
+                admin: who.admin,
                 credential,
                 expires_at,
                 upstream: None,
@@ -176,6 +187,18 @@ impl Terminals {
     /// Closes every terminal of a session.
     pub fn close_session(&self, session: &SessionId, reason: CloseReason) -> usize {
         self.close_where(reason, |l| l.session == *session)
+    }
+
+    /// Closes the terminals of a target whose users `still_allowed` no longer admits
+    /// (admins stay, as they were admitted as such).
+    pub fn close_disallowed(
+        &self,
+        session: &SessionId,
+        still_allowed: impl Fn(&str, &[String]) -> bool,
+    ) -> usize {
+        self.close_where(CloseReason::AccessRemoved, |l| {
+            l.session == *session && !l.admin && !still_allowed(&l.sub, &l.roles)
+        })
     }
 
     /// Closes every terminal of a user.
@@ -284,6 +307,15 @@ impl Drop for Ticket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn who(sub: &str) -> Principal {
+        Principal {
+            sub: policy::Sub::parse(sub).unwrap(),
+            admin: false,
+            roles: Vec::new(),
+            expires_at: 0,
+        }
+    }
     use std::io::Read;
     use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
@@ -295,15 +327,18 @@ mod tests {
     #[test]
     fn limits_per_user_and_per_session_hold_and_free_on_drop() {
         let t = Terminals::new(2, 1);
-        let a = t.admit(id(1), "alice", None, 0).unwrap();
+        let a = t.admit(id(1), &who("alice"), None, 0).unwrap();
         assert_eq!(
-            t.admit(id(1), "alice", None, 0).err(),
+            t.admit(id(1), &who("alice"), None, 0).err(),
             Some(LimitHit::Session)
         );
-        let b = t.admit(id(2), "alice", None, 0).unwrap();
-        assert_eq!(t.admit(id(3), "alice", None, 0).err(), Some(LimitHit::User));
+        let b = t.admit(id(2), &who("alice"), None, 0).unwrap();
+        assert_eq!(
+            t.admit(id(3), &who("alice"), None, 0).err(),
+            Some(LimitHit::User)
+        );
         drop(a);
-        assert!(t.admit(id(1), "alice", None, 0).is_ok());
+        assert!(t.admit(id(1), &who("alice"), None, 0).is_ok());
         drop(b);
         assert_eq!(t.open(), 0);
     }
@@ -312,7 +347,7 @@ mod tests {
     fn closing_shuts_the_upstream_socket_without_traffic() {
         let t = Terminals::new(8, 8);
         let (ours, mut peer) = UnixStream::pair().unwrap();
-        let ticket = t.admit(id(1), "alice", None, 0).unwrap();
+        let ticket = t.admit(id(1), &who("alice"), None, 0).unwrap();
         ticket.attach_upstream(ours.as_raw_fd()).unwrap();
         assert_eq!(t.close_session(&id(1), CloseReason::RouteRemoved), 1);
         let mut buf = [0u8; 1];
@@ -323,8 +358,8 @@ mod tests {
     #[test]
     fn users_and_expiry_are_enforced_selectively() {
         let t = Terminals::new(8, 8);
-        let a = t.admit(id(1), "alice", Some(100), 0).unwrap();
-        let b = t.admit(id(2), "bob", Some(200), 0).unwrap();
+        let a = t.admit(id(1), &who("alice"), Some(100), 0).unwrap();
+        let b = t.admit(id(2), &who("bob"), Some(200), 0).unwrap();
         assert_eq!(t.close_expired(150), 1);
         assert_eq!(
             (a.closed(), b.closed()),
@@ -342,7 +377,7 @@ mod tests {
     #[test]
     fn a_revoked_terminal_tells_the_browser_why_before_the_cut() {
         let t = Terminals::new(8, 8);
-        let ticket = t.admit(id(1), "alice", None, 0).unwrap();
+        let ticket = t.admit(id(1), &who("alice"), None, 0).unwrap();
         let (browser_side, mut browser) = UnixStream::pair().unwrap();
         browser_side.set_nonblocking(true).unwrap();
         ticket.attach_downstream(browser_side.as_raw_fd());
@@ -357,8 +392,8 @@ mod tests {
     #[test]
     fn signing_out_closes_only_the_terminals_of_that_credential() {
         let t = Terminals::new(8, 8);
-        let this_browser = t.admit(id(1), "alice", None, 11).unwrap();
-        let other_browser = t.admit(id(1), "alice", None, 22).unwrap();
+        let this_browser = t.admit(id(1), &who("alice"), None, 11).unwrap();
+        let other_browser = t.admit(id(1), &who("alice"), None, 22).unwrap();
         assert_eq!(t.close_credential(11), 1);
         assert_eq!(
             (this_browser.closed(), other_browser.closed()),
@@ -369,7 +404,7 @@ mod tests {
     #[test]
     fn a_socket_without_a_registered_slot_is_an_error() {
         let t = Terminals::new(8, 8);
-        let ticket = t.admit(id(1), "alice", None, 0).unwrap();
+        let ticket = t.admit(id(1), &who("alice"), None, 0).unwrap();
         t.lock().live.clear();
         let (ours, _peer) = UnixStream::pair().unwrap();
         assert!(ticket.attach_upstream(ours.as_raw_fd()).is_err());
@@ -378,7 +413,7 @@ mod tests {
     #[test]
     fn a_terminal_revoked_before_connecting_is_shut_on_attach() {
         let t = Terminals::new(8, 8);
-        let ticket = t.admit(id(1), "alice", None, 0).unwrap();
+        let ticket = t.admit(id(1), &who("alice"), None, 0).unwrap();
         t.close_user("alice", CloseReason::UserLocked);
         let (ours, mut peer) = UnixStream::pair().unwrap();
         ticket.attach_upstream(ours.as_raw_fd()).unwrap();

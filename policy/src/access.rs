@@ -3,6 +3,7 @@
 //! A session the caller does not own and a session that does not exist produce the
 //! **same** refusal, so ids cannot be probed.
 
+use crate::feed::Route;
 use crate::identity::Principal;
 use crate::refusal::Refusal;
 
@@ -62,6 +63,27 @@ pub fn decide(
     }
 }
 
+/// Decides whether `principal` may open the terminal of `route` (`None`: unknown, or
+/// not running). A Docker session is its owner's (or an admin's); a target is open to
+/// the users and roles it lists (and admins). Everyone else, like an unknown id, gets
+/// [`Refusal::NOT_FOUND`].
+pub fn decide_terminal(principal: &Principal, route: Option<&Route>, locked: bool) -> Decision {
+    match route.and_then(|r| r.target.as_ref()) {
+        None => decide(
+            principal,
+            route.map(|r| r.owner.as_str()),
+            locked,
+            Action::OpenTerminal,
+        ),
+        Some(_) if locked => Decision::Deny(Refusal::LOCKED),
+        Some(t) if t.allows(principal.sub.as_str(), &principal.roles) => {
+            Decision::Allow { as_admin: false }
+        }
+        Some(_) if principal.admin => Decision::Allow { as_admin: true },
+        Some(_) => Decision::Deny(Refusal::NOT_FOUND),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +93,7 @@ mod tests {
         Principal {
             sub: Sub::parse(sub).unwrap(),
             admin,
+            roles: Vec::new(),
             expires_at: 0,
         }
     }
@@ -129,5 +152,55 @@ mod tests {
         assert!(!decide(&who("alice", false), Some("alice2"), false, Action::Read).is_allow());
         assert!(!decide(&who("alice", false), Some("Alice"), false, Action::Read).is_allow());
         assert!(!decide(&who("ali", false), Some("alice"), false, Action::Read).is_allow());
+    }
+
+    fn target(users: &[&str], roles: &[&str]) -> Route {
+        let mut r = Route::container(crate::SessionId::from_random([7; 10]), "", "");
+        r.target = Some(crate::feed::TargetAccess {
+            users: users.iter().map(|u| u.to_string()).collect(),
+            roles: roles.iter().map(|u| u.to_string()).collect(),
+            credential: None,
+        });
+        r
+    }
+
+    #[test]
+    fn a_target_opens_for_its_users_and_roles_and_looks_unknown_to_everyone_else() {
+        let t = target(&["alice"], &["ops"]);
+        let mut carol = who("carol", false);
+        assert_eq!(
+            decide_terminal(&who("alice", false), Some(&t), false),
+            Decision::Allow { as_admin: false }
+        );
+        assert_eq!(
+            decide_terminal(&carol, Some(&t), false),
+            decide_terminal(&carol, None, false)
+        );
+        assert_eq!(
+            decide_terminal(&carol, Some(&t), false),
+            Decision::Deny(Refusal::NOT_FOUND)
+        );
+        carol.roles = vec!["ops".into()];
+        assert!(decide_terminal(&carol, Some(&t), false).is_allow());
+        assert_eq!(
+            decide_terminal(&carol, Some(&t), true),
+            Decision::Deny(Refusal::LOCKED)
+        );
+        assert_eq!(
+            decide_terminal(&who("root", true), Some(&t), false),
+            Decision::Allow { as_admin: true }
+        );
+        // A target never opens by ownership, even for a sub equal to its empty owner.
+        assert!(!decide_terminal(&who("bob", false), Some(&target(&[], &[])), false).is_allow());
+    }
+
+    #[test]
+    fn a_session_route_is_decided_by_its_owner() {
+        let r = Route::container(crate::SessionId::from_random([8; 10]), "alice", "c1");
+        assert!(decide_terminal(&who("alice", false), Some(&r), false).is_allow());
+        assert_eq!(
+            decide_terminal(&who("bob", false), Some(&r), false),
+            Decision::Deny(Refusal::NOT_FOUND)
+        );
     }
 }

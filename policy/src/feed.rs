@@ -6,15 +6,265 @@ use serde::{Deserialize, Serialize};
 
 use crate::session_id::SessionId;
 
-/// What a gateway needs to authorize and connect a terminal.
+/// What a gateway needs to authorize and connect a terminal: who may open it, where its
+/// ttyd listens and what to send that ttyd (design §7).
+///
+/// Two kinds of terminal have routes. A **Docker session** has an `owner` and a
+/// `container` (ttyd's `arg`), and lives on a `host` whose pool is `upstream`. A
+/// **target** (an existing ttyd that termgate fronts but does not run) has `target`:
+/// the users and roles it allows and the credential its ttyd expects; no `arg` is ever
+/// sent to it. Fields added after the first layout default, so older records read as
+/// Docker sessions of the gateway's own pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Route {
-    /// Session id.
+    /// Session (or target) id.
     pub session: SessionId,
-    /// Owner `sub`.
+    /// Owner `sub` of a Docker session; empty for a target (see [`Route::target`]).
     pub owner: String,
-    /// Container the terminal attaches to (ttyd's `arg`).
+    /// Container the terminal attaches to (ttyd's `arg`); empty for a target.
+    #[serde(default)]
     pub container: String,
+    /// Where its ttyd listens; `None`: the gateway's own configured pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<TtydAddress>,
+    /// The Docker host that runs the container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The host does not answer: terminals are refused with `host_unavailable` rather
+    /// than left to time out.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub unreachable: bool,
+    /// Set for a target: who may open it and how its ttyd is signed in to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<TargetAccess>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl Route {
+    /// The route of a Docker session in the gateway's own pool.
+    pub fn container(
+        session: SessionId,
+        owner: impl Into<String>,
+        container: impl Into<String>,
+    ) -> Self {
+        Route {
+            session,
+            owner: owner.into(),
+            container: container.into(),
+            upstream: None,
+            host: None,
+            unreachable: false,
+            target: None,
+        }
+    }
+
+    /// ttyd's `arg`: the container of a Docker session, never anything for a target.
+    pub fn arg(&self) -> Option<&str> {
+        (self.target.is_none() && !self.container.is_empty()).then_some(self.container.as_str())
+    }
+
+    /// Whether a terminal open on the route `self` was may stay open on `next`: the
+    /// same ttyd and arg, and (for a Docker session) the same owner. A target whose
+    /// allowed users or roles changed is judged per terminal by its caller.
+    pub fn same_terminal(&self, next: &Route) -> bool {
+        self.session == next.session
+            && self.owner == next.owner
+            && self.container == next.container
+            && self.upstream == next.upstream
+            && self.target.is_some() == next.target.is_some()
+    }
+}
+
+/// Where a ttyd listens: one or more addresses of the same pool (spread by request),
+/// and the base path it was started with (`ttyd -b`), empty for none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TtydAddress {
+    /// `unix:/path` or `host:port`, at least one.
+    pub addrs: Vec<String>,
+    /// The path prefix ttyd serves under (`/base`), or empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub base_path: String,
+}
+
+/// One address of a ttyd, parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TtydAddr<'a> {
+    /// A unix socket path.
+    Unix(&'a str),
+    /// `host:port`.
+    Tcp(&'a str),
+}
+
+/// Why an upstream address or URL was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct AddressError(pub &'static str);
+
+impl TtydAddress {
+    /// Parses a target's upstream as configured: `http://host:port[/base-path]` or
+    /// `unix:/absolute/path`. No userinfo, query or fragment; the base path is plain
+    /// segments.
+    pub fn parse_url(url: &str) -> Result<TtydAddress, AddressError> {
+        if url.starts_with("unix:") {
+            parse_addr(url)?;
+            return Ok(TtydAddress {
+                addrs: vec![url.to_owned()],
+                base_path: String::new(),
+            });
+        }
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or(AddressError("must start with http:// or unix:"))?;
+        let (authority, base) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        parse_addr(authority)?;
+        let base = base.trim_end_matches('/');
+        let plain = |seg: &str| {
+            !seg.is_empty()
+                && seg != "."
+                && seg != ".."
+                && seg
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~'))
+        };
+        if !base.is_empty() && !base[1..].split('/').all(plain) {
+            return Err(AddressError(
+                "the base path must be plain segments of A-Z a-z 0-9 - _ . ~",
+            ));
+        }
+        Ok(TtydAddress {
+            addrs: vec![authority.to_owned()],
+            base_path: base.to_owned(),
+        })
+    }
+
+    /// The address for request `key` (spread over the pool), parsed.
+    pub fn pick(&self, key: u64) -> Option<TtydAddr<'_>> {
+        if self.addrs.is_empty() {
+            return None;
+        }
+        let i = usize::try_from(key % self.addrs.len() as u64).unwrap_or(0);
+        parse_addr(&self.addrs[i]).ok()
+    }
+}
+
+/// Parses one address: `unix:/absolute/path` or `host:port` (host a name or an IP
+/// address, IPv6 in brackets; port 1–65535).
+pub fn parse_addr(s: &str) -> Result<TtydAddr<'_>, AddressError> {
+    if let Some(path) = s.strip_prefix("unix:") {
+        if !path.starts_with('/') || path.contains('\0') || path.len() > 107 {
+            return Err(AddressError(
+                "a unix socket must be an absolute path of at most 107 bytes",
+            ));
+        }
+        return Ok(TtydAddr::Unix(path));
+    }
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or(AddressError("must be host:port or unix:/path"))?;
+    let port_ok = port.parse::<u16>().is_ok_and(|p| p > 0);
+    let host_ok = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        v6.parse::<std::net::Ipv6Addr>().is_ok()
+    } else {
+        !host.is_empty()
+            && host.len() <= 253
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.'))
+    };
+    if !(port_ok && host_ok) {
+        return Err(AddressError(
+            "must be host:port (port 1-65535) or unix:/path",
+        ));
+    }
+    Ok(TtydAddr::Tcp(s))
+}
+
+/// Who may open a target, and the credential its ttyd expects.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetAccess {
+    /// `sub`s allowed.
+    #[serde(default)]
+    pub users: Vec<String>,
+    /// Token roles allowed.
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// What the gateway adds for the target's ttyd.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<TargetCredential>,
+}
+
+impl TargetAccess {
+    /// Whether `sub` with `roles` is on the list (admins are decided by the caller).
+    pub fn allows(&self, sub: &str, roles: &[String]) -> bool {
+        self.users.iter().any(|u| u == sub) || self.roles.iter().any(|r| roles.contains(r))
+    }
+}
+
+impl TargetCredential {
+    /// Refuses a header name that is not an HTTP token, or one that carries identity or
+    /// framing the gateway itself controls (`Authorization`, `Cookie`, `Host`,
+    /// hop-by-hop and websocket headers, `X-Termgate-*`).
+    pub fn check(&self) -> Result<(), AddressError> {
+        let TargetCredential::Header { name } = self else {
+            return Ok(());
+        };
+        let token = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'));
+        if !token {
+            return Err(AddressError(
+                "a header name is 1-64 characters of A-Z a-z 0-9 - _",
+            ));
+        }
+        let lower = name.to_ascii_lowercase();
+        let reserved = [
+            "authorization",
+            "cookie",
+            "host",
+            "connection",
+            "upgrade",
+            "content-length",
+            "transfer-encoding",
+            "origin",
+            "te",
+            "trailer",
+            "proxy-authorization",
+        ];
+        if reserved.contains(&lower.as_str())
+            || lower.starts_with("x-termgate-")
+            || lower.starts_with("sec-websocket-")
+        {
+            return Err(AddressError(
+                "that header is the gateway's own; choose another name",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The credential a target's ttyd expects, injected by the gateway after dropping any
+/// client copy; never a secret in the route itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TargetCredential {
+    /// `ttyd -c user:pass`: basic auth read from this file (`user:pass`).
+    BasicFile {
+        /// The file, readable by the gateway.
+        path: String,
+    },
+    /// `ttyd -H NAME`: the gateway sets header NAME to the user's `sub`.
+    Header {
+        /// The header's name.
+        name: String,
+    },
 }
 
 /// Control's answer to a one-off route lookup (`GET /v1/routes/<id>`): the route,
@@ -101,4 +351,112 @@ pub struct FeedPage {
     /// Every locked user (reset only).
     #[serde(default)]
     pub locked: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_urls_parse_into_an_address_and_a_base_path() {
+        let a = TtydAddress::parse_url("http://127.0.0.1:7681").unwrap();
+        assert_eq!(
+            (a.addrs, a.base_path),
+            (vec!["127.0.0.1:7681".to_owned()], String::new())
+        );
+        let a = TtydAddress::parse_url("http://ttyd.internal:80/team/shell/").unwrap();
+        assert_eq!(a.addrs, vec!["ttyd.internal:80".to_owned()]);
+        assert_eq!(a.base_path, "/team/shell");
+        let a = TtydAddress::parse_url("unix:/run/ttyd/t.sock").unwrap();
+        assert_eq!(a.pick(3), Some(TtydAddr::Unix("/run/ttyd/t.sock")));
+        let a = TtydAddress::parse_url("http://[::1]:7681").unwrap();
+        assert_eq!(a.pick(0), Some(TtydAddr::Tcp("[::1]:7681")));
+    }
+
+    #[test]
+    fn malformed_target_urls_are_refused() {
+        for bad in [
+            "",
+            "ttyd:7681",
+            "https://h:1",
+            "http://h",
+            "http://h:0",
+            "http://h:70000",
+            "http://user:pw@h:1",
+            "http://h:1/a/../b",
+            "http://h:1/a?x=1",
+            "http://h:1/a#f",
+            "http://h:1/a b",
+            "http://:1",
+            "http://[zz]:1",
+            "unix:relative.sock",
+            "unix:",
+        ] {
+            assert!(TtydAddress::parse_url(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn pick_spreads_over_every_address() {
+        let a = TtydAddress {
+            addrs: vec!["a:1".into(), "b:2".into()],
+            base_path: String::new(),
+        };
+        assert_eq!(a.pick(0), Some(TtydAddr::Tcp("a:1")));
+        assert_eq!(a.pick(1), Some(TtydAddr::Tcp("b:2")));
+        let none = TtydAddress {
+            addrs: vec![],
+            base_path: String::new(),
+        };
+        assert_eq!(none.pick(1), None);
+    }
+
+    #[test]
+    fn header_credentials_never_name_the_gateways_own_headers() {
+        let h = |n: &str| TargetCredential::Header { name: n.into() }.check();
+        assert!(h("X-Remote-User").is_ok());
+        for bad in [
+            "",
+            "Authorization",
+            "cookie",
+            "X-Termgate-User",
+            "Sec-WebSocket-Key",
+            "Host",
+            "a b",
+            "x:y",
+        ] {
+            assert!(h(bad).is_err(), "{bad:?}");
+        }
+        assert!(TargetCredential::BasicFile {
+            path: "/etc/x".into()
+        }
+        .check()
+        .is_ok());
+    }
+
+    #[test]
+    fn records_of_the_first_layout_read_as_sessions_of_the_own_pool() {
+        let id = SessionId::from_random([0; 10]);
+        let first_layout = format!(r#"{{"session":"{id}","owner":"alice","container":"c1"}}"#);
+        let r: Route = serde_json::from_str(&first_layout).unwrap();
+        assert_eq!(r.owner, "alice");
+        assert_eq!(r.arg(), Some("c1"));
+        assert!(r.upstream.is_none() && r.target.is_none() && !r.unreachable);
+        let json = serde_json::to_string(&Route::container(r.session, "alice", "c1")).unwrap();
+        assert!(
+            !json.contains("upstream") && !json.contains("target"),
+            "{json}"
+        );
+    }
+
+    #[test]
+    fn a_target_never_gets_an_arg() {
+        let mut r = Route::container(crate::SessionId::from_random([1; 10]), "", "c1");
+        r.target = Some(TargetAccess {
+            users: vec![],
+            roles: vec![],
+            credential: None,
+        });
+        assert_eq!(r.arg(), None);
+    }
 }

@@ -74,6 +74,8 @@ pub struct Principal {
     pub sub: Sub,
     /// Whether the token carries the configured admin role.
     pub admin: bool,
+    /// Every role the token carries (targets may be allowed by role).
+    pub roles: Vec<String>,
     /// Token expiry, seconds since the Unix epoch.
     pub expires_at: u64,
 }
@@ -582,21 +584,19 @@ impl Verifier {
             Some(serde_json::Value::String(s)) => Sub::parse(s).ok_or(TokenError::InvalidSub)?,
             Some(_) => return Err(TokenError::InvalidSub),
         };
-        let admin = match claims.get("roles") {
-            None => false,
-            Some(serde_json::Value::Array(roles)) => {
-                let mut admin = false;
-                for role in roles {
-                    let role = role.as_str().ok_or(TokenError::InvalidClaim("roles"))?;
-                    admin |= role == self.settings.admin_role;
-                }
-                admin
-            }
+        let roles = match claims.get("roles") {
+            None => Vec::new(),
+            Some(serde_json::Value::Array(roles)) => roles
+                .iter()
+                .map(|r| r.as_str().map(str::to_owned))
+                .collect::<Option<Vec<String>>>()
+                .ok_or(TokenError::InvalidClaim("roles"))?,
             Some(_) => return Err(TokenError::InvalidClaim("roles")),
         };
         Ok(Principal {
             sub,
-            admin,
+            admin: roles.contains(&self.settings.admin_role),
+            roles,
             expires_at: exp,
         })
     }

@@ -21,7 +21,7 @@ pub mod session_id;
 #[cfg(test)]
 mod testing;
 
-pub use access::{decide, Action, Decision};
+pub use access::{decide, decide_terminal, Action, Decision};
 pub use client_addr::TrustedProxies;
 pub use error::ErrorBody;
 pub use identity::{

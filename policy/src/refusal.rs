@@ -99,6 +99,18 @@ impl Refusal {
         "terminal_unavailable",
         "the terminal service is not answering",
     );
+    /// The Docker host that runs the session does not answer; its terminals fail fast.
+    pub const HOST_UNAVAILABLE: Refusal = refusal(
+        502,
+        "host_unavailable",
+        "the host that runs this session is not answering",
+    );
+    /// A target's credential file cannot be read by the gateway.
+    pub const TARGET_MISCONFIGURED: Refusal = refusal(
+        502,
+        "target_misconfigured",
+        "this terminal's credential cannot be read; tell an administrator",
+    );
     /// Proxying failed for another reason.
     pub const PROXY_ERROR: Refusal =
         refusal(502, "proxy_error", "the request could not be proxied");

@@ -2,13 +2,15 @@
 //! websocket, the session's route, the access decision, and for a websocket a slot
 //! among the open terminals, re-checked once taken.
 
+use std::sync::Arc;
+
 use pingora::http::RequestHeader;
 use pingora::proxy::Session;
-use policy::feed::Route;
-use policy::{Action, Decision, Principal, Refusal, SessionId, TerminalPart};
+use policy::feed::{Route, TargetCredential};
+use policy::{Decision, Principal, Refusal, SessionId, TerminalPart};
 
 use super::credential::{authenticate, credential};
-use super::{header, Allowed, Ctx, Next, Upstream};
+use super::{header, Allowed, Ctx, Next, TtydRequest, Upstream};
 use crate::routes::Lookup;
 use crate::state::Gateway;
 use crate::terminals::{LimitHit, Ticket};
@@ -31,26 +33,42 @@ pub(super) async fn terminal(
     }
     let sub = principal.sub.as_str();
     let route = route(g, &id, sub).await?;
-    let owner = route.as_ref().map(|r| r.owner.as_str());
-    let as_admin = match policy::decide(
-        &principal,
-        owner,
-        g.routes.is_locked(sub),
-        Action::OpenTerminal,
-    ) {
-        Decision::Allow { as_admin } => as_admin,
-        Decision::Deny(refusal) => return Err(refusal),
-    };
+    let as_admin =
+        match policy::decide_terminal(&principal, route.as_deref(), g.routes.is_locked(sub)) {
+            Decision::Allow { as_admin } => as_admin,
+            Decision::Deny(refusal) => return Err(refusal),
+        };
     let route = route.ok_or(Refusal::NOT_FOUND)?;
+    if route.unreachable {
+        return Err(Refusal::HOST_UNAVAILABLE);
+    }
+    let credential = match route.target.as_ref().and_then(|t| t.credential.as_ref()) {
+        None => None,
+        Some(TargetCredential::Header { name }) => Some((name.clone(), sub.to_owned())),
+        Some(TargetCredential::BasicFile { path }) => {
+            let value = g.target_credentials.basic(path).map_err(|e| {
+                tracing::error!(session = %id, file = %path, error = %e, "cannot read the target's credential");
+                Refusal::TARGET_MISCONFIGURED
+            })?;
+            Some(("Authorization".to_owned(), value.to_string()))
+        }
+    };
     if part == TerminalPart::Ws {
         ctx.ticket = Some(slot(g, ctx.token.as_deref(), &principal, id, &route)?);
     }
+    let reason = match (as_admin, route.target.is_some()) {
+        (true, _) => "admin",
+        (false, true) => "allowed",
+        (false, false) => "owner",
+    };
     Ok(Allowed {
-        reason: if as_admin { "admin" } else { "owner" },
-        next: Next::Proxy(Upstream::Ttyd {
-            container: route.container,
+        reason,
+        next: Next::Proxy(Upstream::Ttyd(TtydRequest {
             part,
-        }),
+            arg: route.arg().map(str::to_owned),
+            address: route.upstream.clone(),
+            credential,
+        })),
     })
 }
 
@@ -70,7 +88,7 @@ fn bodiless_get(req: &RequestHeader) -> Result<(), Refusal> {
 
 /// The route of a session (`None`: unknown or not running): from the cache, or from one
 /// bounded lookup at control.
-async fn route(g: &Gateway, id: &SessionId, sub: &str) -> Result<Option<Route>, Refusal> {
+async fn route(g: &Gateway, id: &SessionId, sub: &str) -> Result<Option<Arc<Route>>, Refusal> {
     match g.routes.get(id) {
         Lookup::Hit(r) => return Ok(Some(r)),
         Lookup::Negative => return Ok(None),
@@ -114,13 +132,13 @@ fn slot(
     let credential = g.credential_key(token.unwrap_or_default().as_bytes());
     let ticket =
         g.terminals
-            .admit(id, sub, expires, credential)
+            .admit(id, principal, expires, credential)
             .map_err(|hit| match hit {
                 LimitHit::User => Refusal::TOO_MANY_TERMINALS,
                 LimitHit::Session => Refusal::TOO_MANY_TERMINALS
                     .with_message("this session has too many open terminals"),
             })?;
-    let still = matches!(g.routes.get(&id), Lookup::Hit(r) if r == *route);
+    let still = matches!(g.routes.get(&id), Lookup::Hit(r) if *r == *route);
     if !still {
         return Err(Refusal::NOT_FOUND);
     }

@@ -25,7 +25,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, ErrorType, Result};
 use policy::{Principal, PublicRoute, Refusal, SessionId, TerminalPart};
 
-pub use upstream::{TtydUpstream, Upstream};
+pub use upstream::{TtydRequest, TtydUpstream, Upstream};
 
 use crate::metrics::{Label, Metrics};
 use crate::state::Gateway;
@@ -241,10 +241,10 @@ impl ProxyHttp for Proxy {
             (Some(t), _) => t.attach_upstream(fd).map_err(unenforceable),
             (
                 None,
-                Some(Upstream::Ttyd {
+                Some(Upstream::Ttyd(TtydRequest {
                     part: TerminalPart::Ws,
                     ..
-                }),
+                })),
             ) => Err(unenforceable(std::io::Error::other(
                 "the terminal websocket holds no slot",
             ))),

@@ -91,7 +91,7 @@ pub(super) fn failure(e: &Error, upstream: Option<&Upstream>) -> Option<Refusal>
             ..Refusal::REQUEST_FAILED
         },
         (_, Some(Upstream::Control(_))) if from_upstream => Refusal::CONTROL_UNAVAILABLE,
-        (_, Some(Upstream::Ttyd { .. })) if from_upstream => Refusal::TERMINAL_UNAVAILABLE,
+        (_, Some(Upstream::Ttyd(_))) if from_upstream => Refusal::TERMINAL_UNAVAILABLE,
         _ if e.esource() == &ErrorSource::Downstream => return None,
         _ => Refusal::PROXY_ERROR,
     })
@@ -112,10 +112,12 @@ mod tests {
     #[test]
     fn failures_map_to_the_refusals_of_their_side() {
         let control = Upstream::Control("/v1/sessions".into());
-        let ttyd = Upstream::Ttyd {
-            container: "c".into(),
+        let ttyd = Upstream::Ttyd(super::super::TtydRequest {
             part: policy::TerminalPart::Ws,
-        };
+            arg: Some("c".into()),
+            address: None,
+            credential: None,
+        });
         let refused = |e: &Error, u: Option<&Upstream>| failure(e, u).map(|r| (r.status, r.code));
         let too_large = error(ErrorType::HTTPStatus(413), ErrorSource::Internal);
         assert_eq!(

@@ -9,6 +9,9 @@ use pingora::http::RequestHeader;
 use pingora::lb::{selection::RoundRobin, LoadBalancer};
 use pingora::prelude::HttpPeer;
 use pingora::{Error, ErrorType, Result};
+use std::net::ToSocketAddrs;
+
+use policy::feed::{TtydAddr, TtydAddress};
 use policy::{Principal, TerminalPart};
 
 /// Where ttyd is.
@@ -24,13 +27,22 @@ pub enum TtydUpstream {
 pub enum Upstream {
     /// control, at this path and query.
     Control(String),
-    /// ttyd, for this container and part.
-    Ttyd {
-        /// Container id (ttyd's `arg`).
-        container: String,
-        /// Page, token or websocket.
-        part: TerminalPart,
-    },
+    /// A ttyd: the route's, or the gateway's own pool.
+    Ttyd(TtydRequest),
+}
+
+/// What goes to a terminal's ttyd.
+#[derive(Debug, Clone)]
+pub struct TtydRequest {
+    /// Page, token or websocket.
+    pub part: TerminalPart,
+    /// ttyd's `arg` (a Docker session's container); never set for a target.
+    pub arg: Option<String>,
+    /// Where that ttyd listens; `None`: the gateway's own pool.
+    pub address: Option<TtydAddress>,
+    /// A header the target's ttyd expects (name, value), set after the client's copy
+    /// is dropped.
+    pub credential: Option<(String, String)>,
 }
 
 impl Upstream {
@@ -47,7 +59,32 @@ impl Upstream {
                 p.options.read_timeout = Some(Duration::from_secs(60));
                 p
             }
-            Upstream::Ttyd { .. } => match ttyd {
+            Upstream::Ttyd(TtydRequest {
+                address: Some(address),
+                ..
+            }) => match address.pick(key) {
+                Some(TtydAddr::Unix(path)) => HttpPeer::new_uds(path, false, String::new())?,
+                Some(TtydAddr::Tcp(addr)) => {
+                    let resolved = addr
+                        .to_socket_addrs()
+                        .ok()
+                        .and_then(|mut a| a.next())
+                        .ok_or_else(|| {
+                            Error::explain(
+                                ErrorType::ConnectNoRoute,
+                                "the ttyd address does not resolve",
+                            )
+                        })?;
+                    HttpPeer::new(resolved, false, String::new())
+                }
+                None => {
+                    return Err(Error::explain(
+                        ErrorType::ConnectNoRoute,
+                        "the route names no ttyd address",
+                    ))
+                }
+            },
+            Upstream::Ttyd(_) => match ttyd {
                 TtydUpstream::Unix(path) => HttpPeer::new_uds(path, false, String::new())?,
                 TtydUpstream::Tcp(lb) => {
                     let backend = lb.select(&key.to_le_bytes(), 256).ok_or_else(|| {
@@ -69,18 +106,24 @@ impl Upstream {
         token: Option<&str>,
     ) -> Result<()> {
         match self {
-            Upstream::Ttyd { container, part } => {
-                let target = match part {
-                    TerminalPart::Ws => format!("/ws?arg={container}"),
-                    other => other.upstream_path().to_owned(),
+            Upstream::Ttyd(t) => {
+                let base = t.address.as_ref().map_or("", |a| a.base_path.as_str());
+                let path = t.part.upstream_path();
+                let target = match (t.part, &t.arg) {
+                    (TerminalPart::Ws, Some(arg)) => format!("{base}{path}?arg={arg}"),
+                    _ => format!("{base}{path}"),
                 };
                 set_uri(up, &target)?;
-                if *part != TerminalPart::Ws {
+                if t.part != TerminalPart::Ws {
                     up.remove_header("upgrade");
                     up.remove_header("connection");
                 }
                 if let Some(p) = principal {
                     up.insert_header("X-Termgate-User", p.sub.as_str())?;
+                }
+                if let Some((name, value)) = &t.credential {
+                    up.remove_header(name.as_str());
+                    up.insert_header(name.clone(), value.as_str())?;
                 }
             }
             Upstream::Control(path) => {
@@ -140,12 +183,15 @@ mod tests {
         let principal = Principal {
             sub: policy::Sub::parse("alice").unwrap(),
             admin: false,
+            roles: Vec::new(),
             expires_at: 0,
         };
-        let ws = Upstream::Ttyd {
-            container: "c1".into(),
+        let ws = Upstream::Ttyd(TtydRequest {
             part: TerminalPart::Ws,
-        };
+            arg: Some("c1".into()),
+            address: None,
+            credential: None,
+        });
         ws.rewrite(&mut up, Some(&principal), Some("t")).unwrap();
         assert_eq!(up.uri, "/ws?arg=c1");
         assert_eq!(up.headers.get("x-termgate-user").unwrap(), "alice");
