@@ -37,6 +37,9 @@ pub struct Config {
     /// Session profiles by name.
     #[serde(default)]
     pub profiles: BTreeMap<String, Profile>,
+    /// Existing ttyds that termgate fronts but does not run (`[[targets]]`).
+    #[serde(default)]
+    pub targets: Vec<TargetConfig>,
     /// Directory relative paths are resolved against (the config file's directory).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -338,6 +341,39 @@ pub struct Profile {
     pub uts_mode: Option<NamespaceMode>,
 }
 
+/// One `[[targets]]` entry: a ttyd that already runs, opened by the users and roles
+/// listed (design §7).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetConfig {
+    /// Unique name, `[a-z0-9-]`; the target's id is derived from it.
+    pub name: String,
+    /// `http://host:port[/base-path]` or `unix:/path` of the ttyd.
+    pub upstream: String,
+    /// `sub`s allowed to open it.
+    #[serde(default)]
+    pub users: Vec<String>,
+    /// Token roles allowed to open it.
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// What the ttyd expects: `{ basic_file = "…" }` (ttyd `-c`, a file holding
+    /// `user:pass`) or `{ header = "X-Remote-User" }` (ttyd `-H`, set to the `sub`).
+    #[serde(default)]
+    pub credential: Option<TargetCredentialConfig>,
+}
+
+/// A target's credential: exactly one of the two keys.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetCredentialConfig {
+    /// File holding `user:pass` (relative paths against the config file).
+    #[serde(default)]
+    pub basic_file: Option<PathBuf>,
+    /// Header the gateway sets to the user's `sub`.
+    #[serde(default)]
+    pub header: Option<String>,
+}
+
 /// One `[[profiles.<name>.mounts]]` entry.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -380,6 +416,30 @@ impl Config {
             p.to_path_buf()
         } else {
             self.base_dir.join(p)
+        }
+    }
+
+    /// The credential a configured target's ttyd expects, with a relative file
+    /// resolved against the config file's directory. Both keys, or an empty table, are
+    /// an error.
+    pub fn target_credential(
+        &self,
+        t: &TargetConfig,
+    ) -> Result<Option<policy::feed::TargetCredential>, &'static str> {
+        use policy::feed::TargetCredential;
+        match &t.credential {
+            None => Ok(None),
+            Some(TargetCredentialConfig {
+                basic_file: Some(file),
+                header: None,
+            }) => Ok(Some(TargetCredential::BasicFile {
+                path: self.resolve(file).to_string_lossy().into_owned(),
+            })),
+            Some(TargetCredentialConfig {
+                basic_file: None,
+                header: Some(name),
+            }) => Ok(Some(TargetCredential::Header { name: name.clone() })),
+            Some(_) => Err("set exactly one of basic_file or header"),
         }
     }
 
@@ -471,6 +531,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("profiles.<name>.ipc_mode", ""),
     ("profiles.<name>.userns_mode", ""),
     ("profiles.<name>.uts_mode", ""),
+    ("targets", "[]"),
 ];
 
 mod defaults {

@@ -248,6 +248,42 @@ pub(crate) fn validate(c: &mut Config, errors: &mut Vec<ConfigError>) {
     positive("quota.per_user", c.quota.per_user.into(), &mut err);
     positive("quota.global", c.quota.global.into(), &mut err);
 
+    // [[targets]]
+    let mut names = std::collections::HashSet::new();
+    for (i, t) in c.targets.iter().enumerate() {
+        let credential = match c.target_credential(t) {
+            Ok(credential) => credential,
+            Err(message) => {
+                err(&format!("targets[{i}].credential"), message.into());
+                None
+            }
+        };
+        let definition = policy::target::TargetDefinition {
+            name: &t.name,
+            upstream: &t.upstream,
+            users: &t.users,
+            roles: &t.roles,
+            credential: credential.as_ref(),
+        };
+        for p in definition.check().1 {
+            err(&format!("targets[{i}].{}", p.field), p.message);
+        }
+        if !names.insert(t.name.as_str()) {
+            err(
+                &format!("targets[{i}].name"),
+                format!("{:?} is used twice", t.name),
+            );
+        }
+        if let Some(policy::feed::TargetCredential::BasicFile { path }) = &credential {
+            check_readable(
+                c,
+                Path::new(path),
+                &format!("targets[{i}].credential.basic_file"),
+                &mut err,
+            );
+        }
+    }
+
     // [profiles]
     if c.profiles.is_empty() {
         err("profiles", "at least one profile is required".into());

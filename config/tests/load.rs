@@ -502,3 +502,44 @@ fn a_profile_on_a_service_network_is_refused_naming_profile_and_rule() {
     let other = format!("{base}network = \"sessions_only\"\n");
     load_from_str(&other, dir.path(), Vec::new()).expect("another named network is fine");
 }
+
+#[test]
+fn targets_load_with_their_credential_resolved_and_mistakes_name_the_key() {
+    let dir = secrets_dir();
+    std::fs::write(dir.path().join("secrets/ttyd.cred"), "user:pw\n").unwrap();
+    let base = "[auth]\naudience = \"a\"\nhs256_secret_file = \"secrets/hs256.key\"\n[profiles.p]\nimage = \"i\"\n";
+    let good = format!(
+        "{base}[[targets]]\nname = \"build-box\"\nupstream = \"http://10.0.0.5:7681/shell\"\nusers = [\"alice\"]\ncredential = {{ basic_file = \"secrets/ttyd.cred\" }}\n\
+         [[targets]]\nname = \"ops\"\nupstream = \"unix:/run/ttyd.sock\"\nroles = [\"ops\"]\ncredential = {{ header = \"X-Remote-User\" }}\n"
+    );
+    let c = load_from_str(&good, dir.path(), Vec::new()).expect("valid targets");
+    assert_eq!(c.targets.len(), 2);
+    match c.target_credential(&c.targets[0]).unwrap() {
+        Some(policy::feed::TargetCredential::BasicFile { path }) => {
+            assert_eq!(
+                std::path::Path::new(&path),
+                dir.path().join("secrets/ttyd.cred")
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    let bad = format!(
+        "{base}[[targets]]\nname = \"Build Box\"\nupstream = \"ftp://x\"\nusers = [\"a b\"]\ncredential = {{ basic_file = \"secrets/missing\" }}\n\
+         [[targets]]\nname = \"two\"\nupstream = \"http://h:1\"\ncredential = {{ basic_file = \"f\", header = \"H\" }}\n\
+         [[targets]]\nname = \"two\"\nupstream = \"http://h:1\"\nusers = [\"alice\"]\n"
+    );
+    let text = load_from_str(&bad, dir.path(), Vec::new())
+        .unwrap_err()
+        .to_string();
+    for key in [
+        "targets[0].name",
+        "targets[0].upstream",
+        "targets[0].users[0]",
+        "targets[0].credential.basic_file",
+        "targets[1].credential",
+        "targets[1].users",
+        "targets[2].name",
+    ] {
+        assert!(text.contains(key), "{key} is not named in:\n{text}");
+    }
+}

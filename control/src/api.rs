@@ -21,7 +21,10 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::error::ApiError;
-use crate::service::{Control, CreateRequest, RedrawRequest, SessionView};
+use crate::service::{
+    Control, CreateRequest, ListedTarget, RedrawRequest, SessionView, TargetPatch, TargetRequest,
+    TargetView,
+};
 
 type Reply = Response<Full<Bytes>>;
 
@@ -131,8 +134,21 @@ fn session_id(seg: &str) -> Result<SessionId, ApiError> {
 }
 
 #[derive(Serialize)]
-struct Sessions<'a> {
-    sessions: Vec<SessionView<'a>>,
+struct Sessions<T> {
+    sessions: Vec<T>,
+}
+
+/// One entry of a session list: a session, or a target the caller may open.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Listed<'a> {
+    Session(SessionView<'a>),
+    Target(ListedTarget<'a>),
+}
+
+#[derive(Serialize)]
+struct Targets<'a> {
+    targets: Vec<TargetView<'a>>,
 }
 
 /// `GET /healthz` on either listener. Fields in name order, as the answer always was.
@@ -253,12 +269,23 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                     let all = query_param(&req, "all") == Some("true");
                     let owner = query_param(&req, "owner").map(str::to_owned);
                     let list = control.list(&who, owner.as_deref(), all)?;
-                    Ok(json(
-                        200,
-                        &Sessions {
-                            sessions: list.iter().map(SessionView::from).collect(),
-                        },
-                    ))
+                    // Targets that allow the caller are listed with their own sessions
+                    // (not in an admin's listing of someone else's).
+                    let targets = if owner.is_none() && !all {
+                        control.targets_for(&who)?
+                    } else {
+                        Vec::new()
+                    };
+                    let mut sessions: Vec<Listed<'_>> = list
+                        .iter()
+                        .map(|s| Listed::Session(SessionView::from(s)))
+                        .collect();
+                    sessions.extend(
+                        targets
+                            .iter()
+                            .map(|t| Listed::Target(ListedTarget::from(t))),
+                    );
+                    Ok(json(200, &Sessions { sessions }))
                 }
                 Method::POST => {
                     let body: CreateRequest = read_json(req, limit).await?;
@@ -299,6 +326,9 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
             let id = session_id(id)?;
             match method {
                 Method::GET => {
+                    if let Some(t) = control.target_for(&who, &id)? {
+                        return Ok(json(200, &ListedTarget::from(&t)));
+                    }
                     let s = control.get(&who, &id)?;
                     Ok(json(200, &SessionView::from(&s)))
                 }
@@ -318,6 +348,53 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
             let body: RedrawRequest = read_json(req, limit).await?;
             control.redraw(&who, &id, body).await?;
             Ok(empty(204))
+        }
+        ["targets"] => {
+            let who = authenticate(&control, &req)?;
+            match method {
+                Method::GET => {
+                    let list = control.list_targets(&who)?;
+                    Ok(json(
+                        200,
+                        &Targets {
+                            targets: list.iter().map(TargetView::from).collect(),
+                        },
+                    ))
+                }
+                Method::POST => {
+                    // Admin first: a non-admin learns nothing from the body's problems.
+                    control.list_targets(&who)?;
+                    let body: TargetRequest = read_json(req, limit).await?;
+                    let t = control.create_target(&who, body)?;
+                    Ok(json(201, &TargetView::from(&t)))
+                }
+                _ => Err(not_allowed()),
+            }
+        }
+        ["targets", id] => {
+            let who = authenticate(&control, &req)?;
+            let id = session_id(id)?;
+            match method {
+                Method::GET => {
+                    let t = control
+                        .list_targets(&who)?
+                        .into_iter()
+                        .find(|t| t.id == id)
+                        .ok_or(ApiError::NOT_FOUND)?;
+                    Ok(json(200, &TargetView::from(&t)))
+                }
+                Method::PATCH => {
+                    control.list_targets(&who)?;
+                    let body: TargetPatch = read_json(req, limit).await?;
+                    let t = control.patch_target(&who, &id, body)?;
+                    Ok(json(200, &TargetView::from(&t)))
+                }
+                Method::DELETE => {
+                    control.delete_target(&who, &id)?;
+                    Ok(empty(204))
+                }
+                _ => Err(not_allowed()),
+            }
         }
         ["users", sub, "lock"] => {
             let who = authenticate(&control, &req)?;

@@ -127,6 +127,12 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
 
     let control = Arc::new(Control::new(Arc::clone(&config), store, docker, verifier));
     control.metrics().seccomp_enforced.set(i64::from(seccomp));
+    let targets = control
+        .apply_config_targets()
+        .map_err(|e| anyhow::anyhow!("targets: {}", e.message))?;
+    if targets > 0 {
+        tracing::info!(targets, "configured targets applied");
+    }
     let reconciler = Reconciler::new(Arc::clone(&control));
     match reconciler.rebuild_from_labels().await {
         Ok(_) => {}

@@ -1,6 +1,8 @@
 //! The records control keeps and publishes.
 
-pub use policy::feed::{Change, FeedPage, Route, RouteLookup};
+pub use policy::feed::{
+    Change, FeedPage, Route, RouteLookup, TargetAccess, TargetCredential, TtydAddress,
+};
 use policy::{SessionId, Sub};
 use serde::{Deserialize, Serialize};
 
@@ -88,6 +90,55 @@ impl Session {
             }
             _ => None,
         }
+    }
+}
+
+/// An existing ttyd that termgate fronts but does not run (design §7): it has no
+/// lifecycle, only who may open it and how to reach it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    /// Its id, in the same space as session ids (`/s/<id>/`).
+    pub id: SessionId,
+    /// Unique name.
+    pub name: String,
+    /// `http://host:port[/base-path]` or `unix:/path`, as registered.
+    pub upstream: String,
+    /// `sub`s allowed to open it.
+    pub users: Vec<String>,
+    /// Token roles allowed to open it.
+    pub roles: Vec<String>,
+    /// What its ttyd expects (a file reference or a header name, never a secret).
+    #[serde(default)]
+    pub credential: Option<TargetCredential>,
+    /// Seconds since the Unix epoch.
+    pub created_at: u64,
+    /// Who registered it (`config` for the configuration).
+    pub created_by: String,
+    /// Defined in the configuration: applied at every start, not deletable through
+    /// the API.
+    #[serde(default)]
+    pub from_config: bool,
+}
+
+impl Target {
+    /// The route gateways need; `None` only if the stored upstream no longer parses.
+    pub fn route(&self) -> Option<Route> {
+        let upstream = TtydAddress::parse_url(&self.upstream).ok()?;
+        let mut route = Route::container(self.id, "", "");
+        route.upstream = Some(upstream);
+        route.target = Some(TargetAccess {
+            users: self.users.clone(),
+            roles: self.roles.clone(),
+            credential: self.credential.clone(),
+        });
+        Some(route)
+    }
+
+    /// Whether `who` may open it (and see it listed): listed by sub or role, or admin.
+    pub fn allows(&self, who: &policy::Principal) -> bool {
+        who.admin
+            || self.users.iter().any(|u| u == who.sub.as_str())
+            || self.roles.iter().any(|r| who.roles.contains(r))
     }
 }
 

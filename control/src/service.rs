@@ -18,6 +18,10 @@ use crate::metrics::Metrics;
 use crate::model::{FeedPage, RouteLookup, Session, SessionState};
 use crate::store::{Ending, Store, StoreError};
 
+mod targets;
+
+pub use targets::{ListedTarget, TargetPatch, TargetRequest, TargetView};
+
 /// Who ends sessions the reconciler ends.
 pub const SYSTEM: &str = "termgate";
 
@@ -49,6 +53,7 @@ pub struct RedrawRequest {
 #[derive(Debug, Serialize)]
 pub struct SessionView<'a> {
     id: &'a SessionId,
+    kind: &'static str,
     owner: &'a Sub,
     name: &'a str,
     profile: &'a str,
@@ -68,6 +73,7 @@ impl<'a> From<&'a Session> for SessionView<'a> {
     fn from(s: &'a Session) -> Self {
         SessionView {
             id: &s.id,
+            kind: "container",
             owner: &s.owner,
             name: &s.name,
             profile: &s.profile,

@@ -181,7 +181,8 @@ async function refresh() {
     tr.dataset.session = s.id;
     const actions = document.createElement("td");
     if (s.state === "running") actions.append(button("Open", () => openTerminal(s), "Open terminal of " + s.name));
-    actions.append(button("End", () => endSession(s), "End session " + s.name));
+    // A target is a ttyd that runs elsewhere: it can be opened, not ended, from here.
+    if (s.kind !== "external") actions.append(button("End", () => endSession(s), "End session " + s.name));
     tr.append(cell(s.name), cell(s.profile), cell(s.state), cell(when(s.created_at)), actions);
     return tr;
   });

@@ -18,6 +18,7 @@ pub mod quota;
 pub mod refusal;
 pub mod sandbox;
 pub mod session_id;
+pub mod target;
 #[cfg(test)]
 mod testing;
 

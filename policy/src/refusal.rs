@@ -105,6 +105,9 @@ impl Refusal {
         "host_unavailable",
         "the host that runs this session is not answering",
     );
+    /// A target definition with a field that is not valid (the message names it).
+    pub const INVALID_TARGET: Refusal =
+        refusal(400, "invalid_target", "the target definition is not valid");
     /// A target's credential file cannot be read by the gateway.
     pub const TARGET_MISCONFIGURED: Refusal = refusal(
         502,

@@ -71,6 +71,16 @@ pub fn http(
             }
             r.call()
         }
+        ("PATCH", b) => {
+            let mut r = agent.patch(url);
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            match b {
+                Some(v) => r.send_json(v),
+                None => r.send_empty(),
+            }
+        }
         ("POST", b) => {
             let mut r = agent.post(url);
             if let Some(a) = &auth {
@@ -278,6 +288,12 @@ impl ControlStack {
     /// A token for `sub` signed with the stack's dev key, valid for `lifetime` seconds
     /// from now (tokens of different lifetimes differ even when made in one second).
     pub fn token_for(&self, sub: &str, admin: bool, lifetime: u64) -> String {
+        let roles = if admin { vec!["admin".into()] } else { vec![] };
+        self.token_with(sub, roles, lifetime)
+    }
+
+    /// A token for `sub` carrying `roles`, valid for `lifetime` seconds from now.
+    pub fn token_with(&self, sub: &str, roles: Vec<String>, lifetime: u64) -> String {
         let config = self.dir.load();
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -292,7 +308,7 @@ impl ControlStack {
                 iat: now,
                 iss: config.auth.issuer.clone(),
                 aud: config.auth.audience.clone(),
-                roles: if admin { vec!["admin".into()] } else { vec![] },
+                roles,
             })
             .expect("sign")
     }

@@ -98,11 +98,51 @@ impl TtydPool {
         Self::spawn(private_dir("tg-ttyd."), Listen::Tcp(port), None)
     }
 
+    /// A ttyd as a team already runs it, without any termgate flag:
+    /// `ttyd -W <extra…> (-i <dir>/ttyd.sock | -p <free port> -i lo) sh`.
+    pub fn start_plain(unix: bool, extra: &[&str]) -> TtydPool {
+        let dir = private_dir("tg-plain.");
+        let listen = if unix {
+            Listen::Unix(dir.path().join("ttyd.sock"))
+        } else {
+            Listen::Tcp(crate::stack::free_port())
+        };
+        let mut args: Vec<String> = vec!["-W".into()];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        Self::run(dir, listen, &args, &["sh".to_owned()], None)
+    }
+
     fn spawn(dir: tempfile::TempDir, listen: Listen, instance: Option<&str>) -> TtydPool {
+        let mut args: Vec<String> = TTYD_ARGS.iter().map(|a| a.to_string()).collect();
+        args.extend(
+            [
+                "-H",
+                TTYD_USER_HEADER,
+                "-t",
+                &format!("titleFixed={TTYD_TITLE}"),
+                // Leaving the page does not end the session, so ttyd must not warn that it does.
+                "-t",
+                "disableLeaveAlert=true",
+            ]
+            .map(str::to_owned),
+        );
+        let command: Vec<String> = match instance {
+            Some(_) => vec![attach_wrapper().to_string_lossy().into_owned()],
+            None => TTYD_COMMAND.iter().map(|a| a.to_string()).collect(),
+        };
+        Self::run(dir, listen, &args, &command, instance)
+    }
+
+    fn run(
+        dir: tempfile::TempDir,
+        listen: Listen,
+        args: &[String],
+        command: &[String],
+        instance: Option<&str>,
+    ) -> TtydPool {
         let log = dir.path().join("ttyd.log");
         let log_file = std::fs::File::create(&log).expect("create ttyd log file");
         let mut cmd = Command::new(ttyd_binary());
-        cmd.args(TTYD_ARGS);
         match &listen {
             Listen::Unix(sock) => {
                 cmd.arg("-i").arg(sock);
@@ -111,26 +151,14 @@ impl TtydPool {
                 cmd.args(["-p", &port.to_string(), "-i", "lo"]);
             }
         }
-        cmd.args([
-            "-H",
-            TTYD_USER_HEADER,
-            "-t",
-            &format!("titleFixed={TTYD_TITLE}"),
-            // Leaving the page does not end the session, so ttyd must not warn that it does.
-            "-t",
-            "disableLeaveAlert=true",
-        ])
-        .current_dir(dir.path())
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone().expect("clone ttyd log handle"))
-        .stderr(log_file);
-        match instance {
-            Some(instance) => {
-                cmd.arg(attach_wrapper()).env("TERMGATE_INSTANCE", instance);
-            }
-            None => {
-                cmd.args(TTYD_COMMAND);
-            }
+        cmd.args(args)
+            .args(command)
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("clone ttyd log handle"))
+            .stderr(log_file);
+        if let Some(instance) = instance {
+            cmd.env("TERMGATE_INSTANCE", instance);
         }
         let child = cmd.spawn().unwrap_or_else(|e| {
             panic!(

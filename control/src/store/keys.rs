@@ -22,6 +22,8 @@ pub(super) const META: &str = "meta";
 pub(super) const CHANGES: &str = "changes";
 /// sub → its lock.
 pub(super) const LOCKS: &str = "locks";
+/// target id → the target.
+pub(super) const TARGETS: &str = "targets";
 
 /// The revision's key in `meta`.
 pub(super) const REV_KEY: &[u8] = b"rev";

@@ -1,6 +1,6 @@
 //! The control service's books, kept in sled. This is the only module that touches sled.
 //!
-//! Layout (one sled database, eight trees):
+//! Layout (one sled database, nine trees):
 //!
 //! | tree               | key                                         | value              |
 //! |--------------------|---------------------------------------------|--------------------|
@@ -12,6 +12,7 @@
 //! | `meta`             | `rev`                                       | u64 BE             |
 //! | `changes`          | rev (u64 BE)                                | [`Change`] JSON    |
 //! | `locks`            | sub                                         | [`UserLock`] JSON  |
+//! | `targets`          | target id                                   | [`Target`] JSON    |
 //!
 //! Every write holds one process-wide mutex and runs as one multi-tree transaction:
 //! the mutex serialises quota check, insert, counting and the revision bump (sled's
@@ -41,11 +42,11 @@ use sled::transaction::TransactionError;
 use sled::{IVec, Tree};
 use tokio::sync::watch;
 
-use crate::model::{Change, FeedPage, Route, RouteLookup, Session, SessionState, UserLock};
+use crate::model::{Change, FeedPage, Route, RouteLookup, Session, SessionState, Target, UserLock};
 use keys::{
     decode_u32, decode_u64, history_key, owner_key, owner_prefix, parse_history_key,
     parse_owner_key, user_count_key, CHANGES, COUNTS, GLOBAL_COUNT_KEY, HISTORY, HISTORY_BY_OWNER,
-    LOCKS, META, OWNERS, REV_KEY, SESSIONS,
+    LOCKS, META, OWNERS, REV_KEY, SESSIONS, TARGETS,
 };
 use tx::{abort, encode};
 
@@ -148,6 +149,7 @@ pub struct Store {
     meta: Tree,
     changes: Tree,
     locks: Tree,
+    targets: Tree,
     change_log_len: u64,
     /// This opening's feed epoch (see [`FeedPage::epoch`]).
     epoch: String,
@@ -204,6 +206,7 @@ impl Store {
             meta: open(META)?,
             changes: open(CHANGES)?,
             locks: open(LOCKS)?,
+            targets: open(TARGETS)?,
             change_log_len: u64::try_from(change_log_len.max(1)).unwrap_or(u64::MAX),
             epoch: new_epoch()?,
             write_lock: Mutex::new(()),
@@ -411,7 +414,14 @@ impl Store {
     pub fn lookup(&self, id: &SessionId) -> Result<Option<RouteLookup>> {
         let _guard = self.lock();
         let Some(s) = self.get(id)? else {
-            return Ok(None);
+            // A target: nobody owns it, so no owner can be locked.
+            let route = self.get_target(id)?.and_then(|t| t.route());
+            return Ok(route.map(|route| RouteLookup {
+                route,
+                owner_locked: false,
+                rev: self.rev(),
+                epoch: self.epoch.clone(),
+            }));
         };
         let Some(route) = s.route() else {
             return Ok(None);
@@ -650,6 +660,67 @@ impl Store {
         self.snapshot()
     }
 
+    /// Registers or replaces a target and publishes its route; flushed. A name another
+    /// target uses is a `Conflict`.
+    pub fn put_target(&self, t: &Target) -> Result<()> {
+        let _guard = self.lock();
+        if let Some(other) = self
+            .list_targets()?
+            .into_iter()
+            .find(|o| o.name == t.name && o.id != t.id)
+        {
+            return Err(StoreError::Conflict(format!(
+                "the name {:?} is taken by target {}",
+                t.name, other.id
+            )));
+        }
+        let route = t.route().ok_or_else(|| {
+            StoreError::Conflict(format!("upstream {:?} is not valid", t.upstream))
+        })?;
+        self.transact(|tx| {
+            tx.targets.insert(t.id.as_str().as_bytes(), encode(t)?)?;
+            let route = route.clone();
+            tx.bump(|rev| Change::Upsert { rev, route })?;
+            Ok(())
+        })?;
+        self.settle()
+    }
+
+    /// Removes a target and publishes the removal (its live terminals close); flushed.
+    /// `NotFound` if there is no such target.
+    pub fn delete_target(&self, id: &SessionId) -> Result<()> {
+        let _guard = self.lock();
+        if self.get_target(id)?.is_none() {
+            return Err(StoreError::NotFound);
+        }
+        self.transact(|tx| {
+            tx.targets.remove(id.as_str().as_bytes())?;
+            tx.bump(|rev| Change::Remove { rev, session: *id })?;
+            Ok(())
+        })?;
+        self.settle()
+    }
+
+    /// The target with this id.
+    pub fn get_target(&self, id: &SessionId) -> Result<Option<Target>> {
+        let key = id.as_str().as_bytes();
+        self.targets
+            .get(key)?
+            .map(|v| decode_target(key, &v))
+            .transpose()
+    }
+
+    /// Every target, sorted by name.
+    pub fn list_targets(&self) -> Result<Vec<Target>> {
+        let mut out = Vec::new();
+        for item in self.targets.iter() {
+            let (key, value) = item?;
+            out.push(decode_target(&key, &value)?);
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
     /// Recompute counts from the sessions tree (used after repair); returns the total
     /// number of active sessions. Gateways learn nothing from it, so no rev bump.
     pub fn recount(&self) -> Result<u32> {
@@ -732,6 +803,9 @@ impl Store {
                 routes.push(route);
             }
         }
+        for t in self.list_targets()? {
+            routes.extend(t.route());
+        }
         let locked = self.locked_users()?;
         Ok(FeedPage {
             epoch: self.epoch.clone(),
@@ -776,6 +850,19 @@ fn decode_session(key: &[u8], value: &[u8]) -> Result<Session> {
         )));
     }
     Ok(s)
+}
+
+fn decode_target(key: &[u8], value: &[u8]) -> Result<Target> {
+    let name = String::from_utf8_lossy(key);
+    let t: Target = serde_json::from_slice(value)
+        .map_err(|e| StoreError::undecodable(format!("target {name}"), e))?;
+    if t.id.as_str().as_bytes() != key {
+        return Err(StoreError::corrupt(format!(
+            "target stored under {name} says id {}",
+            t.id
+        )));
+    }
+    Ok(t)
 }
 
 fn conflict_exists(id: &SessionId) -> StoreError {

@@ -37,9 +37,20 @@ impl Store {
             &self.meta,
             &self.changes,
             &self.locks,
+            &self.targets,
         );
         let out = trees.transaction(
-            |(sessions, owners, history, history_by_owner, counts, meta, changes, locks)| {
+            |(
+                sessions,
+                owners,
+                history,
+                history_by_owner,
+                counts,
+                meta,
+                changes,
+                locks,
+                targets,
+            )| {
                 f(&Tx {
                     sessions,
                     owners,
@@ -49,6 +60,7 @@ impl Store {
                     meta,
                     changes,
                     locks,
+                    targets,
                     change_log_len: self.change_log_len,
                 })
             },
@@ -67,14 +79,18 @@ pub(super) struct Tx<'a> {
     pub(super) meta: &'a TransactionalTree,
     pub(super) changes: &'a TransactionalTree,
     pub(super) locks: &'a TransactionalTree,
+    pub(super) targets: &'a TransactionalTree,
     change_log_len: u64,
 }
 
 impl Tx<'_> {
-    /// Whether the id is taken, active or ended (reads see this transaction's writes).
+    /// Whether the id is taken by a session, active or ended, or by a target (reads
+    /// see this transaction's writes).
     pub(super) fn id_used(&self, id: &SessionId) -> TxResult<bool> {
         let key = id.as_str().as_bytes();
-        Ok(self.sessions.get(key)?.is_some() || self.history.get(key)?.is_some())
+        Ok(self.sessions.get(key)?.is_some()
+            || self.history.get(key)?.is_some()
+            || self.targets.get(key)?.is_some())
     }
 
     /// Files an active session under its id and its owner.

@@ -10,6 +10,7 @@ use policy::feed::{Route, TargetCredential};
 use policy::{Decision, Principal, Refusal, SessionId, TerminalPart};
 
 use super::credential::{authenticate, credential};
+use super::reply::Json;
 use super::{header, Allowed, Ctx, Next, TtydRequest, Upstream};
 use crate::routes::Lookup;
 use crate::state::Gateway;
@@ -42,6 +43,7 @@ pub(super) async fn terminal(
     if route.unreachable {
         return Err(Refusal::HOST_UNAVAILABLE);
     }
+    let mut auth_token = None;
     let credential = match route.target.as_ref().and_then(|t| t.credential.as_ref()) {
         None => None,
         Some(TargetCredential::Header { name }) => Some((name.clone(), sub.to_owned())),
@@ -50,6 +52,15 @@ pub(super) async fn terminal(
                 tracing::error!(session = %id, file = %path, error = %e, "cannot read the target's credential");
                 Refusal::TARGET_MISCONFIGURED
             })?;
+            if part == TerminalPart::Token {
+                // ttyd would answer its credential here, for the page to send back in
+                // the first message; the gateway writes it there itself instead.
+                return Ok(Allowed {
+                    reason: "allowed",
+                    next: Next::Reply(Json::ok(&serde_json::json!({ "token": "" }))),
+                });
+            }
+            auth_token = value.strip_prefix("Basic ").map(str::to_owned);
             Some(("Authorization".to_owned(), value.to_string()))
         }
     };
@@ -68,6 +79,7 @@ pub(super) async fn terminal(
             arg: route.arg().map(str::to_owned),
             address: route.upstream.clone(),
             credential,
+            auth_token: auth_token.filter(|_| part == TerminalPart::Ws),
         })),
     })
 }

@@ -10,6 +10,7 @@
 mod admission;
 mod api;
 mod credential;
+mod first_message;
 mod reply;
 mod upstream;
 
@@ -97,6 +98,9 @@ pub struct Ctx {
     /// The browser's socket has been handed to the ticket (after the 101).
     downstream_attached: bool,
     body_bytes: usize,
+    /// A `ttyd -c` target's token, until it is written into the first message, and the
+    /// bytes of that message received so far.
+    first_message: Option<(String, Vec<u8>)>,
     bytes_up: u64,
     bytes_down: u64,
 }
@@ -117,6 +121,38 @@ fn header_bytes(req: &RequestHeader) -> usize {
 }
 
 impl Proxy {
+    /// Holds the first bytes up of a `ttyd -c` target's websocket until its first
+    /// message is whole, then sends that message on with the target's token in it.
+    fn first_message(&self, body: &mut Option<Bytes>, ctx: &mut Ctx) -> Result<()> {
+        let Some((token, pending)) = ctx.first_message.as_mut() else {
+            return Ok(());
+        };
+        if let Some(b) = body.take() {
+            pending.extend_from_slice(&b);
+        }
+        match first_message::inject_auth_token(pending, token) {
+            first_message::FirstMessage::NeedMore
+                if pending.len() <= first_message::MAX_FIRST_MESSAGE + 16 =>
+            {
+                *body = Some(Bytes::new());
+            }
+            first_message::FirstMessage::NeedMore => {
+                return Err(Error::explain(
+                    ErrorType::InvalidHTTPHeader,
+                    "the first websocket message is too large",
+                ))
+            }
+            first_message::FirstMessage::Rewritten(out) => {
+                *body = Some(Bytes::from(out));
+                ctx.first_message = None;
+            }
+            first_message::FirstMessage::Invalid(why) => {
+                return Err(Error::explain(ErrorType::InvalidHTTPHeader, why))
+            }
+        }
+        Ok(())
+    }
+
     /// Parses the path and hands the request to the handler of its route.
     async fn admit(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Allowed, Refusal> {
         let g = &self.g;
@@ -163,6 +199,7 @@ impl ProxyHttp for Proxy {
             ticket: None,
             downstream_attached: false,
             body_bytes: 0,
+            first_message: None,
             bytes_up: 0,
             bytes_down: 0,
         }
@@ -186,6 +223,13 @@ impl ProxyHttp for Proxy {
         ctx.reason = allowed.reason;
         match allowed.next {
             Next::Proxy(upstream) => {
+                if let Upstream::Ttyd(TtydRequest {
+                    auth_token: Some(token),
+                    ..
+                }) = &upstream
+                {
+                    ctx.first_message = Some((token.clone(), Vec::new()));
+                }
                 ctx.upstream = Some(upstream);
                 return Ok(false);
             }
@@ -260,6 +304,9 @@ impl ProxyHttp for Proxy {
         _end: bool,
         ctx: &mut Ctx,
     ) -> Result<()> {
+        if ctx.first_message.is_some() {
+            self.first_message(body, ctx)?;
+        }
         if let Some(b) = body {
             ctx.bytes_up += b.len() as u64;
             if matches!(ctx.upstream, Some(Upstream::Control(_))) {

@@ -117,6 +117,7 @@ mod tests {
             arg: Some("c".into()),
             address: None,
             credential: None,
+            auth_token: None,
         });
         let refused = |e: &Error, u: Option<&Upstream>| failure(e, u).map(|r| (r.status, r.code));
         let too_large = error(ErrorType::HTTPStatus(413), ErrorSource::Internal);

@@ -43,6 +43,8 @@ pub struct TtydRequest {
     /// A header the target's ttyd expects (name, value), set after the client's copy
     /// is dropped.
     pub credential: Option<(String, String)>,
+    /// For a `ttyd -c` target's websocket: the token its first message must carry.
+    pub auth_token: Option<String>,
 }
 
 impl Upstream {
@@ -191,6 +193,7 @@ mod tests {
             arg: Some("c1".into()),
             address: None,
             credential: None,
+            auth_token: None,
         });
         ws.rewrite(&mut up, Some(&principal), Some("t")).unwrap();
         assert_eq!(up.uri, "/ws?arg=c1");

@@ -1,0 +1,358 @@
+//! Targets: existing ttyds that control registers and feeds to gateways but never
+//! starts, stops or reconciles (design §7). Admins register them (configuration or
+//! API); users see the ones that allow them next to their sessions.
+
+use std::path::Path;
+
+use policy::target::TargetDefinition;
+use policy::{Principal, SessionId};
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+
+use super::{now, Control};
+use crate::error::ApiError;
+use crate::model::{Target, TargetCredential};
+use crate::store::StoreError;
+
+/// Who registered the targets of the configuration.
+const FROM_CONFIG: &str = "config";
+
+/// A target's credential in a request: a file reference or a header name, never a
+/// secret.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialRequest {
+    /// Absolute path of a `user:pass` file (ttyd `-c`), readable by the gateways.
+    #[serde(default)]
+    pub basic_file: Option<String>,
+    /// Header the gateway sets to the user's `sub` (ttyd `-H`).
+    #[serde(default)]
+    pub header: Option<String>,
+}
+
+/// Body of `POST /v1/targets`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetRequest {
+    /// Unique name.
+    pub name: String,
+    /// `http://host:port[/base-path]` or `unix:/path`.
+    pub upstream: String,
+    /// `sub`s allowed.
+    #[serde(default)]
+    pub users: Vec<String>,
+    /// Token roles allowed.
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// What the ttyd expects.
+    #[serde(default)]
+    pub credential: Option<CredentialRequest>,
+}
+
+/// Body of `PATCH /v1/targets/<id>`: who may open it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetPatch {
+    /// New list of allowed `sub`s (unchanged when absent).
+    #[serde(default)]
+    pub users: Option<Vec<String>>,
+    /// New list of allowed roles (unchanged when absent).
+    #[serde(default)]
+    pub roles: Option<Vec<String>>,
+}
+
+/// A target as admins see it.
+#[derive(Debug, Serialize)]
+pub struct TargetView<'a> {
+    id: &'a SessionId,
+    name: &'a str,
+    kind: &'static str,
+    upstream: &'a str,
+    users: &'a [String],
+    roles: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    credential: Option<&'a TargetCredential>,
+    created_at: u64,
+    created_by: &'a str,
+    from_config: bool,
+    terminal_url: String,
+}
+
+impl<'a> From<&'a Target> for TargetView<'a> {
+    fn from(t: &'a Target) -> Self {
+        TargetView {
+            id: &t.id,
+            name: &t.name,
+            kind: "external",
+            upstream: &t.upstream,
+            users: &t.users,
+            roles: &t.roles,
+            credential: t.credential.as_ref(),
+            created_at: t.created_at,
+            created_by: &t.created_by,
+            from_config: t.from_config,
+            terminal_url: format!("/s/{}/", t.id),
+        }
+    }
+}
+
+/// A target as it appears among a user's sessions: always running, owned by nobody.
+#[derive(Debug, Serialize)]
+pub struct ListedTarget<'a> {
+    id: &'a SessionId,
+    name: &'a str,
+    kind: &'static str,
+    profile: &'static str,
+    state: &'static str,
+    created_at: u64,
+    terminal_url: String,
+}
+
+impl<'a> From<&'a Target> for ListedTarget<'a> {
+    fn from(t: &'a Target) -> Self {
+        ListedTarget {
+            id: &t.id,
+            name: &t.name,
+            kind: "external",
+            profile: "existing ttyd",
+            state: "running",
+            created_at: t.created_at,
+            terminal_url: format!("/s/{}/", t.id),
+        }
+    }
+}
+
+/// The id of a configured target: derived from the deployment and its name, so it is
+/// the same at every start and in every control of the deployment.
+fn config_target_id(instance: &str, name: &str) -> SessionId {
+    let digest = sha2::Sha256::digest(format!("termgate-target\0{instance}\0{name}"));
+    let mut bytes = [0u8; 10];
+    bytes.copy_from_slice(&digest[..10]);
+    SessionId::from_random(bytes)
+}
+
+/// The credential of a request, checked: exactly one kind, and a file that exists.
+fn credential(req: Option<&CredentialRequest>) -> Result<Option<TargetCredential>, ApiError> {
+    let invalid =
+        |field: &str, why: &str| ApiError::INVALID_TARGET.with_message(format!("{field}: {why}"));
+    match req {
+        None => Ok(None),
+        Some(CredentialRequest {
+            basic_file: Some(path),
+            header: None,
+        }) => {
+            if !Path::new(path).is_absolute() {
+                return Err(invalid("credential.basic_file", "must be an absolute path"));
+            }
+            std::fs::File::open(path).map_err(|e| {
+                invalid("credential.basic_file", &format!("cannot read {path}: {e}"))
+            })?;
+            Ok(Some(TargetCredential::BasicFile { path: path.clone() }))
+        }
+        Some(CredentialRequest {
+            basic_file: None,
+            header: Some(name),
+        }) => Ok(Some(TargetCredential::Header { name: name.clone() })),
+        Some(_) => Err(invalid(
+            "credential",
+            "set exactly one of basic_file or header",
+        )),
+    }
+}
+
+/// Refuses a definition with its first problem, naming the field.
+fn check(def: TargetDefinition<'_>) -> Result<(), ApiError> {
+    match def.check().1.into_iter().next() {
+        None => Ok(()),
+        Some(p) => {
+            Err(ApiError::INVALID_TARGET.with_message(format!("{}: {}", p.field, p.message)))
+        }
+    }
+}
+
+impl Control {
+    fn admin_only(&self, who: &Principal) -> Result<(), ApiError> {
+        if self.is_locked(&who.sub)? {
+            return Err(ApiError::LOCKED);
+        }
+        if !who.admin {
+            return Err(ApiError::ADMIN_REQUIRED.with_message("only an admin may manage targets"));
+        }
+        Ok(())
+    }
+
+    /// Registers a target (admin only).
+    pub fn create_target(&self, who: &Principal, req: TargetRequest) -> Result<Target, ApiError> {
+        self.admin_only(who)?;
+        let credential = credential(req.credential.as_ref())?;
+        check(TargetDefinition {
+            name: &req.name,
+            upstream: &req.upstream,
+            users: &req.users,
+            roles: &req.roles,
+            credential: credential.as_ref(),
+        })?;
+        let mut random = [0u8; 10];
+        getrandom::getrandom(&mut random)
+            .map_err(|e| ApiError::INTERNAL.with_message(format!("no randomness: {e}")))?;
+        let target = Target {
+            id: SessionId::from_random(random),
+            name: req.name,
+            upstream: req.upstream,
+            users: req.users,
+            roles: req.roles,
+            credential,
+            created_at: now(),
+            created_by: who.sub.to_string(),
+            from_config: false,
+        };
+        self.store.put_target(&target)?;
+        tracing::info!(target: "audit", sub = %who.sub, session = %target.id, name = %target.name, upstream = %target.upstream, "target registered");
+        Ok(target)
+    }
+
+    /// Every target (admin only).
+    pub fn list_targets(&self, who: &Principal) -> Result<Vec<Target>, ApiError> {
+        self.admin_only(who)?;
+        Ok(self.store.list_targets()?)
+    }
+
+    /// Changes who may open a target (admin only); terminals of users it no longer
+    /// allows are closed by the gateways when the change reaches them.
+    pub fn patch_target(
+        &self,
+        who: &Principal,
+        id: &SessionId,
+        patch: TargetPatch,
+    ) -> Result<Target, ApiError> {
+        self.admin_only(who)?;
+        let mut target = self.store.get_target(id)?.ok_or(ApiError::NOT_FOUND)?;
+        if target.from_config {
+            return Err(ApiError::CONFLICT
+                .with_message("this target is defined in the configuration; change it there"));
+        }
+        if let Some(users) = patch.users {
+            target.users = users;
+        }
+        if let Some(roles) = patch.roles {
+            target.roles = roles;
+        }
+        check(TargetDefinition {
+            name: &target.name,
+            upstream: &target.upstream,
+            users: &target.users,
+            roles: &target.roles,
+            credential: target.credential.as_ref(),
+        })?;
+        self.store.put_target(&target)?;
+        tracing::info!(target: "audit", sub = %who.sub, session = %target.id, users = ?target.users, roles = ?target.roles, "target access changed");
+        Ok(target)
+    }
+
+    /// Removes a target (admin only); its live terminals are closed.
+    pub fn delete_target(&self, who: &Principal, id: &SessionId) -> Result<(), ApiError> {
+        self.admin_only(who)?;
+        let target = self.store.get_target(id)?.ok_or(ApiError::NOT_FOUND)?;
+        if target.from_config {
+            return Err(ApiError::CONFLICT
+                .with_message("this target is defined in the configuration; remove it there"));
+        }
+        match self.store.delete_target(id) {
+            Ok(()) | Err(StoreError::NotFound) => {}
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(target: "audit", sub = %who.sub, session = %id, name = %target.name, "target removed");
+        Ok(())
+    }
+
+    /// The targets `who` may open, for the session list.
+    pub fn targets_for(&self, who: &Principal) -> Result<Vec<Target>, ApiError> {
+        let mut targets = self.store.list_targets()?;
+        targets.retain(|t| t.allows(who));
+        Ok(targets)
+    }
+
+    /// The target with this id if `who` may open it; anything else is the one 404.
+    pub fn target_for(&self, who: &Principal, id: &SessionId) -> Result<Option<Target>, ApiError> {
+        Ok(self.store.get_target(id)?.filter(|t| t.allows(who)))
+    }
+
+    /// Makes the stored targets of the configuration what the configuration says:
+    /// new and changed ones written, removed ones deleted (their terminals close).
+    /// Targets registered through the API are left alone.
+    pub fn apply_config_targets(&self) -> Result<usize, ApiError> {
+        let config = &self.config;
+        let mut wanted = Vec::new();
+        for t in &config.targets {
+            let credential = config
+                .target_credential(t)
+                .map_err(|e| ApiError::INVALID_TARGET.with_message(e))?;
+            let id = config_target_id(&config.instance, &t.name);
+            let stored = self.store.get_target(&id)?;
+            let target = Target {
+                id,
+                name: t.name.clone(),
+                upstream: t.upstream.clone(),
+                users: t.users.clone(),
+                roles: t.roles.clone(),
+                credential,
+                created_at: stored.as_ref().map_or_else(now, |s| s.created_at),
+                created_by: FROM_CONFIG.into(),
+                from_config: true,
+            };
+            if stored.as_ref() != Some(&target) {
+                self.store.put_target(&target)?;
+            }
+            wanted.push(id);
+        }
+        for stale in self
+            .store
+            .list_targets()?
+            .into_iter()
+            .filter(|t| t.from_config && !wanted.contains(&t.id))
+        {
+            self.store.delete_target(&stale.id)?;
+            tracing::info!(target: "audit", session = %stale.id, name = %stale.name, "configured target removed");
+        }
+        Ok(wanted.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configured_target_ids_are_stable_and_differ_by_name_and_instance() {
+        let a = config_target_id("termgate", "build-box");
+        assert_eq!(a, config_target_id("termgate", "build-box"));
+        assert_ne!(a, config_target_id("termgate", "build-box-2"));
+        assert_ne!(a, config_target_id("other", "build-box"));
+        assert!(SessionId::parse(a.as_str()).is_ok());
+    }
+
+    #[test]
+    fn a_credential_is_one_kind_and_an_existing_absolute_file() {
+        let req = |basic_file: Option<&str>, header: Option<&str>| CredentialRequest {
+            basic_file: basic_file.map(str::to_owned),
+            header: header.map(str::to_owned),
+        };
+        let code =
+            |r: Result<Option<TargetCredential>, ApiError>| r.unwrap_err().message.into_owned();
+        assert!(code(credential(Some(&req(Some("/x"), Some("H"))))).starts_with("credential:"));
+        assert!(code(credential(Some(&req(None, None)))).starts_with("credential:"));
+        assert!(
+            code(credential(Some(&req(Some("rel"), None)))).starts_with("credential.basic_file:")
+        );
+        assert!(
+            code(credential(Some(&req(Some("/nonexistent/cred"), None))))
+                .starts_with("credential.basic_file:")
+        );
+        assert_eq!(
+            credential(Some(&req(None, Some("X-Remote-User")))).unwrap(),
+            Some(TargetCredential::Header {
+                name: "X-Remote-User".into()
+            })
+        );
+    }
+}

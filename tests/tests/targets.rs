@@ -1,0 +1,406 @@
+//! Targets: ttyds that a team already runs, started with no termgate flag, fronted by
+//! the real gateway and control. Each variant a team would run — plain, `-c user:pass`,
+//! `-H X-Remote-User`, on a unix socket — is opened by an allowed user who types and
+//! reads the answer.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use e2e::stack::{free_port, http, Answer, GatewayStack};
+use e2e::ttyd::{private_dir, CountingProxy, TtydPool};
+use e2e::upstream::RecordingUpstream;
+use serde_json::{json, Value};
+
+const T: Duration = Duration::from_secs(15);
+
+/// Registers a target through the gateway's `/api/targets` as an admin.
+fn register(stack: &GatewayStack, body: Value) -> Answer {
+    let admin = stack.control.token("root", true);
+    http(
+        "POST",
+        &stack.url(0, "/api/targets"),
+        Some(&admin),
+        Some(&body),
+    )
+    .unwrap()
+}
+
+fn register_ok(stack: &GatewayStack, body: Value) -> String {
+    let a = register(stack, body);
+    assert_eq!(a.status, 201, "register: {}", a.text);
+    assert_eq!(a.body["kind"], "external");
+    a.body["id"].as_str().unwrap().to_owned()
+}
+
+fn tcp_upstream(ttyd: &TtydPool) -> String {
+    format!("http://127.0.0.1:{}", ttyd.port().unwrap())
+}
+
+/// Opens the target as `cookie`, types, and reads the shell's answer.
+fn type_and_read(stack: &GatewayStack, id: &str, cookie: &str) -> e2e::term::Terminal {
+    let t = stack
+        .open_as(0, id, cookie)
+        .unwrap_or_else(|e| panic!("open target {id}: {e:?}"));
+    t.send_input(b"echo tg-$((6*7))\r").unwrap();
+    t.read_until("tg-42", T)
+        .unwrap_or_else(|e| panic!("target {id} did not answer: {e}"));
+    t
+}
+
+/// The ids a user's session list shows.
+fn listed(stack: &GatewayStack, token: &str) -> Vec<String> {
+    let a = http("GET", &stack.url(0, "/api/sessions"), Some(token), None).unwrap();
+    assert_eq!(a.status, 200, "{}", a.text);
+    a.body["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Sends one raw request head to the gateway; returns the status line's code.
+fn raw_get(port: u16, head: &str) -> u16 {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    let mut buf = vec![0u8; 512];
+    let n = s.read(&mut buf).unwrap_or(0);
+    let text = String::from_utf8_lossy(&buf[..n]);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn existing_ttyds_of_every_kind_open_for_the_users_and_roles_they_allow() {
+    let plain = TtydPool::start_plain(false, &[]);
+    let stack = GatewayStack::start(&format!(
+        "[[targets]]\nname = \"plain\"\nupstream = \"{}\"\nusers = [\"alice\"]\n",
+        tcp_upstream(&plain)
+    ));
+
+    // ttyd -c user:pass, its credential in a file the gateway reads.
+    let secret = "s3cret-pass";
+    let cred_dir = private_dir("tg-cred.");
+    let cred = cred_dir.path().join("ttyd.cred");
+    std::fs::write(&cred, format!("user:{secret}\n")).unwrap();
+    let basic = TtydPool::start_plain(false, &["-c", &format!("user:{secret}")]);
+    let basic_id = register_ok(
+        &stack,
+        json!({"name": "basic", "upstream": tcp_upstream(&basic), "users": ["alice"],
+               "credential": {"basic_file": cred.to_str().unwrap()}}),
+    );
+    // ttyd -H X-Remote-User: the gateway sets it to the sub.
+    let header = TtydPool::start_plain(false, &["-H", "X-Remote-User"]);
+    let header_id = register_ok(
+        &stack,
+        json!({"name": "header", "upstream": tcp_upstream(&header), "users": ["alice"],
+               "credential": {"header": "X-Remote-User"}}),
+    );
+    // On a unix socket, allowed by role.
+    let unix = TtydPool::start_plain(true, &[]);
+    let unix_id = register_ok(
+        &stack,
+        json!({"name": "on-a-socket",
+               "upstream": format!("unix:{}", unix.socket_path().unwrap().display()),
+               "roles": ["ops"]}),
+    );
+
+    let admin = stack.control.token("root", true);
+    let all = http("GET", &stack.url(0, "/api/targets"), Some(&admin), None).unwrap();
+    assert_eq!(all.status, 200, "{}", all.text);
+    let plain_id = all.body["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "plain")
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .expect("the configured target is listed");
+    assert_eq!(all.body["targets"].as_array().unwrap().len(), 4);
+    assert!(
+        !all.text.contains(secret),
+        "the credential is a file reference, never its content"
+    );
+
+    let alice_token = stack.control.token("alice", false);
+    let alice = stack.sign_in("alice");
+    let mine = listed(&stack, &alice_token);
+    for id in [&plain_id, &basic_id, &header_id] {
+        assert!(mine.contains(id), "alice's list lacks {id}: {mine:?}");
+        type_and_read(&stack, id, &alice);
+    }
+    assert!(!mine.contains(&unix_id), "alice has no role ops");
+
+    let olga_token = stack.control.token_with("olga", vec!["ops".into()], 3600);
+    let olga = stack.sign_in_with(0, &olga_token);
+    assert_eq!(listed(&stack, &olga_token), vec![unix_id.clone()]);
+    type_and_read(&stack, &unix_id, &olga);
+
+    // The basic credential reaches ttyd (it answered above) and never the browser:
+    // the token endpoint ttyd would fill with it answers empty.
+    let token = http(
+        "GET",
+        &stack.url(0, &format!("/s/{basic_id}/token")),
+        Some(&alice_token),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        (token.status, token.body["token"].as_str()),
+        (200, Some(""))
+    );
+    let page = http(
+        "GET",
+        &stack.url(0, &format!("/s/{basic_id}/")),
+        Some(&alice_token),
+        None,
+    )
+    .unwrap();
+    assert_eq!(page.status, 200);
+    assert!(!page.text.contains(secret) && !page.text.contains("dXNlcjpzM2NyZXQtcGFzcw"));
+}
+
+#[test]
+fn non_allowed_and_unknown_get_the_same_404_and_the_target_sees_no_connection() {
+    let stack = GatewayStack::start("");
+    let ttyd = TtydPool::start_plain(false, &[]);
+    let counter = CountingProxy::start(ttyd.target());
+    let id = register_ok(
+        &stack,
+        json!({"name": "counted",
+               "upstream": format!("unix:{}", counter.socket_path().display()),
+               "users": ["alice"]}),
+    );
+    let bob = stack.sign_in("bob");
+    let denied = stack.open_as(0, &id, &bob).expect_err("bob is not allowed");
+    let unknown = stack
+        .open_as(0, "aaaaaaaaaaaaaaaa", &bob)
+        .expect_err("unknown id");
+    assert_eq!(denied.status(), Some(404));
+    assert_eq!(
+        denied.body(),
+        unknown.body(),
+        "not allowed and unknown look the same"
+    );
+    let bob_token = stack.control.token("bob", false);
+    for part in ["", "token"] {
+        let a = http(
+            "GET",
+            &stack.url(0, &format!("/s/{id}/{part}")),
+            Some(&bob_token),
+            None,
+        )
+        .unwrap();
+        assert_eq!(a.status, 404, "/s/<id>/{part}");
+    }
+    let read = http(
+        "GET",
+        &stack.url(0, &format!("/api/sessions/{id}")),
+        Some(&bob_token),
+        None,
+    )
+    .unwrap();
+    assert_eq!(read.status, 404);
+    assert!(!listed(&stack, &bob_token).contains(&id));
+    assert_eq!(counter.connections(), 0, "the target saw a connection");
+
+    // The positive control: the allowed user reaches it, through the counter.
+    type_and_read(&stack, &id, &stack.sign_in("alice"));
+    assert!(counter.connections() > 0);
+}
+
+#[test]
+fn client_identity_headers_and_args_never_reach_a_target() {
+    let stack = GatewayStack::start("");
+    let by_header = RecordingUpstream::unix();
+    let header_id = register_ok(
+        &stack,
+        json!({"name": "recorded-header",
+               "upstream": format!("unix:{}", by_header.socket_path().unwrap().display()),
+               "users": ["alice"], "credential": {"header": "X-Remote-User"}}),
+    );
+    let by_basic = RecordingUpstream::unix();
+    let cred_dir = private_dir("tg-cred.");
+    let cred = cred_dir.path().join("cred");
+    std::fs::write(&cred, "svc:pw\n").unwrap();
+    let basic_id = register_ok(
+        &stack,
+        json!({"name": "recorded-basic",
+               "upstream": format!("unix:{}", by_basic.socket_path().unwrap().display()),
+               "users": ["alice"], "credential": {"basic_file": cred.to_str().unwrap()}}),
+    );
+    let token = stack.control.token("alice", false);
+    let port = stack.gw().port;
+    for id in [&header_id, &basic_id] {
+        let status = raw_get(
+            port,
+            &format!(
+                "GET /s/{id}/?arg=evil HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+                 Cookie: termgate_session={token}; other=1\r\nX-Remote-User: mallory\r\n\
+                 X-Termgate-User: mallory\r\nConnection: close\r\n\r\n"
+            ),
+        );
+        assert_eq!(status, 200, "target {id}");
+    }
+    let seen = by_header.requests();
+    assert_eq!(seen.len(), 1);
+    let r = &seen[0];
+    assert_eq!(r.target, "/", "no client query reaches a target");
+    assert_eq!(r.header_all("x-remote-user"), vec!["alice"]);
+    assert_eq!(r.header_all("x-termgate-user"), vec!["alice"]);
+    assert!(r.header("authorization").is_none() && r.header("cookie").is_none());
+    let seen = by_basic.requests();
+    assert_eq!(seen.len(), 1);
+    let r = &seen[0];
+    assert_eq!(r.header_all("authorization"), vec!["Basic c3ZjOnB3"]);
+    assert!(r.header("cookie").is_none());
+    assert!(
+        !r.headers.iter().any(|(_, v)| v.contains(&token)),
+        "the user's token reached the target"
+    );
+}
+
+#[test]
+fn deleting_a_target_or_removing_a_user_closes_live_terminals_within_two_seconds() {
+    let stack = GatewayStack::start("");
+    let ttyd = TtydPool::start_plain(false, &[]);
+    let id = register_ok(
+        &stack,
+        json!({"name": "shared", "upstream": tcp_upstream(&ttyd), "users": ["alice", "bob"]}),
+    );
+    let alice = type_and_read(&stack, &id, &stack.sign_in("alice"));
+    let bob_cookie = stack.sign_in("bob");
+    let bob = type_and_read(&stack, &id, &bob_cookie);
+
+    let admin = stack.control.token("root", true);
+    let patched = http(
+        "PATCH",
+        &stack.url(0, &format!("/api/targets/{id}")),
+        Some(&admin),
+        Some(&json!({"users": ["bob"]})),
+    )
+    .unwrap();
+    assert_eq!(patched.status, 200, "{}", patched.text);
+    let took = alice
+        .wait_closed(Duration::from_secs(2))
+        .expect("alice's terminal closed within 2 s of losing access");
+    eprintln!("un-allowed terminal closed after {took:?}");
+    assert!(alice.close_reason().unwrap_or_default().contains("access"));
+    bob.send_input(b"echo still-$((1+1))\r").unwrap();
+    bob.read_until("still-2", T).expect("bob is still allowed");
+
+    let deleted = http(
+        "DELETE",
+        &stack.url(0, &format!("/api/targets/{id}")),
+        Some(&admin),
+        None,
+    )
+    .unwrap();
+    assert_eq!(deleted.status, 204, "{}", deleted.text);
+    let took = bob
+        .wait_closed(Duration::from_secs(2))
+        .expect("bob's terminal closed within 2 s of the delete");
+    eprintln!("deleted target's terminal closed after {took:?}");
+    let again = stack.open_as(0, &id, &bob_cookie).expect_err("deleted");
+    assert_eq!(again.status(), Some(404));
+}
+
+#[test]
+fn bad_target_definitions_are_refused_naming_the_field_and_a_silent_upstream_is_a_502() {
+    let stack = GatewayStack::start("");
+    let alice = stack.control.token("alice", false);
+    let body = json!({"name": "x", "upstream": "http://127.0.0.1:1", "users": ["alice"]});
+    let a = http(
+        "POST",
+        &stack.url(0, "/api/targets"),
+        Some(&alice),
+        Some(&body),
+    )
+    .unwrap();
+    assert_eq!(
+        (a.status, a.body["error"]["code"].as_str()),
+        (403, Some("admin_required"))
+    );
+
+    for (body, field) in [
+        (
+            json!({"name": "x", "upstream": "ftp://h:1", "users": ["alice"]}),
+            "upstream",
+        ),
+        (
+            json!({"name": "x", "upstream": "http://h:1/../etc", "users": ["alice"]}),
+            "upstream",
+        ),
+        (
+            json!({"name": "Bad Name", "upstream": "http://h:1", "users": ["alice"]}),
+            "name",
+        ),
+        (
+            json!({"name": "x", "upstream": "http://h:1", "users": []}),
+            "users",
+        ),
+        (
+            json!({"name": "x", "upstream": "http://h:1", "users": ["a b"]}),
+            "users[0]",
+        ),
+        (
+            json!({"name": "x", "upstream": "http://h:1", "users": ["alice"],
+                "credential": {"basic_file": "/nonexistent/ttyd.cred"}}),
+            "credential.basic_file",
+        ),
+        (
+            json!({"name": "x", "upstream": "http://h:1", "users": ["alice"],
+                "credential": {"header": "Cookie"}}),
+            "credential.header",
+        ),
+        (
+            json!({"name": "x", "upstream": "http://h:1", "users": ["alice"],
+                "credential": {"password": "hunter2"}}),
+            "password",
+        ),
+        (
+            json!({"name": "x", "upstream": "http://h:1", "users": ["alice"], "owner": "me"}),
+            "owner",
+        ),
+    ] {
+        let a = register(&stack, body.clone());
+        assert_eq!(a.status, 400, "{body}: {}", a.text);
+        let message = a.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(field),
+            "{body}: the message {message:?} does not name {field}"
+        );
+    }
+    register_ok(
+        &stack,
+        json!({"name": "dup", "upstream": "http://h:1", "users": ["alice"]}),
+    );
+    let dup = register(
+        &stack,
+        json!({"name": "dup", "upstream": "http://h:2", "users": ["alice"]}),
+    );
+    assert_eq!(dup.status, 409, "{}", dup.text);
+
+    // An upstream that does not answer: a clear 502, promptly, not a hang.
+    let silent = register_ok(
+        &stack,
+        json!({"name": "silent", "upstream": format!("http://127.0.0.1:{}", free_port()),
+               "users": ["alice"]}),
+    );
+    let started = std::time::Instant::now();
+    let refused = stack
+        .open_as(0, &silent, &stack.sign_in("alice"))
+        .expect_err("nothing listens there");
+    assert_eq!(refused.status(), Some(502), "{refused:?}");
+    assert_eq!(
+        refused.json().unwrap()["error"]["code"],
+        "terminal_unavailable"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+}
