@@ -575,12 +575,14 @@ impl GatewayStack {
     pub fn wait_ready(&mut self, n: usize) {
         let ready = format!("http://127.0.0.1:{}/readyz", self.gateways[n].admin_port);
         // Pingora starts its services in no fixed order: the admin listener can say
-        // ready before the public one accepts, so both are waited for.
-        let public = format!("http://127.0.0.1:{}/healthz", self.gateways[n].port);
+        // ready before the public one accepts (plain or TLS), so both are waited for.
+        let public: std::net::SocketAddr = ([127, 0, 0, 1], self.gateways[n].port).into();
         let start = Instant::now();
         loop {
-            let answers = |url: &str| http("GET", url, None, None).is_ok_and(|a| a.status == 200);
-            if answers(&ready) && answers(&public) {
+            let ready = http("GET", &ready, None, None).is_ok_and(|a| a.status == 200);
+            let accepts =
+                std::net::TcpStream::connect_timeout(&public, Duration::from_millis(200)).is_ok();
+            if ready && accepts {
                 return;
             }
             let g = &mut self.gateways[n];

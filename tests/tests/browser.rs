@@ -447,3 +447,85 @@ fn a_session_ended_elsewhere_is_announced_in_words_not_left_reconnecting() {
     );
     ok("ended.png", b.screenshot(&artifact("ended.png")));
 }
+
+#[test]
+fn a_target_with_a_password_opens_from_the_sessions_page_without_the_password_in_the_browser() {
+    let secret = "s3cret-browser-pass";
+    let ttyd = e2e::ttyd::TtydPool::start_plain(
+        false,
+        &[
+            "-c",
+            &format!("user:{secret}"),
+            "-t",
+            "titleFixed=build-box",
+        ],
+    );
+    let cred_dir = e2e::ttyd::private_dir("tg-cred.");
+    let cred = cred_dir.path().join("build-box.cred");
+    std::fs::write(&cred, format!("user:{secret}\n")).unwrap();
+    let stack = GatewayStack::start(&format!(
+        "[[targets]]\nname = \"build-box\"\nupstream = \"http://127.0.0.1:{}\"\nusers = [\"alice\"]\ncredential = {{ basic_file = {:?} }}\n",
+        ttyd.port().unwrap(),
+        cred.to_str().unwrap()
+    ));
+    let mut b = launch();
+    sign_in_by_link(&mut b, &stack, "alice");
+    let id = ok(
+        "the target's row",
+        b.wait_js(
+            "(() => { const r = [...document.querySelectorAll('#session-rows tr')].find((r) => \
+               r.cells[0].textContent === 'build-box'); return r ? r.dataset.session : null; })()",
+            T,
+            "a row named build-box",
+        ),
+    );
+    let id = id.as_str().expect("target id").to_owned();
+    assert_eq!(
+        ok(
+            "the row's buttons",
+            b.eval(&format!(
+                "[...document.querySelector('#session-rows tr[data-session=\"{id}\"]').querySelectorAll('button')].map((x) => x.textContent)"
+            ))
+        ),
+        json!(["Open"]),
+        "a target is opened, never ended, from the page"
+    );
+    click_row_button(&mut b, &id, "Open");
+    ok(
+        "the target's terminal",
+        b.wait_js(
+            "document.getElementById('terminal-frame').contentDocument \
+             && document.getElementById('terminal-frame').contentDocument.title === 'build-box' \
+             && !!document.getElementById('terminal-frame').contentWindow.term",
+            T,
+            "ttyd's window title (its websocket is open)",
+        ),
+    );
+    ok(
+        "focus the terminal",
+        b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
+    );
+    ok("type", b.insert_text("echo target-$((6*7))"));
+    ok("press Enter", b.press_enter());
+    ok(
+        "the shell's answer",
+        b.wait_js(
+            &format!("(() => {{ const s = {TERMINAL_TEXT}; return s.includes('target-42') ? s : ''; }})()"),
+            T,
+            "target-42 in the terminal buffer",
+        ),
+    );
+    ok("target.png", b.screenshot(&artifact("target.png")));
+    // What the page's scripts could read: nothing holds the password or its token.
+    let seen = ok(
+        "the frame's view of the token",
+        b.eval(
+            "fetch(document.getElementById('terminal-frame').src + 'token').then((r) => r.text())",
+        ),
+    );
+    let encoded = "dXNlcjpzM2NyZXQtYnJvd3Nlci1wYXNz";
+    assert!(
+        !seen.to_string().contains(secret) && !seen.to_string().contains(encoded),
+        "{seen}"
+    );
+}

@@ -123,6 +123,11 @@ impl Upstream {
                 if let Some(p) = principal {
                     up.insert_header("X-Termgate-User", p.sub.as_str())?;
                 }
+                if t.auth_token.is_some() {
+                    // The first message is rewritten on its way up, so it must arrive as
+                    // plain frames: no compression is negotiated for this websocket.
+                    up.remove_header("sec-websocket-extensions");
+                }
                 if let Some((name, value)) = &t.credential {
                     up.remove_header(name.as_str());
                     up.insert_header(name.clone(), value.as_str())?;
