@@ -342,7 +342,7 @@ pub struct Profile {
 }
 
 /// One `[[targets]]` entry: a ttyd that already runs, opened by the users and roles
-/// listed (design §7).
+/// listed (design §7). Control's `POST /v1/targets` takes the same fields as JSON.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetConfig {

@@ -56,42 +56,26 @@ pub fn http(
         .build()
         .into();
     let auth = bearer.map(|t| format!("Bearer {t}"));
-    let result = match (method, body) {
-        ("GET", _) => {
-            let mut r = agent.get(url);
-            if let Some(a) = &auth {
-                r = r.header("Authorization", a);
-            }
-            r.call()
+    let with_body = |r: ureq::RequestBuilder<ureq::typestate::WithBody>| {
+        let r = match &auth {
+            Some(a) => r.header("Authorization", a),
+            None => r,
+        };
+        match body {
+            Some(v) => r.send_json(v),
+            None => r.send_empty(),
         }
-        ("DELETE", _) => {
-            let mut r = agent.delete(url);
-            if let Some(a) = &auth {
-                r = r.header("Authorization", a);
-            }
-            r.call()
-        }
-        ("PATCH", b) => {
-            let mut r = agent.patch(url);
-            if let Some(a) = &auth {
-                r = r.header("Authorization", a);
-            }
-            match b {
-                Some(v) => r.send_json(v),
-                None => r.send_empty(),
-            }
-        }
-        ("POST", b) => {
-            let mut r = agent.post(url);
-            if let Some(a) = &auth {
-                r = r.header("Authorization", a);
-            }
-            match b {
-                Some(v) => r.send_json(v),
-                None => r.send_empty(),
-            }
-        }
-        (m, _) => return Err(format!("unsupported method {m}")),
+    };
+    let without_body = |r: ureq::RequestBuilder<ureq::typestate::WithoutBody>| match &auth {
+        Some(a) => r.header("Authorization", a).call(),
+        None => r.call(),
+    };
+    let result = match method {
+        "GET" => without_body(agent.get(url)),
+        "DELETE" => without_body(agent.delete(url)),
+        "POST" => with_body(agent.post(url)),
+        "PATCH" => with_body(agent.patch(url)),
+        m => return Err(format!("unsupported method {m}")),
     };
     let mut resp = result.map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();

@@ -2,8 +2,6 @@
 //! starts, stops or reconciles (design §7). Admins register them (configuration or
 //! API); users see the ones that allow them next to their sessions.
 
-use std::path::Path;
-
 use policy::target::TargetDefinition;
 use policy::{Principal, SessionId};
 use serde::{Deserialize, Serialize};
@@ -17,37 +15,9 @@ use crate::store::StoreError;
 /// Who registered the targets of the configuration.
 const FROM_CONFIG: &str = "config";
 
-/// A target's credential in a request: a file reference or a header name, never a
-/// secret.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CredentialRequest {
-    /// Absolute path of a `user:pass` file (ttyd `-c`), readable by the gateways.
-    #[serde(default)]
-    pub basic_file: Option<String>,
-    /// Header the gateway sets to the user's `sub` (ttyd `-H`).
-    #[serde(default)]
-    pub header: Option<String>,
-}
-
-/// Body of `POST /v1/targets`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TargetRequest {
-    /// Unique name.
-    pub name: String,
-    /// `http://host:port[/base-path]` or `unix:/path`.
-    pub upstream: String,
-    /// `sub`s allowed.
-    #[serde(default)]
-    pub users: Vec<String>,
-    /// Token roles allowed.
-    #[serde(default)]
-    pub roles: Vec<String>,
-    /// What the ttyd expects.
-    #[serde(default)]
-    pub credential: Option<CredentialRequest>,
-}
+/// Body of `POST /v1/targets`: the fields of a `[[targets]]` table, as JSON (the
+/// credential only as a file reference, never a secret).
+pub type TargetRequest = config::TargetConfig;
 
 /// Body of `PATCH /v1/targets/<id>`: who may open it.
 #[derive(Debug, Deserialize)]
@@ -132,24 +102,29 @@ fn config_target_id(instance: &str, name: &str) -> SessionId {
 }
 
 /// The credential of a request, checked: exactly one kind, and a file that exists.
-fn credential(req: Option<&CredentialRequest>) -> Result<Option<TargetCredential>, ApiError> {
+fn credential(
+    req: Option<&config::TargetCredentialConfig>,
+) -> Result<Option<TargetCredential>, ApiError> {
     let invalid =
         |field: &str, why: &str| ApiError::INVALID_TARGET.with_message(format!("{field}: {why}"));
     match req {
         None => Ok(None),
-        Some(CredentialRequest {
+        Some(config::TargetCredentialConfig {
             basic_file: Some(path),
             header: None,
         }) => {
-            if !Path::new(path).is_absolute() {
+            if !path.is_absolute() {
                 return Err(invalid("credential.basic_file", "must be an absolute path"));
             }
             std::fs::File::open(path).map_err(|e| {
-                invalid("credential.basic_file", &format!("cannot read {path}: {e}"))
+                let why = format!("cannot read {}: {e}", path.display());
+                invalid("credential.basic_file", &why)
             })?;
-            Ok(Some(TargetCredential::BasicFile { path: path.clone() }))
+            Ok(Some(TargetCredential::BasicFile {
+                path: path.to_string_lossy().into_owned(),
+            }))
         }
-        Some(CredentialRequest {
+        Some(config::TargetCredentialConfig {
             basic_file: None,
             header: Some(name),
         }) => Ok(Some(TargetCredential::Header { name: name.clone() })),
@@ -333,8 +308,8 @@ mod tests {
 
     #[test]
     fn a_credential_is_one_kind_and_an_existing_absolute_file() {
-        let req = |basic_file: Option<&str>, header: Option<&str>| CredentialRequest {
-            basic_file: basic_file.map(str::to_owned),
+        let req = |basic_file: Option<&str>, header: Option<&str>| config::TargetCredentialConfig {
+            basic_file: basic_file.map(std::path::PathBuf::from),
             header: header.map(str::to_owned),
         };
         let code =
