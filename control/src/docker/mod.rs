@@ -304,37 +304,74 @@ impl Docker {
         docker_host: Option<&str>,
         timeout: Duration,
     ) -> Result<Docker, DockerError> {
+        Docker::unnegotiated(docker_host, None, timeout)?
+            .negotiated()
+            .await
+    }
+
+    /// A client for `docker_host` (as [`Docker::connect`]; with `tls` = (CA,
+    /// certificate, key) files, a `tcp://` host is spoken to over TLS) that has not
+    /// talked to the daemon yet: for a host that may be down when control starts.
+    /// Fails only for an endpoint it cannot use at all.
+    pub fn unnegotiated(
+        docker_host: Option<&str>,
+        tls: Option<(&std::path::Path, &std::path::Path, &std::path::Path)>,
+        timeout: Duration,
+    ) -> Result<Docker, DockerError> {
         const OP: &str = "connect";
         let secs = whole_secs(timeout);
-        let inner = match docker_host {
-            None => bollard::Docker::connect_with_defaults(),
-            Some(h) if h.starts_with("unix://") => {
-                bollard::Docker::connect_with_unix(h, secs, API_DEFAULT_VERSION)
+        let inner = match (docker_host, tls) {
+            (Some(h), Some((ca, cert, key))) if h.starts_with("tcp://") => {
+                bollard::Docker::connect_with_ssl(h, key, cert, ca, secs, API_DEFAULT_VERSION)
             }
-            Some(h) if h.starts_with('/') => bollard::Docker::connect_with_unix(
-                &format!("unix://{h}"),
-                secs,
-                API_DEFAULT_VERSION,
-            ),
-            Some(h) if h.starts_with("tcp://") || h.starts_with("http://") => {
-                bollard::Docker::connect_with_http(h, secs, API_DEFAULT_VERSION)
-            }
-            Some(h) => {
+            (h, Some(_)) => {
                 return Err(DockerError::Other {
                     op: OP,
-                    message: format!(
-                        "unsupported docker host {h:?} (use unix://, tcp:// or http://)"
-                    ),
+                    message: format!("TLS needs a tcp:// docker host, not {h:?}"),
                 })
             }
+            (docker_host, None) => match docker_host {
+                None => bollard::Docker::connect_with_defaults(),
+                Some(h) if h.starts_with("unix://") => {
+                    bollard::Docker::connect_with_unix(h, secs, API_DEFAULT_VERSION)
+                }
+                Some(h) if h.starts_with('/') => bollard::Docker::connect_with_unix(
+                    &format!("unix://{h}"),
+                    secs,
+                    API_DEFAULT_VERSION,
+                ),
+                Some(h) if h.starts_with("tcp://") || h.starts_with("http://") => {
+                    bollard::Docker::connect_with_http(h, secs, API_DEFAULT_VERSION)
+                }
+                Some(h) => {
+                    return Err(DockerError::Other {
+                        op: OP,
+                        message: format!(
+                            "unsupported docker host {h:?} (use unix://, tcp:// or http://)"
+                        ),
+                    })
+                }
+            },
         }
         .map_err(|e| map_err(OP, e))?
         .with_timeout(Duration::from_secs(secs));
-        let inner = match tokio::time::timeout(timeout, inner.negotiate_version()).await {
+        Ok(Docker { inner, timeout })
+    }
+
+    /// This client with the API version negotiated with the daemon (which may be old:
+    /// Debian's 20.10 speaks 1.41).
+    pub async fn negotiated(&self) -> Result<Docker, DockerError> {
+        const OP: &str = "connect";
+        let inner = match tokio::time::timeout(self.timeout, self.inner.clone().negotiate_version())
+            .await
+        {
             Err(_) => return Err(DockerError::Unavailable(format!("{OP}: timed out"))),
             Ok(r) => r.map_err(|e| map_err(OP, e))?,
         };
-        Ok(Docker { inner, timeout })
+        Ok(Docker {
+            inner,
+            timeout: self.timeout,
+        })
     }
 
     /// Runs one call under the per-call timeout.
