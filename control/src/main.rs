@@ -40,6 +40,11 @@ enum Command {
     },
     /// Load and validate the configuration, then exit.
     Check,
+    /// Print the Docker hosts, one a line: name, endpoint (`-`: the default),
+    /// ttyd pool addresses comma-separated (`-`: the gateway's own pool), and `tls`
+    /// when the endpoint speaks TLS (`-` otherwise), separated by tabs. `deploy/up`
+    /// starts one pool per host from it.
+    Hosts,
 }
 
 fn main() -> ExitCode {
@@ -61,6 +66,22 @@ fn main() -> ExitCode {
         },
         Some(Command::Check) => {
             println!("configuration {} is valid", cli.config.display());
+            ExitCode::SUCCESS
+        }
+        Some(Command::Hosts) => {
+            for h in config.docker_hosts() {
+                let pool = if h.ttyd_pool.is_empty() {
+                    "-".to_owned()
+                } else {
+                    h.ttyd_pool.join(",")
+                };
+                let tls = if h.tls.is_some() { "tls" } else { "-" };
+                println!(
+                    "{}\t{}\t{pool}\t{tls}",
+                    h.name,
+                    h.endpoint.as_deref().unwrap_or("-")
+                );
+            }
             ExitCode::SUCCESS
         }
         None => {
