@@ -92,6 +92,19 @@ impl TtydPool {
         Self::spawn(dir, Listen::Unix(sock), Some(instance))
     }
 
+    /// Like [`TtydPool::start_for`], attaching through the Docker daemon at
+    /// `docker_host` (`DOCKER_HOST` of its command), as the pool of one Docker host.
+    pub fn start_for_docker(instance: &str, docker_host: &str) -> TtydPool {
+        let dir = private_dir("tg-ttyd.");
+        let sock = dir.path().join("ttyd.sock");
+        Self::spawn_with(
+            dir,
+            Listen::Unix(sock),
+            Some(instance),
+            &[("DOCKER_HOST", docker_host)],
+        )
+    }
+
     /// Starts ttyd on TCP `port` of the loopback interface (`-p <port> -i lo`) and waits
     /// (10 s) until it accepts a connection.
     pub fn start_tcp(port: u16) -> TtydPool {
@@ -99,6 +112,15 @@ impl TtydPool {
     }
 
     fn spawn(dir: tempfile::TempDir, listen: Listen, instance: Option<&str>) -> TtydPool {
+        Self::spawn_with(dir, listen, instance, &[])
+    }
+
+    fn spawn_with(
+        dir: tempfile::TempDir,
+        listen: Listen,
+        instance: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> TtydPool {
         let log = dir.path().join("ttyd.log");
         let log_file = std::fs::File::create(&log).expect("create ttyd log file");
         let mut cmd = Command::new(ttyd_binary());
@@ -124,6 +146,7 @@ impl TtydPool {
         .stdin(Stdio::null())
         .stdout(log_file.try_clone().expect("clone ttyd log handle"))
         .stderr(log_file);
+        cmd.envs(env.iter().copied());
         match instance {
             Some(instance) => {
                 cmd.arg(attach_wrapper()).env("TERMGATE_INSTANCE", instance);
