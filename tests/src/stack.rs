@@ -400,6 +400,8 @@ pub struct GatewayProc {
     pub port: u16,
     /// Admin port.
     pub admin_port: u16,
+    /// Whether its public listener speaks TLS.
+    tls: bool,
     child: Option<Child>,
     log: PathBuf,
 }
@@ -563,9 +565,13 @@ impl GatewayStack {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("spawn termgate-gateway");
+        let tls = extra_env
+            .iter()
+            .any(|(k, _)| *k == "TERMGATE__GATEWAY__TLS_CERT_FILE");
         self.gateways.push(GatewayProc {
             port,
             admin_port,
+            tls,
             child: Some(child),
             log,
         });
@@ -581,10 +587,18 @@ impl GatewayStack {
         // Pingora starts its services in no fixed order: the admin listener can say
         // ready before the public one accepts, so both are waited for.
         let public = format!("http://127.0.0.1:{}/healthz", self.gateways[n].port);
+        let (port, tls) = (self.gateways[n].port, self.gateways[n].tls);
         let start = Instant::now();
         loop {
             let answers = |url: &str| http("GET", url, None, None).is_ok_and(|a| a.status == 200);
-            if answers(&ready) && answers(&public) {
+            // This plain client cannot speak to a TLS listener: there, accepting a
+            // connection is the sign that the public service runs.
+            let public_up = if tls {
+                std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            } else {
+                answers(&public)
+            };
+            if answers(&ready) && public_up {
                 return;
             }
             let g = &mut self.gateways[n];
