@@ -21,10 +21,15 @@ pub struct Host {
     pool: Option<TtydAddress>,
     /// Replaced by a freshly negotiated client each time the host comes back; cloned
     /// out (cheap: bollard shares its connection pool) so no lock is held across a call.
-    client: RwLock<Docker>,
+    /// `None` until a client could be made (a unix socket that is not there yet).
+    client: RwLock<Option<Docker>>,
+    /// Bound on every call, for clients made later.
+    timeout: Duration,
     up: AtomicBool,
     /// Whether the daemon's seccomp support has been judged acceptable.
     seccomp_checked: AtomicBool,
+    /// Whether the reason it cannot be used yet was logged (once, not every probe).
+    refusal_logged: AtomicBool,
 }
 
 impl std::fmt::Debug for Host {
@@ -52,8 +57,15 @@ pub enum Probe {
 }
 
 impl Host {
-    /// A host with client `client`, up or down as its first contact found it.
-    pub fn new(spec: HostSpec, client: Docker, up: bool, seccomp_checked: bool) -> Host {
+    /// A host with client `client` (`None`: made at its first probe), up or down as its
+    /// first contact found it, whose calls are bounded by `timeout`.
+    pub fn new(
+        spec: HostSpec,
+        client: Option<Docker>,
+        timeout: Duration,
+        up: bool,
+        seccomp_checked: bool,
+    ) -> Host {
         let pool = (!spec.ttyd_pool.is_empty()).then(|| TtydAddress {
             addrs: spec.ttyd_pool.clone(),
             base_path: String::new(),
@@ -62,8 +74,10 @@ impl Host {
             spec,
             pool,
             client: RwLock::new(client),
+            timeout,
             up: AtomicBool::new(up),
             seccomp_checked: AtomicBool::new(seccomp_checked),
+            refusal_logged: AtomicBool::new(false),
         }
     }
 
@@ -87,12 +101,28 @@ impl Host {
         self.up.load(Ordering::SeqCst)
     }
 
-    /// Its Docker client.
-    pub fn docker(&self) -> Docker {
+    /// Its Docker client; unavailable while none could be made.
+    pub fn docker(&self) -> Result<Docker, DockerError> {
         self.client
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+            .ok_or_else(|| {
+                DockerError::Unavailable(format!(
+                    "Docker host {:?} has not answered yet",
+                    self.name()
+                ))
+            })
+    }
+
+    /// A client for its endpoint, not yet negotiated.
+    fn new_client(&self) -> Result<Docker, DockerError> {
+        let tls = self
+            .spec
+            .tls
+            .as_ref()
+            .map(|(ca, cert, key)| (ca.as_path(), cert.as_path(), key.as_path()));
+        Docker::unnegotiated(self.spec.endpoint.as_deref(), tls, self.timeout)
     }
 
     /// Asks the daemon whether it answers. A host coming back gets a newly negotiated
@@ -101,7 +131,13 @@ impl Host {
     /// `allow_no_seccomp`.
     pub async fn probe(&self, allow_no_seccomp: bool) -> Probe {
         let was_up = self.is_up();
-        let client = self.docker();
+        let client = match self.docker().or_else(|_| self.new_client()) {
+            Ok(c) => c,
+            Err(_) => {
+                self.up.store(false, Ordering::SeqCst);
+                return Probe::Down { went_down: was_up };
+            }
+        };
         let answered = client.ping().await.is_ok();
         if !answered {
             self.up.store(false, Ordering::SeqCst);
@@ -113,10 +149,13 @@ impl Host {
         match self.come_back(&client, allow_no_seccomp).await {
             Ok(()) => {
                 self.up.store(true, Ordering::SeqCst);
+                self.refusal_logged.store(false, Ordering::SeqCst);
                 Probe::Up { came_back: true }
             }
             Err(e) => {
-                tracing::warn!(host = %self.name(), error = %e, "the Docker host answers but cannot be used yet");
+                if !self.refusal_logged.swap(true, Ordering::SeqCst) {
+                    tracing::error!(host = %self.name(), error = %e, "the Docker host answers but is not used");
+                }
                 Probe::Down { went_down: false }
             }
         }
@@ -140,7 +179,7 @@ impl Host {
         *self
             .client
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(fresh);
         Ok(())
     }
 }
@@ -153,13 +192,12 @@ pub struct Hosts(Vec<Arc<Host>>);
 #[derive(Debug, thiserror::Error)]
 pub enum HostsError {
     /// A host's endpoint cannot be used at all (named by its key).
-    #[error("{key}: {source}")]
+    #[error("{key}: {error}")]
     Endpoint {
         /// The configuration key.
         key: String,
         /// What the client said.
-        #[source]
-        source: DockerError,
+        error: DockerError,
     },
 }
 
@@ -169,10 +207,10 @@ impl Hosts {
         Hosts(hosts)
     }
 
-    /// Makes a client for every configured host and contacts each once, within the
-    /// per-call timeout: those that answer start up, the others down (they are probed
-    /// again by the reconciler). The implicit host is not made here: its first contact
-    /// must succeed, as it always had to.
+    /// Makes a client for every configured host and contacts them all at once, each
+    /// within the per-call timeout: those that answer start up, the others down (they
+    /// are probed again by the reconciler). The implicit host is not made here: its
+    /// first contact must succeed, as it always had to.
     pub async fn connect(
         specs: Vec<HostSpec>,
         timeout: Duration,
@@ -180,27 +218,34 @@ impl Hosts {
     ) -> Result<Hosts, HostsError> {
         let mut hosts = Vec::new();
         for (i, spec) in specs.into_iter().enumerate() {
-            let tls = spec
-                .tls
-                .as_ref()
-                .map(|(ca, cert, key)| (ca.as_path(), cert.as_path(), key.as_path()));
-            let client =
-                Docker::unnegotiated(spec.endpoint.as_deref(), tls, timeout).map_err(|source| {
-                    HostsError::Endpoint {
+            let host = Host::new(spec, None, timeout, false, false);
+            // A socket that is not there yet is a host that is down, not a bad endpoint.
+            let client = match host.new_client() {
+                Ok(c) => Some(c),
+                Err(DockerError::Unavailable(_)) => None,
+                Err(error) => {
+                    return Err(HostsError::Endpoint {
                         key: format!("docker.hosts[{i}].endpoint"),
-                        source,
-                    }
-                })?;
-            let host = Host::new(spec, client, false, false);
-            match host.probe(allow_no_seccomp).await {
-                Probe::Up { .. } => {
-                    tracing::info!(host = %host.name(), "Docker host answers")
+                        error,
+                    })
                 }
+            };
+            *host
+                .client
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = client;
+            hosts.push(Arc::new(host));
+        }
+        // Concurrently: a start never waits one timeout per silent host.
+        let probes =
+            futures_util::future::join_all(hosts.iter().map(|h| h.probe(allow_no_seccomp))).await;
+        for (host, probe) in hosts.iter().zip(probes) {
+            match probe {
+                Probe::Up { .. } => tracing::info!(host = %host.name(), "Docker host answers"),
                 Probe::Down { .. } => {
                     tracing::warn!(host = %host.name(), "Docker host does not answer at start; its sessions are unreachable until it does")
                 }
             }
-            hosts.push(Arc::new(host));
         }
         Ok(Hosts(hosts))
     }
@@ -347,8 +392,20 @@ mod tests {
             Docker::unnegotiated(Some("tcp://127.0.0.1:9"), None, Duration::from_secs(1)).unwrap()
         };
         let hosts = Hosts::new(vec![
-            Arc::new(Host::new(spec("one", 1), client(), true, true)),
-            Arc::new(Host::new(spec("two", 1), client(), true, true)),
+            Arc::new(Host::new(
+                spec("one", 1),
+                Some(client()),
+                Duration::from_secs(1),
+                true,
+                true,
+            )),
+            Arc::new(Host::new(
+                spec("two", 1),
+                Some(client()),
+                Duration::from_secs(1),
+                true,
+                true,
+            )),
         ]);
         let none = BTreeMap::new();
         assert_eq!(hosts.place(&[], &none).as_deref(), Ok("one"));

@@ -137,7 +137,7 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
                 docker.seccomp_supported().await.map_err(|e| e.to_string()),
                 config.control.allow_no_seccomp,
             )?;
-            let host = Host::new(local, docker, true, true);
+            let host = Host::new(local, Some(docker), timeout, true, true);
             (Hosts::new(vec![Arc::new(host)]), seccomp)
         }
         last => {

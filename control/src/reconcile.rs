@@ -100,7 +100,11 @@ impl Reconciler {
         }
         let mut sessions = Vec::new();
         for host in c.hosts().iter().filter(|h| h.is_up()) {
-            let containers = match host.docker().list_managed(&c.config().instance).await {
+            let listed = match host.docker() {
+                Ok(d) => d.list_managed(&c.config().instance).await,
+                Err(e) => Err(e),
+            };
+            let containers = match listed {
                 Ok(list) => list,
                 // The implicit host fails as the one daemon always did; a configured
                 // host that fails now is rebuilt from on a later start.
@@ -199,7 +203,14 @@ impl Reconciler {
                 return report;
             }
         };
-        let docker = host.docker();
+        let docker = match host.docker() {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(host = %host.name(), error = %e, "reconcile: no client for the host");
+                report.errors += 1;
+                return report;
+            }
+        };
         let containers = match docker.list_managed(&c.config().instance).await {
             Ok(list) => list,
             Err(e) => {
@@ -546,7 +557,11 @@ impl Reconciler {
         } else {
             "the session's program exited"
         };
-        if let Outcome::Error = self.settle_running(&s, &cid, &host.docker(), reason).await {
+        let docker = match host.docker() {
+            Ok(d) => d,
+            Err(_) => return,
+        };
+        if let Outcome::Error = self.settle_running(&s, &cid, &docker, reason).await {
             tracing::warn!(session = %id, "event: could not settle; the next pass decides");
         }
     }
@@ -613,23 +628,26 @@ impl Reconciler {
     async fn listen_events(self, host: Arc<Host>) {
         let mut backoff = Duration::from_millis(200);
         loop {
-            let mut stream = Box::pin(host.docker().events(&self.control.config().instance));
-            while let Some(item) = stream.next().await {
-                match item {
-                    Ok(ev) => {
-                        backoff = Duration::from_millis(200);
-                        if !labels::is_on_host(&ev.labels, host.name()) {
-                            continue;
+            // No client yet (its socket was never there): wait as for a failed stream.
+            if let Ok(docker) = host.docker() {
+                let mut stream = Box::pin(docker.events(&self.control.config().instance));
+                while let Some(item) = stream.next().await {
+                    match item {
+                        Ok(ev) => {
+                            backoff = Duration::from_millis(200);
+                            if !labels::is_on_host(&ev.labels, host.name()) {
+                                continue;
+                            }
+                            if let Some(id) = labels::session_id(&ev.labels) {
+                                self.on_event(&host, id, ev.action).await;
+                            }
                         }
-                        if let Some(id) = labels::session_id(&ev.labels) {
-                            self.on_event(&host, id, ev.action).await;
+                        Err(e) => {
+                            if host.is_up() {
+                                tracing::warn!(host = %host.name(), error = %e, "docker event stream failed; reconnecting");
+                            }
+                            break;
                         }
-                    }
-                    Err(e) => {
-                        if host.is_up() {
-                            tracing::warn!(host = %host.name(), error = %e, "docker event stream failed; reconnecting");
-                        }
-                        break;
                     }
                 }
             }

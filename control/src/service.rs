@@ -216,9 +216,12 @@ impl Control {
     /// The Docker client of host `name`; a host this configuration no longer has is
     /// answered as unavailable (its sessions wait for it to come back).
     pub(crate) fn docker_of(&self, name: &str) -> Result<Docker, DockerError> {
-        self.hosts.get(name).map(|h| h.docker()).ok_or_else(|| {
-            DockerError::Unavailable(format!("no Docker host named {name:?} is configured"))
-        })
+        self.hosts
+            .get(name)
+            .ok_or_else(|| {
+                DockerError::Unavailable(format!("no Docker host named {name:?} is configured"))
+            })?
+            .docker()
     }
 
     /// The metrics.

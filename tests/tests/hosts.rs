@@ -285,7 +285,7 @@ fn sessions_spread_over_two_hosts_and_a_silent_host_is_unreachable_until_it_answ
         counter2.socket_path().display(),
     ));
     control.spawn(&[]);
-    let stack = GatewayStack::assemble(control, ttyd1, counter1);
+    let mut stack = GatewayStack::assemble(control, ttyd1, counter1);
 
     // Placement: equal free capacity goes to the first host, then the emptier one.
     let alice = stack.control.token("alice", false);
@@ -382,6 +382,21 @@ fn sessions_spread_over_two_hosts_and_a_silent_host_is_unreachable_until_it_answ
     assert_eq!(full.status, 503, "{}", full.text);
     assert_eq!(full.body["error"]["code"], "no_host_available");
     assert_eq!(session(&stack, &bob, id2)["state"], "unreachable");
+
+    // Control restarted while the host is silent: it starts, and keeps the session
+    // unreachable rather than gone.
+    stack.control.kill9();
+    stack.control.spawn(&[]);
+    assert_eq!(session(&stack, &bob, id2)["state"], "unreachable");
+    assert_eq!(session(&stack, &alice, id1)["state"], "running");
+    wait_for(
+        "the gateway to refuse s2 after control's restart",
+        T,
+        || match stack.open_as(0, id2, &bob_cookie) {
+            Err(e) if e.status() == Some(502) => Some(()),
+            _ => None,
+        },
+    );
 
     // It answers again: its session is reconciled back to running and opens again.
     let restarted = Instant::now();
