@@ -243,6 +243,55 @@ impl Drop for SecondDaemon {
     }
 }
 
+/// Every process: (pid, parent pid, command line joined by spaces).
+fn processes() -> Vec<(u32, u32, String)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let (Ok(stat), Ok(cmdline)) = (
+            std::fs::read_to_string(entry.path().join("stat")),
+            std::fs::read(entry.path().join("cmdline")),
+        ) else {
+            continue;
+        };
+        // The parent is the second field after the command name in parentheses.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        let cmd = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        out.push((pid, ppid, cmd));
+    }
+    out
+}
+
+/// SIGKILLs the program of container `cid` (the child of its containerd shim) while
+/// the second daemon is stopped, as if it died meanwhile. Whether it was found.
+fn kill_container_program(namespace: &str, cid: &str) -> bool {
+    let procs = processes();
+    let shim = format!("-namespace {namespace} -id {cid}");
+    let Some((shim_pid, _, _)) = procs
+        .iter()
+        .find(|(_, _, cmd)| cmd.contains("containerd-shim") && cmd.contains(&shim))
+    else {
+        return false;
+    };
+    let children: Vec<u32> = procs
+        .iter()
+        .filter(|(_, ppid, _)| ppid == shim_pid)
+        .map(|(pid, _, _)| *pid)
+        .collect();
+    for pid in &children {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    !children.is_empty()
+}
+
 fn session(stack: &GatewayStack, token: &str, id: &str) -> Value {
     let a = stack
         .control
@@ -295,6 +344,17 @@ fn sessions_spread_over_two_hosts_and_a_silent_host_is_unreachable_until_it_answ
     assert_eq!(s1["host"], "main", "{s1}");
     assert_eq!(s2["host"], "second", "{s2}");
     let (id1, id2) = (s1["id"].as_str().unwrap(), s2["id"].as_str().unwrap());
+    let carol = stack.control.token("carol", false);
+    let erin = stack.control.token("erin", false);
+    let s3 = create(&stack, &carol);
+    let s4 = create(&stack, &erin);
+    assert_eq!(
+        (&s3["host"], &s4["host"]),
+        (&"main".into(), &"second".into())
+    );
+    let (id3, id4) = (s3["id"].as_str().unwrap(), s4["id"].as_str().unwrap());
+    let c4 = d2.containers(&format!("termgate.session={id4}"));
+    assert_eq!(c4.len(), 1, "s4's container runs on the second daemon");
     let on_second = d2.containers(&format!("termgate.session={id2}"));
     assert_eq!(
         on_second.len(),
@@ -314,8 +374,8 @@ fn sessions_spread_over_two_hosts_and_a_silent_host_is_unreachable_until_it_answ
     assert_eq!(String::from_utf8_lossy(&host_label.stdout).trim(), "second");
     assert_eq!(
         stack.control.containers().len(),
-        1,
-        "only s1's container is on the machine's daemon"
+        2,
+        "only s1's and s3's containers are on the machine's daemon"
     );
 
     // Each terminal through the gateway, each through its own host's pool.
@@ -344,11 +404,20 @@ fn sessions_spread_over_two_hosts_and_a_silent_host_is_unreachable_until_it_answ
     let stopped = Instant::now();
     d2.stop();
     let stop_took = stopped.elapsed();
-    wait_for("s2 to be unreachable", T, || {
-        (session(&stack, &bob, id2)["state"] == "unreachable").then_some(())
+    wait_for("s2 and s4 to be unreachable", T, || {
+        (session(&stack, &bob, id2)["state"] == "unreachable"
+            && session(&stack, &erin, id4)["state"] == "unreachable")
+            .then_some(())
     });
     let unreachable_after = stopped.elapsed();
     assert_eq!(session(&stack, &alice, id1)["state"], "running");
+    assert_eq!(session(&stack, &carol, id3)["state"], "running");
+    // s4's program dies while nobody can see it: when the host answers again, that
+    // is what its session ends with.
+    assert!(
+        kill_container_program(&d2.namespace, &c4[0]),
+        "s4's program found under its shim"
+    );
     let refused = wait_for(
         "the gateway to refuse s2 with host_unavailable",
         T,
@@ -366,10 +435,15 @@ fn sessions_spread_over_two_hosts_and_a_silent_host_is_unreachable_until_it_answ
     t1.send_input(b"echo still-$((60+2))\r").unwrap();
     t1.read_until("still-62", T)
         .expect("the first host's terminal keeps flowing");
-    let carol = stack.control.token("carol", false);
-    let s3 = create(&stack, &carol);
+    // Room on the first host: new sessions go there, never to the silent one.
+    let gone = stack
+        .control
+        .call("DELETE", &format!("/v1/sessions/{id3}"), Some(&carol), None);
+    assert_eq!(gone.status, 204, "{}", gone.text);
+    let frank = stack.control.token("frank", false);
+    let s5 = create(&stack, &frank);
     assert_eq!(
-        s3["host"], "main",
+        s5["host"], "main",
         "new sessions go to the host that answers"
     );
     let dave = stack.control.token("dave", false);
@@ -406,6 +480,17 @@ fn sessions_spread_over_two_hosts_and_a_silent_host_is_unreachable_until_it_answ
         (session(&stack, &bob, id2)["state"] == "running").then_some(())
     });
     let running_after = restarted.elapsed();
+    let ended = wait_for("s4 to end with what happened to it", T, || {
+        let s = session(&stack, &erin, id4);
+        (s["state"] == "exited").then_some(s)
+    });
+    assert_eq!(ended["ended_by"], "termgate", "{ended}");
+    assert!(
+        ended["end_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("while its host was unreachable")),
+        "{ended}"
+    );
     let seen = counter2.connections();
     let t2 = wait_for("s2's terminal to open again", T, || {
         stack.open_as(0, id2, &bob_cookie).ok()
@@ -419,7 +504,7 @@ fn sessions_spread_over_two_hosts_and_a_silent_host_is_unreachable_until_it_answ
     drop(t1);
 
     eprintln!(
-        "figures: second dockerd stop (SIGTERM) took {stop_took:?}; s2 unreachable in the API {unreachable_after:?} after the signal, refused by the gateway (502 host_unavailable) {refused_after:?} after; restarted daemon answered in {daemon_up:?}, s2 running again {running_after:?} after the restart began"
+        "figures: second dockerd stop (SIGTERM) took {stop_took:?}; s2 unreachable in the API {unreachable_after:?} after the signal, refused by the gateway (502 host_unavailable) {refused_after:?} after; restarted daemon answered in {daemon_up:?}, s2 running again {running_after:?} after the restart began, s4 (killed meanwhile) ended exited"
     );
 
     drop(stack);
