@@ -28,6 +28,9 @@ pub struct Config {
     /// The ttyd pool.
     #[serde(default)]
     pub ttyd: TtydConfig,
+    /// The Docker hosts sessions run on (design §7).
+    #[serde(default)]
+    pub docker: DockerConfig,
     /// The sled store.
     #[serde(default)]
     pub store: StoreConfig,
@@ -242,6 +245,77 @@ pub struct TtydConfig {
     pub docker_cli: PathBuf,
 }
 
+/// `[docker]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DockerConfig {
+    /// false: control manages no Docker host at all and fronts targets only; creating
+    /// a session is then answered 503.
+    #[serde(default = "defaults::yes")]
+    pub enabled: bool,
+    /// The Docker hosts control places sessions on, each with its own ttyd pool. Empty:
+    /// one host named `local` at `control.docker_host`, served by the gateway's own pool.
+    #[serde(default)]
+    pub hosts: Vec<DockerHostConfig>,
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        DockerConfig {
+            enabled: true,
+            hosts: Vec::new(),
+        }
+    }
+}
+
+/// One `[[docker.hosts]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DockerHostConfig {
+    /// The host's name: recorded on its sessions and containers (`termgate.host`),
+    /// named by profiles' `hosts`. 1-32 characters of a-z, 0-9 and -.
+    pub name: String,
+    /// The daemon's endpoint: `unix:///path` or `tcp://host:port`.
+    pub endpoint: String,
+    /// CA certificate (PEM) the daemon's certificate is checked against; with
+    /// `tls_cert_file` and `tls_key_file`, a `tcp://` endpoint is spoken to over TLS.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) presented to the daemon.
+    #[serde(default)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Client private key (PEM).
+    #[serde(default)]
+    pub tls_key_file: Option<PathBuf>,
+    /// The addresses of the ttyd pool that attaches to this host's containers
+    /// (`unix:/path` or `host:port`), at least one.
+    #[serde(default)]
+    pub ttyd_pool: Vec<String>,
+    /// Most sessions this host holds at once.
+    pub capacity: u32,
+}
+
+/// Name of the one host of a configuration without `[[docker.hosts]]`.
+pub const LOCAL_HOST: &str = "local";
+
+/// A Docker host as control uses it: configured, or the implicit `local` one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostSpec {
+    /// Its name.
+    pub name: String,
+    /// Its endpoint; `None`: `DOCKER_HOST` or the default socket.
+    pub endpoint: Option<String>,
+    /// (CA, certificate, key) files, resolved, when the endpoint speaks TLS.
+    pub tls: Option<(PathBuf, PathBuf, PathBuf)>,
+    /// Its ttyd pool; empty: the gateway's own (the implicit host only).
+    pub ttyd_pool: Vec<String>,
+    /// Most sessions at once; `u32::MAX` for the implicit host (only quotas bound it).
+    pub capacity: u32,
+    /// Whether it is the implicit host of a configuration without `[[docker.hosts]]`,
+    /// which behaves as the single daemon always did: never marked unreachable.
+    pub implicit: bool,
+}
+
 /// `[store]`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -339,6 +413,9 @@ pub struct Profile {
     /// See `pid_mode`.
     #[serde(default)]
     pub uts_mode: Option<NamespaceMode>,
+    /// Names of the Docker hosts this profile's sessions may run on; empty: any.
+    #[serde(default)]
+    pub hosts: Vec<String>,
 }
 
 /// One `[[targets]]` entry: a ttyd that already runs, opened by the users and roles
@@ -443,6 +520,42 @@ impl Config {
         }
     }
 
+    /// The Docker hosts control manages, in configuration order: `[[docker.hosts]]`,
+    /// or the one implicit host `local` at `control.docker_host`; none when
+    /// `docker.enabled` is false.
+    pub fn docker_hosts(&self) -> Vec<HostSpec> {
+        if !self.docker.enabled {
+            return Vec::new();
+        }
+        if self.docker.hosts.is_empty() {
+            return vec![HostSpec {
+                name: LOCAL_HOST.to_owned(),
+                endpoint: self.control.docker_host.clone(),
+                tls: None,
+                ttyd_pool: Vec::new(),
+                capacity: u32::MAX,
+                implicit: true,
+            }];
+        }
+        self.docker
+            .hosts
+            .iter()
+            .map(|h| HostSpec {
+                name: h.name.clone(),
+                endpoint: Some(h.endpoint.clone()),
+                tls: match (&h.tls_ca_file, &h.tls_cert_file, &h.tls_key_file) {
+                    (Some(ca), Some(cert), Some(key)) => {
+                        Some((self.resolve(ca), self.resolve(cert), self.resolve(key)))
+                    }
+                    _ => None,
+                },
+                ttyd_pool: h.ttyd_pool.clone(),
+                capacity: h.capacity,
+                implicit: false,
+            })
+            .collect()
+    }
+
     /// The loaded secrets. Present on every `Config` returned by `load`.
     pub fn secrets(&self) -> &Secrets {
         self.secrets
@@ -502,6 +615,15 @@ pub const KEYS: &[(&str, &str)] = &[
     ("control.redraw_pause_ms", "150"),
     ("control.history_per_user", "200"),
     ("control.service_networks", "[]"),
+    ("docker.enabled", "true"),
+    ("docker.hosts", "[]"),
+    ("docker.hosts.name", ""),
+    ("docker.hosts.endpoint", ""),
+    ("docker.hosts.tls_ca_file", ""),
+    ("docker.hosts.tls_cert_file", ""),
+    ("docker.hosts.tls_key_file", ""),
+    ("docker.hosts.ttyd_pool", ""),
+    ("docker.hosts.capacity", ""),
     ("ttyd.binary", "\"ttyd\""),
     ("ttyd.socket", "\"ttyd/ttyd.sock\""),
     ("ttyd.docker_cli", "\"docker\""),
@@ -532,6 +654,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("profiles.<name>.userns_mode", ""),
     ("profiles.<name>.uts_mode", ""),
     ("targets", "[]"),
+    ("profiles.<name>.hosts", "[]"),
 ];
 
 mod defaults {

@@ -234,6 +234,8 @@ pub(crate) fn validate(c: &mut Config, errors: &mut Vec<ConfigError>) {
         Some(t)
     });
 
+    validate_hosts(c, &mut err);
+
     // [store], [quota]
     if c.store.path.as_os_str().is_empty() {
         err("store.path", "must not be empty".into());
@@ -285,11 +287,22 @@ pub(crate) fn validate(c: &mut Config, errors: &mut Vec<ConfigError>) {
     }
 
     // [profiles]
-    if c.profiles.is_empty() {
+    if c.profiles.is_empty() && c.docker.enabled {
         err("profiles", "at least one profile is required".into());
     }
+    let host_names: Vec<String> = c.docker_hosts().into_iter().map(|h| h.name).collect();
     for (name, p) in &c.profiles {
         validate_profile(name, p, &mut err);
+        for (i, h) in p.hosts.iter().enumerate() {
+            if !host_names.contains(h) {
+                err(
+                    &format!("profiles.{name}.hosts[{i}]"),
+                    format!(
+                        "{h:?} is not a Docker host of this configuration (known: {host_names:?})"
+                    ),
+                );
+            }
+        }
         if c.control.service_networks.contains(&p.network) {
             err(
                 &format!("profiles.{name}.network"),
@@ -307,6 +320,108 @@ pub(crate) fn validate(c: &mut Config, errors: &mut Vec<ConfigError>) {
             signing,
             service_token,
         });
+    }
+}
+
+/// `[[docker.hosts]]`: names unique and plain, endpoints unix or tcp, TLS files all
+/// or none (and only over tcp), pools of valid addresses, capacities positive.
+fn validate_hosts(c: &Config, err: &mut impl FnMut(&str, String)) {
+    if !c.docker.enabled && !c.docker.hosts.is_empty() {
+        err(
+            "docker.enabled",
+            "false, yet docker.hosts lists hosts: remove them, or enable Docker".into(),
+        );
+    }
+    if c.docker.hosts.is_empty() {
+        return;
+    }
+    if c.control.docker_host.is_some() {
+        err(
+            "control.docker_host",
+            "not used when docker.hosts is set: give each daemon's endpoint in docker.hosts".into(),
+        );
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for (i, h) in c.docker.hosts.iter().enumerate() {
+        let key = format!("docker.hosts[{i}]");
+        if !is_name(&h.name, 32) {
+            err(
+                &format!("{key}.name"),
+                format!(
+                    "{:?}: host names are 1-32 characters of a-z, 0-9 and -, not starting with -",
+                    h.name
+                ),
+            );
+        } else if names.contains(&h.name.as_str()) {
+            err(
+                &format!("{key}.name"),
+                format!(
+                    "{:?} names another host already; names must be unique",
+                    h.name
+                ),
+            );
+        }
+        names.push(&h.name);
+        let tcp = if let Some(path) = h.endpoint.strip_prefix("unix://") {
+            if !path.starts_with('/') {
+                err(
+                    &format!("{key}.endpoint"),
+                    "a unix endpoint is unix:///absolute/path".into(),
+                );
+            }
+            false
+        } else if let Some(addr) = h.endpoint.strip_prefix("tcp://") {
+            if !matches!(
+                policy::feed::parse_addr(addr),
+                Ok(policy::feed::TtydAddr::Tcp(_))
+            ) {
+                err(
+                    &format!("{key}.endpoint"),
+                    format!("{:?}: a tcp endpoint is tcp://host:port", h.endpoint),
+                );
+            }
+            true
+        } else {
+            err(
+                &format!("{key}.endpoint"),
+                format!("{:?}: must start with unix:// or tcp://", h.endpoint),
+            );
+            false
+        };
+        let tls = [
+            ("tls_ca_file", &h.tls_ca_file),
+            ("tls_cert_file", &h.tls_cert_file),
+            ("tls_key_file", &h.tls_key_file),
+        ];
+        let given = tls.iter().filter(|(_, f)| f.is_some()).count();
+        if given > 0 && !tcp {
+            err(
+                &format!("{key}.endpoint"),
+                "TLS files are only used with a tcp:// endpoint".into(),
+            );
+        }
+        for (field, file) in tls {
+            match file {
+                Some(f) => check_readable(c, f, &format!("{key}.{field}"), err),
+                None if given > 0 => err(
+                    &format!("{key}.{field}"),
+                    "required when any of tls_ca_file, tls_cert_file, tls_key_file is set".into(),
+                ),
+                None => {}
+            }
+        }
+        if h.ttyd_pool.is_empty() {
+            err(
+                &format!("{key}.ttyd_pool"),
+                "must list at least one address of the ttyd pool that attaches to this host".into(),
+            );
+        }
+        for (j, a) in h.ttyd_pool.iter().enumerate() {
+            if let Err(e) = policy::feed::parse_addr(a) {
+                err(&format!("{key}.ttyd_pool[{j}]"), format!("{a:?}: {e}"));
+            }
+        }
+        positive(&format!("{key}.capacity"), h.capacity.into(), err);
     }
 }
 

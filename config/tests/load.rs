@@ -543,3 +543,138 @@ fn targets_load_with_their_credential_resolved_and_mistakes_name_the_key() {
         assert!(text.contains(key), "{key} is not named in:\n{text}");
     }
 }
+
+const TWO_HOSTS: &str = r#"
+[[docker.hosts]]
+name = "main"
+endpoint = "unix:///var/run/docker.sock"
+ttyd_pool = ["unix:/run/termgate/main.sock"]
+capacity = 10
+
+[[docker.hosts]]
+name = "gpu-1"
+endpoint = "tcp://10.0.0.5:2375"
+ttyd_pool = ["10.0.0.5:7681", "10.0.0.6:7681"]
+capacity = 2
+"#;
+
+#[test]
+fn without_docker_hosts_there_is_one_implicit_local_host_at_control_docker_host() {
+    let c = load_text(
+        EXAMPLE,
+        &[("TERMGATE__CONTROL__DOCKER_HOST", "unix:///run/d.sock")],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let hosts = c.docker_hosts();
+    assert_eq!(hosts.len(), 1);
+    assert_eq!(hosts[0].name, "local");
+    assert_eq!(hosts[0].endpoint.as_deref(), Some("unix:///run/d.sock"));
+    assert!(hosts[0].implicit && hosts[0].ttyd_pool.is_empty());
+}
+
+#[test]
+fn docker_hosts_load_in_order_with_their_pools_and_capacities() {
+    let c = load_text(&format!("{EXAMPLE}\n{TWO_HOSTS}"), &[]).unwrap_or_else(|e| panic!("{e}"));
+    let hosts = c.docker_hosts();
+    let names: Vec<&str> = hosts.iter().map(|h| h.name.as_str()).collect();
+    assert_eq!(names, ["main", "gpu-1"]);
+    assert_eq!(hosts[1].ttyd_pool, ["10.0.0.5:7681", "10.0.0.6:7681"]);
+    assert_eq!(hosts[1].capacity, 2);
+    assert!(!hosts[0].implicit && hosts[1].tls.is_none());
+}
+
+#[test]
+fn bad_docker_hosts_are_refused_naming_each_key() {
+    let text = format!(
+        "{EXAMPLE}\n{TWO_HOSTS}\n{}",
+        r#"
+[[docker.hosts]]
+name = "main"
+endpoint = "ssh://x"
+ttyd_pool = ["unix:relative", "nope"]
+capacity = 0
+
+[[docker.hosts]]
+name = "Bad_Name"
+endpoint = "unix:///x.sock"
+tls_ca_file = "secrets/hs256.key"
+ttyd_pool = []
+capacity = 1
+"#
+    );
+    let e = load_text(&text, &[("TERMGATE__CONTROL__DOCKER_HOST", "unix:///x")]).unwrap_err();
+    assert!(e.mentions("docker.hosts[2].name", "unique"), "{e}");
+    assert!(
+        e.mentions("docker.hosts[2].endpoint", "unix:// or tcp://"),
+        "{e}"
+    );
+    assert!(
+        e.mentions("docker.hosts[2].ttyd_pool[0]", "absolute"),
+        "{e}"
+    );
+    assert!(
+        e.mentions("docker.hosts[2].ttyd_pool[1]", "host:port"),
+        "{e}"
+    );
+    assert!(e.mentions("docker.hosts[2].capacity", "positive"), "{e}");
+    assert!(e.mentions("docker.hosts[3].name", "a-z"), "{e}");
+    assert!(e.mentions("docker.hosts[3].endpoint", "tcp://"), "{e}");
+    assert!(
+        e.mentions("docker.hosts[3].tls_cert_file", "required"),
+        "{e}"
+    );
+    assert!(
+        e.mentions("docker.hosts[3].tls_key_file", "required"),
+        "{e}"
+    );
+    assert!(
+        e.mentions("docker.hosts[3].ttyd_pool", "at least one"),
+        "{e}"
+    );
+    assert!(e.mentions("control.docker_host", "docker.hosts"), "{e}");
+}
+
+#[test]
+fn tls_files_of_a_tcp_host_must_all_be_readable() {
+    let text = format!(
+        "{EXAMPLE}\n{}",
+        r#"
+[[docker.hosts]]
+name = "remote"
+endpoint = "tcp://10.0.0.9:2376"
+tls_ca_file = "secrets/hs256.key"
+tls_cert_file = "secrets/service.token"
+tls_key_file = "secrets/missing.pem"
+ttyd_pool = ["10.0.0.9:7681"]
+capacity = 4
+"#
+    );
+    let e = load_text(&text, &[]).unwrap_err();
+    assert_eq!(e.0.len(), 1, "{e}");
+    assert!(
+        e.mentions("docker.hosts[0].tls_key_file", "cannot read"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_profile_may_name_only_hosts_the_configuration_has() {
+    let ok = load_text(
+        &example_with_profile(&format!("hosts = [\"gpu-1\"]\n{TWO_HOSTS}")),
+        &[],
+    );
+    assert!(ok.is_ok(), "{:?}", ok.err());
+    let e = load_text(
+        &example_with_profile(&format!("hosts = [\"gpu-1\", \"gpu-9\"]\n{TWO_HOSTS}")),
+        &[],
+    )
+    .unwrap_err();
+    assert!(e.mentions("profiles.evil.hosts[1]", "gpu-9"), "{e}");
+    // Without [[docker.hosts]] the one host is `local`.
+    assert!(load_text(&example_with_profile("hosts = [\"local\"]"), &[]).is_ok());
+    let e = load_text(&example_with_profile("hosts = [\"gpu-1\"]"), &[]).unwrap_err();
+    assert!(
+        e.mentions("profiles.evil.hosts[0]", "not a Docker host"),
+        "{e}"
+    );
+}

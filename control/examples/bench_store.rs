@@ -18,6 +18,7 @@ fn session(n: u32, owner: &str) -> Session {
         owner: Sub::parse(owner).expect("valid sub"),
         name: format!("s{n}"),
         profile: "default".into(),
+        host: "local".into(),
         options: Default::default(),
         state: SessionState::Running,
         created_at: 1_800_000_000 + u64::from(n),

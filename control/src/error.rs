@@ -15,6 +15,7 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::Quota(q) => Refusal::from(q),
             StoreError::NotFound => Refusal::NOT_FOUND,
+            StoreError::NoHost(m) => Refusal::NO_HOST_AVAILABLE.with_message(m),
             StoreError::Conflict(m) => Refusal::CONFLICT.with_message(m),
             e @ StoreError::StateChanged(_) => Refusal::CONFLICT.with_message(e.to_string()),
             other => {

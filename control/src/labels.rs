@@ -25,6 +25,9 @@ pub const PROFILE: &str = "termgate.profile";
 pub const NAME: &str = "termgate.name";
 /// Creation time, Unix seconds (for rebuilding the store).
 pub const CREATED: &str = "termgate.created";
+/// The Docker host the session was placed on (design §7): a container found on a
+/// host whose name it does not carry is another host's to judge.
+pub const HOST: &str = "termgate.host";
 
 /// The kinds of object termgate creates, as the [`MANAGED`] label names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +75,7 @@ pub fn session_container(instance: &str, s: &Session) -> Labels {
         label(PROFILE, s.profile.as_str()),
         label(NAME, s.name.as_str()),
         label(CREATED, s.created_at.to_string()),
+        label(HOST, s.host.as_str()),
     ])
 }
 
@@ -96,6 +100,12 @@ pub fn is_session_of(l: &Labels, instance: &str) -> bool {
 /// attributes next to Docker's own).
 pub fn is_of_instance(l: &Labels, instance: &str) -> bool {
     l.get(INSTANCE).map(String::as_str) == Some(instance)
+}
+
+/// Whether a container with labels `l`, found on Docker host `host`, is that host's
+/// to judge: it names `host`, or (made before hosts were labelled) no host at all.
+pub fn is_on_host(l: &Labels, host: &str) -> bool {
+    l.get(HOST).is_none_or(|h| h == host)
 }
 
 /// Docker `label` filters that select the session containers of `instance`; a
@@ -130,6 +140,8 @@ pub struct SessionLabels {
     pub profile: String,
     /// Creation time, Unix seconds, when the label is there and readable.
     pub created: Option<u64>,
+    /// The host it was placed on; `None` for containers made before hosts were labelled.
+    pub host: Option<String>,
 }
 
 impl SessionLabels {
@@ -141,6 +153,7 @@ impl SessionLabels {
             name: l.get(NAME).cloned().unwrap_or_default(),
             profile: l.get(PROFILE).cloned().unwrap_or_default(),
             created: l.get(CREATED).and_then(|t| t.parse().ok()),
+            host: l.get(HOST).cloned(),
         })
     }
 }
@@ -160,6 +173,7 @@ mod tests {
             owner: sub("alice"),
             name: "work".into(),
             profile: "shell".into(),
+            host: "gpu-1".into(),
             options: Default::default(),
             state: SessionState::Creating,
             created_at: 1_700_000_000,
@@ -194,6 +208,7 @@ mod tests {
                 label("termgate.profile", "shell"),
                 label("termgate.name", "work"),
                 label("termgate.created", "1700000000"),
+                label("termgate.host", "gpu-1"),
             ])
         );
         assert!(is_session_of(&l, "prod"));
@@ -206,6 +221,7 @@ mod tests {
                 name: "work".into(),
                 profile: "shell".into(),
                 created: Some(1_700_000_000),
+                host: Some("gpu-1".into()),
             })
         );
     }

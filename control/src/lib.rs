@@ -8,6 +8,7 @@
 pub mod api;
 pub mod docker;
 pub mod error;
+pub mod hosts;
 pub mod labels;
 pub mod metrics;
 pub mod model;

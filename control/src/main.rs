@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use control::api::{self, Listener};
 use control::docker::Docker;
+use control::hosts::{Host, Hosts};
 use control::reconcile::Reconciler;
 use control::service::{now, Control};
 use control::store::Store;
@@ -39,6 +40,11 @@ enum Command {
     },
     /// Load and validate the configuration, then exit.
     Check,
+    /// Print the Docker hosts, one a line: name, endpoint (`-`: the default),
+    /// ttyd pool addresses comma-separated (`-`: the gateway's own pool), and `tls`
+    /// when the endpoint speaks TLS (`-` otherwise), separated by tabs. `deploy/up`
+    /// starts one pool per host from it.
+    Hosts,
 }
 
 fn main() -> ExitCode {
@@ -60,6 +66,22 @@ fn main() -> ExitCode {
         },
         Some(Command::Check) => {
             println!("configuration {} is valid", cli.config.display());
+            ExitCode::SUCCESS
+        }
+        Some(Command::Hosts) => {
+            for h in config.docker_hosts() {
+                let pool = if h.ttyd_pool.is_empty() {
+                    "-".to_owned()
+                } else {
+                    h.ttyd_pool.join(",")
+                };
+                let tls = if h.tls.is_some() { "tls" } else { "-" };
+                println!(
+                    "{}\t{}\t{pool}\t{tls}",
+                    h.name,
+                    h.endpoint.as_deref().unwrap_or("-")
+                );
+            }
             ExitCode::SUCCESS
         }
         None => {
@@ -101,18 +123,50 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
     }
     let verifier = config.verifier().context("auth")?;
     let store_path = config.resolve(&config.store.path);
-    let store = Store::open(&store_path, config.store.change_log_len)
+    let mut store = Store::open(&store_path, config.store.change_log_len)
         .with_context(|| format!("store.path: cannot open {}", store_path.display()))?;
-    let docker = Docker::connect(
-        config.control.docker_host.as_deref(),
-        Duration::from_secs(config.control.docker_timeout_seconds),
-    )
-    .await
-    .context("control.docker_host: cannot reach Docker")?;
-    let seccomp = seccomp_at_start(
-        docker.seccomp_supported().await.map_err(|e| e.to_string()),
-        config.control.allow_no_seccomp,
-    )?;
+    let timeout = Duration::from_secs(config.control.docker_timeout_seconds);
+    let mut specs = config.docker_hosts();
+    let (hosts, seccomp) = match specs.pop() {
+        // No [[docker.hosts]]: the one daemon, which must answer at start as it always had to.
+        Some(local) if local.implicit => {
+            let docker = Docker::connect(local.endpoint.as_deref(), timeout)
+                .await
+                .context("control.docker_host: cannot reach Docker")?;
+            let seccomp = seccomp_at_start(
+                docker.seccomp_supported().await.map_err(|e| e.to_string()),
+                config.control.allow_no_seccomp,
+            )?;
+            let host = Host::new(local, Some(docker), timeout, true, true);
+            (Hosts::new(vec![Arc::new(host)]), seccomp)
+        }
+        last => {
+            specs.extend(last);
+            // Each host's seccomp support is judged when it first answers; one that
+            // lacks it is never used unless allowed.
+            let hosts = Hosts::connect(specs, timeout, config.control.allow_no_seccomp).await?;
+            (hosts, !config.control.allow_no_seccomp)
+        }
+    };
+    if !config.docker.enabled {
+        tracing::info!("docker.enabled = false: no Docker host; serving targets only");
+    }
+    store.set_pools(hosts.pools());
+    let names: Vec<&str> = hosts.iter().map(|h| h.name()).collect();
+    let strays = store
+        .list_active(None)
+        .map(|a| {
+            a.into_iter()
+                .filter(|s| !names.contains(&s.host.as_str()))
+                .count()
+        })
+        .unwrap_or(0);
+    if strays > 0 {
+        tracing::warn!(
+            strays,
+            "active sessions are recorded on Docker hosts this configuration does not have; they stay as they are until such a host is configured again"
+        );
+    }
     let api_listener = tokio::net::TcpListener::bind(&config.control.listen)
         .await
         .with_context(|| format!("control.listen: cannot listen on {}", config.control.listen))?;
@@ -125,7 +179,7 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
             )
         })?;
 
-    let control = Arc::new(Control::new(Arc::clone(&config), store, docker, verifier));
+    let control = Arc::new(Control::new(Arc::clone(&config), store, hosts, verifier));
     control.metrics().seccomp_enforced.set(i64::from(seccomp));
     let targets = control
         .apply_config_targets()

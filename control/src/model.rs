@@ -1,5 +1,7 @@
 //! The records control keeps and publishes.
 
+use std::collections::BTreeMap;
+
 pub use policy::feed::{
     Change, FeedPage, Route, RouteLookup, TargetAccess, TargetCredential, TtydAddress,
 };
@@ -16,6 +18,10 @@ pub enum SessionState {
     Running,
     /// Being ended; still counted against quota until its container is gone.
     Stopping,
+    /// Was running on a Docker host that stopped answering: still counted, never
+    /// ended for that alone; back to `running` (or ended with the real reason) once
+    /// the host answers again.
+    Unreachable,
     /// Ended by a user or an admin.
     Terminated,
     /// The container's program exited (or was killed).
@@ -31,7 +37,10 @@ impl SessionState {
     pub fn is_active(self) -> bool {
         matches!(
             self,
-            SessionState::Creating | SessionState::Running | SessionState::Stopping
+            SessionState::Creating
+                | SessionState::Running
+                | SessionState::Stopping
+                | SessionState::Unreachable
         )
     }
 
@@ -41,6 +50,7 @@ impl SessionState {
             SessionState::Creating => "creating",
             SessionState::Running => "running",
             SessionState::Stopping => "stopping",
+            SessionState::Unreachable => "unreachable",
             SessionState::Terminated => "terminated",
             SessionState::Exited => "exited",
             SessionState::Gone => "gone",
@@ -60,6 +70,9 @@ pub struct Session {
     pub name: String,
     /// Profile it was made from.
     pub profile: String,
+    /// The Docker host it runs on; records from before several hosts read as `local`.
+    #[serde(default = "local_host")]
+    pub host: String,
     /// User-chosen option values (validated against the profile).
     #[serde(default)]
     pub options: std::collections::BTreeMap<String, String>,
@@ -81,15 +94,34 @@ pub struct Session {
     pub end_reason: Option<String>,
 }
 
+fn local_host() -> String {
+    config::LOCAL_HOST.to_owned()
+}
+
+/// The ttyd pool of each Docker host that has its own; a host missing here is served
+/// by the gateway's own pool.
+pub type Pools = BTreeMap<String, TtydAddress>;
+
 impl Session {
-    /// The route gateways need, when the session is running.
+    /// The route gateways need, when the session is running, or unreachable (then
+    /// marked so, and gateways refuse its terminals at once), with no pools known.
     pub fn route(&self) -> Option<Route> {
-        match (self.state, &self.container_id) {
-            (SessionState::Running, Some(c)) => {
-                Some(Route::container(self.id, self.owner.to_string(), c.clone()))
-            }
-            _ => None,
-        }
+        self.route_via(&Pools::new())
+    }
+
+    /// [`Session::route`], aimed at the ttyd pool of the session's host in `pools`.
+    pub fn route_via(&self, pools: &Pools) -> Option<Route> {
+        let unreachable = match self.state {
+            SessionState::Running => false,
+            SessionState::Unreachable => true,
+            _ => return None,
+        };
+        let c = self.container_id.as_ref()?;
+        let mut route = Route::container(self.id, self.owner.to_string(), c.clone());
+        route.host = Some(self.host.clone());
+        route.upstream = pools.get(&self.host).cloned();
+        route.unreachable = unreachable;
+        Some(route)
     }
 }
 

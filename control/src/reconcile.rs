@@ -1,4 +1,10 @@
-//! The reconciler: makes the store agree with Docker.
+//! The reconciler: makes the store agree with Docker, host by host (design §7).
+//!
+//! Each Docker host has its own event stream and its own share of every pass, and a
+//! configured host is probed every second: one that stops answering has its running
+//! sessions recorded `unreachable` (never `gone`: nothing is known to have ended, and
+//! nothing is removed), and once it answers again a pass over it puts them back to
+//! `running` or ends them with what really happened. Other hosts are untouched.
 //!
 //! Docker's events give fast reaction (a killed container is recorded within a second);
 //! a full pass on an interval catches everything else. Every Docker call has its own
@@ -14,7 +20,8 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use policy::SessionId;
 
-use crate::docker::{ContainerStatus, DockerError, EventAction};
+use crate::docker::{ContainerStatus, Docker, DockerError, EventAction};
+use crate::hosts::{Host, Probe};
 use crate::labels::{self, SessionLabels};
 use crate::model::{Session, SessionState};
 use crate::service::{container_name, now, Control, SYSTEM};
@@ -33,9 +40,30 @@ pub struct PassReport {
     pub finished: usize,
     /// Labelled containers without a record, removed.
     pub orphans_removed: usize,
+    /// Running records whose host stopped answering, recorded `unreachable`.
+    pub unreachable: usize,
+    /// `unreachable` records whose host answers again and whose container runs, back
+    /// to `running`.
+    pub recovered: usize,
     /// Docker calls or store reads that failed (timeouts included).
     pub errors: usize,
 }
+
+impl PassReport {
+    fn add(&mut self, o: &PassReport) {
+        self.gone += o.gone;
+        self.exited += o.exited;
+        self.failed += o.failed;
+        self.finished += o.finished;
+        self.orphans_removed += o.orphans_removed;
+        self.unreachable += o.unreachable;
+        self.recovered += o.recovered;
+        self.errors += o.errors;
+    }
+}
+
+/// How often a configured host is asked whether it answers.
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Why the store could not be rebuilt from container labels.
 #[derive(Debug, thiserror::Error)]
@@ -61,34 +89,55 @@ impl Reconciler {
     }
 
     /// Rebuilds the store from container labels when it is empty (fresh or lost) and
-    /// running session containers of this instance exist. Returns how many were
+    /// running session containers of this instance exist, on every host that answers;
+    /// each session is recorded on the host its label names (or, for a container made
+    /// before hosts were labelled, the host it was found on). Returns how many were
     /// restored.
     pub async fn rebuild_from_labels(&self) -> Result<usize, RebuildError> {
         let c = &self.control;
         if !c.store().is_empty() {
             return Ok(0);
         }
-        let containers = c.docker().list_managed(&c.config().instance).await?;
-        let sessions: Vec<Session> = containers
-            .iter()
-            .filter(|s| s.state.is_running())
-            .filter_map(|s| {
-                let l = SessionLabels::read(&s.labels)?;
-                Some(Session {
-                    id: l.id,
-                    owner: l.owner,
-                    name: l.name,
-                    profile: l.profile,
-                    options: Default::default(),
-                    state: SessionState::Running,
-                    created_at: l.created.unwrap_or(u64::try_from(s.created).unwrap_or(0)),
-                    container_id: Some(s.id.clone()),
-                    ended_at: None,
-                    ended_by: None,
-                    end_reason: None,
-                })
-            })
-            .collect();
+        let mut sessions = Vec::new();
+        for host in c.hosts().iter().filter(|h| h.is_up()) {
+            let listed = match host.docker() {
+                Ok(d) => d.list_managed(&c.config().instance).await,
+                Err(e) => Err(e),
+            };
+            let containers = match listed {
+                Ok(list) => list,
+                // The implicit host fails as the one daemon always did; a configured
+                // host that fails now is rebuilt from on a later start.
+                Err(e) if !host.is_monitored() => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(host = %host.name(), error = %e, "cannot list the host's session containers to rebuild the store");
+                    continue;
+                }
+            };
+            sessions.extend(
+                containers
+                    .iter()
+                    .filter(|s| s.state.is_running())
+                    .filter(|s| labels::is_on_host(&s.labels, host.name()))
+                    .filter_map(|s| {
+                        let l = SessionLabels::read(&s.labels)?;
+                        Some(Session {
+                            id: l.id,
+                            owner: l.owner,
+                            name: l.name,
+                            profile: l.profile,
+                            host: l.host.unwrap_or_else(|| host.name().to_owned()),
+                            options: Default::default(),
+                            state: SessionState::Running,
+                            created_at: l.created.unwrap_or(u64::try_from(s.created).unwrap_or(0)),
+                            container_id: Some(s.id.clone()),
+                            ended_at: None,
+                            ended_by: None,
+                            end_reason: None,
+                        })
+                    }),
+            );
+        }
         let restored = c.store().insert_rebuilt(&sessions)?;
         if restored > 0 {
             tracing::warn!(target: "audit", restored, "store was empty: sessions rebuilt from container labels");
@@ -97,18 +146,56 @@ impl Reconciler {
         Ok(restored)
     }
 
-    /// One full pass.
+    /// One full pass over every host, then the counts recomputed.
     ///
-    /// The store is read before Docker is listed, so every container a record points
-    /// at was made before the listing; each action is then decided in the store first
-    /// (an end that holds only if the record is still in the state the decision was
-    /// based on) and carried out in Docker after. Sessions this process is creating
-    /// right now are never touched, however long Docker takes.
+    /// Hosts are reconciled concurrently and each on its own (see [`Reconciler::pass_host`]):
+    /// a host that does not answer never holds up or changes the others.
     pub async fn pass(&self) -> PassReport {
         let c = &self.control;
         let started = Instant::now();
+        let hosts: Vec<Arc<Host>> = c.hosts().iter().cloned().collect();
+        let reports = futures_util::future::join_all(hosts.iter().map(|h| self.pass_host(h))).await;
         let mut report = PassReport::default();
-        let active = match c.store().list_active(None) {
+        for r in &reports {
+            report.add(r);
+        }
+        self.recount(&mut report);
+        c.metrics()
+            .reconcile_pass_seconds
+            .observe(started.elapsed().as_secs_f64());
+        report
+    }
+
+    fn recount(&self, report: &mut PassReport) {
+        let c = &self.control;
+        match c.store().recount() {
+            Ok(total) => {
+                c.metrics().sessions_active.set(i64::from(total));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "reconcile: cannot recount active sessions");
+                report.errors += 1;
+            }
+        }
+    }
+
+    /// One pass over one host.
+    ///
+    /// A host that did not answer its last probe is not listed: its running sessions
+    /// are recorded `unreachable` and nothing else happens. Otherwise the store is read
+    /// before Docker is listed, so every container a record points at was made before
+    /// the listing; each action is then decided in the store first (an end that holds
+    /// only if the record is still in the state the decision was based on) and carried
+    /// out in Docker after. Sessions this process is creating right now are never
+    /// touched, however long Docker takes.
+    pub async fn pass_host(&self, host: &Host) -> PassReport {
+        let c = &self.control;
+        let mut report = PassReport::default();
+        if !host.is_up() {
+            self.mark_unreachable(host, &mut report);
+            return report;
+        }
+        let all_active = match c.store().list_active(None) {
             Ok(a) => a,
             Err(e) => {
                 tracing::error!(error = %e, "reconcile: cannot read the store");
@@ -116,15 +203,29 @@ impl Reconciler {
                 return report;
             }
         };
-        let containers = match c.docker().list_managed(&c.config().instance).await {
-            Ok(list) => list,
+        let docker = match host.docker() {
+            Ok(d) => d,
             Err(e) => {
-                c.metrics().docker_error("list");
-                tracing::warn!(error = %e, "reconcile: cannot list containers");
+                tracing::warn!(host = %host.name(), error = %e, "reconcile: no client for the host");
                 report.errors += 1;
                 return report;
             }
         };
+        let containers = match docker.list_managed(&c.config().instance).await {
+            Ok(list) => list,
+            Err(e) => {
+                c.metrics().docker_error("list");
+                tracing::warn!(host = %host.name(), error = %e, "reconcile: cannot list containers");
+                report.errors += 1;
+                return report;
+            }
+        };
+        // A container that names another host is that host's to judge (two entries
+        // may point at one daemon).
+        let containers: Vec<ContainerStatus> = containers
+            .into_iter()
+            .filter(|s| labels::is_on_host(&s.labels, host.name()))
+            .collect();
         let mut by_session: HashMap<SessionId, &ContainerStatus> = HashMap::new();
         for s in &containers {
             if let Some(id) = labels::session_id(&s.labels) {
@@ -134,11 +235,14 @@ impl Reconciler {
         let t = now();
         let creating_grace = c.config().control.creating_grace_seconds;
 
-        let record_actions = active.iter().map(|s| {
-            let container = by_session.get(&s.id).copied();
-            self.reconcile_session(s, container, t, creating_grace)
-        });
-        let active_ids: HashSet<SessionId> = active.iter().map(|s| s.id).collect();
+        let record_actions = all_active
+            .iter()
+            .filter(|s| s.host == host.name())
+            .map(|s| {
+                let container = by_session.get(&s.id).copied();
+                self.reconcile_session(s, container, &docker, t, creating_grace)
+            });
+        let active_ids: HashSet<SessionId> = all_active.iter().map(|s| s.id).collect();
         let mut orphans = Vec::new();
         for s in &containers {
             match self.is_orphan(s, &active_ids, t) {
@@ -159,12 +263,14 @@ impl Reconciler {
                 Outcome::Exited => report.exited += 1,
                 Outcome::Failed => report.failed += 1,
                 Outcome::Finished => report.finished += 1,
+                Outcome::Recovered => report.recovered += 1,
                 Outcome::Error => report.errors += 1,
             }
         }
-        let orphan_results =
-            futures_util::future::join_all(orphans.into_iter().map(|s| self.remove_orphan(s)))
-                .await;
+        let orphan_results = futures_util::future::join_all(
+            orphans.into_iter().map(|s| self.remove_orphan(s, &docker)),
+        )
+        .await;
         for r in orphan_results {
             match r {
                 Ok(true) => {
@@ -178,19 +284,44 @@ impl Reconciler {
                 }
             }
         }
-        match c.store().recount() {
-            Ok(total) => {
-                c.metrics().sessions_active.set(i64::from(total));
-            }
+        report
+    }
+
+    /// Records the running sessions of a host that does not answer as `unreachable`
+    /// (each only if still running: a record that moved on is left as it is). Gateways
+    /// learn it from the feed and refuse those terminals at once.
+    fn mark_unreachable(&self, host: &Host, report: &mut PassReport) {
+        let c = &self.control;
+        let active = match c.store().list_active(None) {
+            Ok(a) => a,
             Err(e) => {
-                tracing::error!(error = %e, "reconcile: cannot recount active sessions");
+                tracing::error!(error = %e, "reconcile: cannot read the store");
                 report.errors += 1;
+                return;
+            }
+        };
+        for s in active
+            .iter()
+            .filter(|s| s.host == host.name() && s.state == SessionState::Running)
+        {
+            let marked = c.store().update(&s.id, |r| {
+                if r.state == SessionState::Running {
+                    r.state = SessionState::Unreachable;
+                }
+            });
+            match marked {
+                Ok(r) if r.state == SessionState::Unreachable => {
+                    report.unreachable += 1;
+                    c.metrics().reconciled("unreachable");
+                    tracing::warn!(target: "audit", session = %s.id, sub = %s.owner, host = %host.name(), "session unreachable: its Docker host does not answer");
+                }
+                Ok(_) | Err(StoreError::NotFound) => {}
+                Err(e) => {
+                    tracing::error!(session = %s.id, error = %e, "reconcile: store write failed");
+                    report.errors += 1;
+                }
             }
         }
-        c.metrics()
-            .reconcile_pass_seconds
-            .observe(started.elapsed().as_secs_f64());
-        report
     }
 
     /// Whether `s` is a session container of this instance that no active record
@@ -223,7 +354,11 @@ impl Reconciler {
     /// Removes a labelled container that no active record claims, after checking the
     /// store once more right before acting: a record that became active since the pass
     /// read the store (or a create this process started since) keeps its container.
-    async fn remove_orphan(&self, s: &ContainerStatus) -> Result<bool, DockerError> {
+    async fn remove_orphan(
+        &self,
+        s: &ContainerStatus,
+        docker: &Docker,
+    ) -> Result<bool, DockerError> {
         let c = &self.control;
         if let Some(id) = labels::session_id(&s.labels) {
             if c.is_being_created(&id) {
@@ -238,7 +373,7 @@ impl Reconciler {
                 }
             }
         }
-        let r = c.remove_container(&s.id).await;
+        let r = c.remove_container(docker, &s.id).await;
         tracing::info!(target: "audit", container = %s.id, session = ?s.labels.get(labels::SESSION), ok = r.is_ok(), "orphan container removed");
         r.map(|()| true)
     }
@@ -247,6 +382,7 @@ impl Reconciler {
         &self,
         s: &Session,
         container: Option<&ContainerStatus>,
+        docker: &Docker,
         t: u64,
         creating_grace: u64,
     ) -> Outcome {
@@ -264,8 +400,23 @@ impl Reconciler {
                 if looks_alive {
                     return Outcome::Nothing;
                 }
-                self.settle_running(s, cid, "the session's program exited")
+                self.settle_running(s, cid, docker, "the session's program exited")
                     .await
+            }
+            SessionState::Unreachable => {
+                let Some(cid) = s.container_id.as_deref() else {
+                    return self.end_as(s, SessionState::Gone, "the container disappeared");
+                };
+                if container.is_some_and(|c| !c.state.is_dead()) {
+                    return self.recover(s);
+                }
+                self.settle_running(
+                    s,
+                    cid,
+                    docker,
+                    "the session's program exited while its host was unreachable",
+                )
+                .await
             }
             SessionState::Creating
                 if t.saturating_sub(s.created_at) >= creating_grace
@@ -279,7 +430,7 @@ impl Reconciler {
                     return outcome;
                 }
                 let target = container.map_or_else(|| container_name(&s.id), |c| c.id.clone());
-                if let Err(e) = c.remove_container(&target).await {
+                if let Err(e) = c.remove_container(docker, &target).await {
                     // The record has ended; the container is now an orphan of an ended
                     // session and goes on a later pass.
                     c.metrics().docker_error("remove");
@@ -309,16 +460,22 @@ impl Reconciler {
     /// A `running` record whose container looked missing or dead: inspect that
     /// container now, end the record only if it is still `running`, and only then
     /// remove what is left of the container.
-    async fn settle_running(&self, s: &Session, cid: &str, exit_reason: &str) -> Outcome {
+    async fn settle_running(
+        &self,
+        s: &Session,
+        cid: &str,
+        docker: &Docker,
+        exit_reason: &str,
+    ) -> Outcome {
         let c = &self.control;
-        match c.docker().inspect(cid).await {
+        match docker.inspect(cid).await {
             Ok(None) => self.end_as(s, SessionState::Gone, "the container disappeared"),
             Ok(Some(found)) if found.state.is_dead() => {
                 let outcome = self.end_as(s, SessionState::Exited, exit_reason);
                 if !matches!(outcome, Outcome::Exited) {
                     return outcome;
                 }
-                if let Err(e) = c.remove_container(&found.id).await {
+                if let Err(e) = c.remove_container(docker, &found.id).await {
                     c.metrics().docker_error("remove");
                     tracing::warn!(session = %s.id, error = %e, "reconcile: cannot remove an exited session's container; a later pass will");
                     return Outcome::Error;
@@ -329,6 +486,29 @@ impl Reconciler {
             Err(e) => {
                 c.metrics().docker_error("inspect");
                 tracing::warn!(session = %s.id, error = %e, "reconcile: inspect failed; the next pass decides");
+                Outcome::Error
+            }
+        }
+    }
+
+    /// An `unreachable` session whose host answers again and whose container runs:
+    /// back to `running` (only if still `unreachable`), and its route with it.
+    fn recover(&self, s: &Session) -> Outcome {
+        let c = &self.control;
+        let back = c.store().update(&s.id, |r| {
+            if r.state == SessionState::Unreachable {
+                r.state = SessionState::Running;
+            }
+        });
+        match back {
+            Ok(r) if r.state == SessionState::Running => {
+                tracing::info!(target: "audit", session = %s.id, sub = %s.owner, host = %s.host, "session reachable again");
+                c.metrics().reconciled("recovered");
+                Outcome::Recovered
+            }
+            Ok(_) | Err(StoreError::NotFound) => Outcome::Nothing,
+            Err(e) => {
+                tracing::error!(session = %s.id, error = %e, "reconcile: store write failed");
                 Outcome::Error
             }
         }
@@ -357,7 +537,7 @@ impl Reconciler {
     }
 
     /// Reacts to one Docker event for a session container.
-    async fn on_event(&self, id: SessionId, action: EventAction) {
+    async fn on_event(&self, host: &Host, id: SessionId, action: EventAction) {
         let s = match self.control.store().get(&id) {
             Ok(Some(s)) => s,
             Ok(None) => return,
@@ -366,7 +546,7 @@ impl Reconciler {
                 return;
             }
         };
-        if s.state != SessionState::Running {
+        if s.state != SessionState::Running || s.host != host.name() {
             return;
         }
         let Some(cid) = s.container_id.clone() else {
@@ -377,14 +557,25 @@ impl Reconciler {
         } else {
             "the session's program exited"
         };
-        if let Outcome::Error = self.settle_running(&s, &cid, reason).await {
+        let docker = match host.docker() {
+            Ok(d) => d,
+            Err(_) => return,
+        };
+        if let Outcome::Error = self.settle_running(&s, &cid, &docker, reason).await {
             tracing::warn!(session = %id, "event: could not settle; the next pass decides");
         }
     }
 
-    /// Runs the event listener and the periodic pass until `shutdown` fires.
+    /// Runs, until `shutdown` fires: each host's event listener, the probe of each
+    /// configured host, and the periodic pass.
     pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-        let events = tokio::spawn(self.clone().listen_events());
+        let mut tasks = Vec::new();
+        for host in self.control.hosts().iter() {
+            tasks.push(tokio::spawn(self.clone().listen_events(Arc::clone(host))));
+            if host.is_monitored() {
+                tasks.push(tokio::spawn(self.clone().watch(Arc::clone(host))));
+            }
+        }
         let mut tick = tokio::time::interval(Duration::from_secs(
             self.control.config().control.reconcile_interval_seconds,
         ));
@@ -399,33 +590,76 @@ impl Reconciler {
                 _ = shutdown.changed() => break,
             }
         }
-        events.abort();
+        for t in tasks {
+            t.abort();
+        }
     }
 
-    async fn listen_events(self) {
+    /// Probes `host` every [`PROBE_INTERVAL`]: when it stops answering its running
+    /// sessions become `unreachable` at once; when it answers again it is reconciled
+    /// at once, without waiting for the next pass.
+    async fn watch(self, host: Arc<Host>) {
+        let allow_no_seccomp = self.control.config().control.allow_no_seccomp;
+        let mut tick = tokio::time::interval(PROBE_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match host.probe(allow_no_seccomp).await {
+                Probe::Down { went_down } => {
+                    if went_down {
+                        tracing::warn!(host = %host.name(), "Docker host stopped answering");
+                    }
+                    // Every time: a create that was in flight when the host went down
+                    // may have recorded `running` since.
+                    let mut r = PassReport::default();
+                    self.mark_unreachable(&host, &mut r);
+                }
+                Probe::Up { came_back: true } => {
+                    tracing::info!(host = %host.name(), "Docker host answers again; reconciling it");
+                    let mut r = self.pass_host(&host).await;
+                    self.recount(&mut r);
+                    tracing::info!(host = %host.name(), ?r, "reconciled the host that came back");
+                }
+                Probe::Up { came_back: false } => {}
+            }
+        }
+    }
+
+    async fn listen_events(self, host: Arc<Host>) {
         let mut backoff = Duration::from_millis(200);
         loop {
-            let mut stream = Box::pin(
-                self.control
-                    .docker()
-                    .events(&self.control.config().instance),
-            );
-            while let Some(item) = stream.next().await {
-                match item {
-                    Ok(ev) => {
-                        backoff = Duration::from_millis(200);
-                        if let Some(id) = labels::session_id(&ev.labels) {
-                            self.on_event(id, ev.action).await;
+            // No client yet (its socket was never there): wait as for a failed stream.
+            if let Ok(docker) = host.docker() {
+                let mut stream = Box::pin(docker.events(&self.control.config().instance));
+                while let Some(item) = stream.next().await {
+                    match item {
+                        Ok(ev) => {
+                            backoff = Duration::from_millis(200);
+                            if !labels::is_on_host(&ev.labels, host.name()) {
+                                continue;
+                            }
+                            if let Some(id) = labels::session_id(&ev.labels) {
+                                self.on_event(&host, id, ev.action).await;
+                            }
                         }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "docker event stream failed; reconnecting");
-                        break;
+                        Err(e) => {
+                            if host.is_up() {
+                                tracing::warn!(host = %host.name(), error = %e, "docker event stream failed; reconnecting");
+                            }
+                            break;
+                        }
                     }
                 }
             }
             tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(10));
+            // A host that is down is asked again soon after it comes back: the
+            // backoff is bounded by the probe's pace rather than growing to 10 s.
+            let cap = if host.is_up() {
+                Duration::from_secs(10)
+            } else {
+                Duration::from_secs(1)
+            };
+            backoff = (backoff * 2).min(cap);
         }
     }
 }
@@ -437,5 +671,6 @@ enum Outcome {
     Exited,
     Failed,
     Finished,
+    Recovered,
     Error,
 }

@@ -13,6 +13,7 @@ use sha2::Digest;
 
 use crate::docker::{ContainerRequest, Docker, DockerError};
 use crate::error::ApiError;
+use crate::hosts::Hosts;
 use crate::labels;
 use crate::metrics::Metrics;
 use crate::model::{FeedPage, RouteLookup, Session, SessionState};
@@ -57,6 +58,7 @@ pub struct SessionView<'a> {
     owner: &'a Sub,
     name: &'a str,
     profile: &'a str,
+    host: &'a str,
     options: &'a BTreeMap<String, String>,
     state: &'static str,
     created_at: u64,
@@ -77,6 +79,7 @@ impl<'a> From<&'a Session> for SessionView<'a> {
             owner: &s.owner,
             name: &s.name,
             profile: &s.profile,
+            host: &s.host,
             options: &s.options,
             state: s.state.as_str(),
             created_at: s.created_at,
@@ -130,7 +133,7 @@ pub fn container_name(id: &SessionId) -> String {
 pub struct Control {
     config: Arc<Config>,
     store: Store,
-    docker: Docker,
+    hosts: Hosts,
     verifier: Verifier,
     metrics: Metrics,
     redraw_locks: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
@@ -186,12 +189,13 @@ impl Drop for InFlightGuard<'_> {
 }
 
 impl Control {
-    /// Assembles the service.
-    pub fn new(config: Arc<Config>, store: Store, docker: Docker, verifier: Verifier) -> Self {
+    /// Assembles the service. The store's routes should already point at the hosts'
+    /// pools ([`Store::set_pools`] with [`Hosts::pools`]).
+    pub fn new(config: Arc<Config>, store: Store, hosts: Hosts, verifier: Verifier) -> Self {
         Control {
             config,
             store,
-            docker,
+            hosts,
             verifier,
             metrics: Metrics::default(),
             redraw_locks: Mutex::new(HashMap::new()),
@@ -210,9 +214,20 @@ impl Control {
         &self.store
     }
 
-    /// The Docker client; the reconciler lists and inspects through it.
-    pub(crate) fn docker(&self) -> &Docker {
-        &self.docker
+    /// The Docker hosts; the reconciler probes, lists and inspects through them.
+    pub(crate) fn hosts(&self) -> &Hosts {
+        &self.hosts
+    }
+
+    /// The Docker client of host `name`; a host this configuration no longer has is
+    /// answered as unavailable (its sessions wait for it to come back).
+    pub(crate) fn docker_of(&self, name: &str) -> Result<Docker, DockerError> {
+        self.hosts
+            .get(name)
+            .ok_or_else(|| {
+                DockerError::Unavailable(format!("no Docker host named {name:?} is configured"))
+            })?
+            .docker()
     }
 
     /// The metrics.
@@ -343,11 +358,13 @@ impl Control {
         let mut random = [0u8; 10];
         getrandom::getrandom(&mut random)
             .map_err(|e| ApiError::INTERNAL.with_message(format!("no randomness: {e}")))?;
-        let session = Session {
+        let mut session = Session {
             id: SessionId::from_random(random),
             owner: who.sub.clone(),
             name,
             profile: req.profile.clone(),
+            // Chosen by the store, under its write lock, right before the record is made.
+            host: String::new(),
             options,
             state: SessionState::Creating,
             created_at: now(),
@@ -362,17 +379,31 @@ impl Control {
             .creating
             .mark(session.id)
             .ok_or_else(|| ApiError::INTERNAL.with_message("session id already in flight"))?;
-        self.store.insert_creating(&session, self.limits()).map_err(|e| {
-            if let StoreError::Quota(q) = &e {
-                tracing::info!(target: "audit", sub = %who.sub, decision = "deny", reason = "quota_exceeded", limit = q.limit, "create refused");
-            }
-            ApiError::from(e)
-        })?;
+        self.store
+            .insert_placed(&mut session, self.limits(), |active| {
+                self.hosts.place(&profile.hosts, active)
+            })
+            .map_err(|e| {
+                match &e {
+                    StoreError::Quota(q) => {
+                        tracing::info!(target: "audit", sub = %who.sub, decision = "deny", reason = "quota_exceeded", limit = q.limit, "create refused");
+                    }
+                    StoreError::NoHost(why) => {
+                        tracing::warn!(target: "audit", sub = %who.sub, decision = "deny", reason = "no_host_available", why = %why, "create refused");
+                    }
+                    _ => {}
+                }
+                ApiError::from(e)
+            })?;
         failpoint("create:after_record");
         self.refresh_gauges();
 
         let docker_started = Instant::now();
-        let made = self.make_container(&session, profile).await;
+        let docker = self.docker_of(&session.host);
+        let made = match &docker {
+            Ok(docker) => self.make_container(&session, profile, docker).await,
+            Err(e) => Err(DockerError::Unavailable(e.to_string())),
+        };
         let docker_time = docker_started.elapsed();
         self.metrics
             .create_phase("docker", docker_time.as_secs_f64());
@@ -382,8 +413,10 @@ impl Control {
                 self.metrics.docker_error("create");
                 // Compensate: whatever was made goes, and the record ends as failed
                 // (unless a delete took it over meanwhile; that delete ends it).
-                if let Err(re) = self.docker.remove(&container_name(&session.id)).await {
-                    tracing::warn!(session = %session.id, error = %re, "create failed and its container could not be removed; the reconciler will");
+                if let Ok(docker) = &docker {
+                    if let Err(re) = docker.remove(&container_name(&session.id)).await {
+                        tracing::warn!(session = %session.id, error = %re, "create failed and its container could not be removed; the reconciler will");
+                    }
                 }
                 if let Err(se) = self.end_record(
                     &session.id,
@@ -417,14 +450,16 @@ impl Control {
                 self.metrics
                     .create_phase("total", timing.total.as_secs_f64());
                 self.refresh_gauges();
-                tracing::info!(target: "audit", session = %s.id, sub = %who.sub, profile = %s.profile, docker_ms = timing.docker.as_millis() as u64, total_ms = timing.total.as_millis() as u64, "session created");
+                tracing::info!(target: "audit", session = %s.id, sub = %who.sub, profile = %s.profile, host = %s.host, docker_ms = timing.docker.as_millis() as u64, total_ms = timing.total.as_millis() as u64, "session created");
                 Ok((s, timing))
             }
             other => {
                 // Ended or being ended concurrently: the container must not outlive it,
                 // and the caller never hears 201 for it.
-                if let Err(e) = self.docker.remove(&container_id).await {
-                    tracing::warn!(session = %session.id, error = %e, "could not remove the container of a session ended while being created; the reconciler will");
+                if let Ok(docker) = &docker {
+                    if let Err(e) = docker.remove(&container_id).await {
+                        tracing::warn!(session = %session.id, error = %e, "could not remove the container of a session ended while being created; the reconciler will");
+                    }
                 }
                 if let Err(e) = &other {
                     if !matches!(e, StoreError::NotFound) {
@@ -450,12 +485,17 @@ impl Control {
         }
     }
 
-    async fn make_container(&self, s: &Session, profile: &Profile) -> Result<String, DockerError> {
+    async fn make_container(
+        &self,
+        s: &Session,
+        profile: &Profile,
+        docker: &Docker,
+    ) -> Result<String, DockerError> {
         let instance = &self.config.instance;
         let home = match &profile.home {
             Some(_) => {
                 let volume = home_volume_name(instance, &s.owner);
-                self.docker
+                docker
                     .ensure_home_volume(&volume, &s.owner, instance)
                     .await?;
                 Some(volume)
@@ -481,9 +521,9 @@ impl Control {
             spec: profile.sandbox_spec(home.as_deref()),
             tmp_size_mb: profile.tmp_size_mb,
         };
-        let id = self.docker.create(&req).await?;
+        let id = docker.create(&req).await?;
         failpoint("create:after_container");
-        self.docker.start(&id).await?;
+        docker.start(&id).await?;
         Ok(id)
     }
 
@@ -603,22 +643,22 @@ impl Control {
             .container_id
             .clone()
             .unwrap_or_else(|| container_name(&s.id));
-        if let Err(e) = self
-            .docker
+        let docker = self.docker_of(&s.host)?;
+        if let Err(e) = docker
             .stop(&target, self.config.control.stop_timeout_seconds)
             .await
         {
             self.metrics.docker_error("stop");
             tracing::warn!(session = %s.id, error = %e, "stop failed; removing by force");
         }
-        if let Err(e) = self.remove_container(&target).await {
+        if let Err(e) = self.remove_container(&docker, &target).await {
             self.metrics.docker_error("remove");
             // The record stays `stopping`; the reconciler finishes the job later.
             return Err(e.into());
         }
         // A create racing with this end may have made the container under its name only.
         if s.container_id.is_some() {
-            if let Err(e) = self.docker.remove(&container_name(&s.id)).await {
+            if let Err(e) = docker.remove(&container_name(&s.id)).await {
                 tracing::warn!(session = %s.id, error = %e, "could not remove a container made under the session's name; the reconciler will");
             }
         }
@@ -637,14 +677,14 @@ impl Control {
 
     /// Removes a container and waits until Docker no longer has it. A removal already in
     /// progress elsewhere (Docker answers 409) counts as success once it completes.
-    pub async fn remove_container(&self, target: &str) -> Result<(), DockerError> {
-        match self.docker.remove(target).await {
+    pub async fn remove_container(&self, docker: &Docker, target: &str) -> Result<(), DockerError> {
+        match docker.remove(target).await {
             Ok(()) => Ok(()),
             Err(DockerError::Conflict(m)) => {
                 let deadline = Instant::now()
                     + Duration::from_secs(self.config.control.docker_timeout_seconds);
                 while Instant::now() < deadline {
-                    if self.docker.inspect(target).await?.is_none() {
+                    if docker.inspect(target).await?.is_none() {
                         return Ok(());
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -667,20 +707,19 @@ impl Control {
             return Err(ApiError::INVALID_SIZE);
         }
         let s = self.authorized(who, id, Action::Redraw)?;
-        let Some(container) = s.route().map(|r| r.container) else {
+        let Some(container) = s.route().filter(|r| !r.unreachable).map(|r| r.container) else {
             return Err(ApiError::NOT_RUNNING);
         };
+        let docker = self.docker_of(&s.host)?;
         let lock = {
             let mut locks = self.redraw_locks.lock().unwrap_or_else(|p| p.into_inner());
             locks.retain(|_, l| Arc::strong_count(l) > 1);
             locks.entry(*id).or_default().clone()
         };
         let _serial = lock.lock().await;
-        self.docker
-            .resize(&container, req.cols - 1, req.rows)
-            .await?;
+        docker.resize(&container, req.cols - 1, req.rows).await?;
         tokio::time::sleep(Duration::from_millis(self.config.control.redraw_pause_ms)).await;
-        self.docker.resize(&container, req.cols, req.rows).await?;
+        docker.resize(&container, req.cols, req.rows).await?;
         Ok(())
     }
 

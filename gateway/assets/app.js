@@ -242,8 +242,9 @@ function watchTerminal(s) {
     let ended = null;
     try {
       const now = await call("GET", "/api/sessions/" + s.id);
-      // `stopping` has no reason yet; the next check has it.
-      if (now.state !== "running" && now.state !== "stopping") {
+      // `stopping` has no reason yet; the next check has it. `unreachable` has not
+      // ended: its host may answer again and the terminal with it.
+      if (!["running", "stopping", "unreachable"].includes(now.state)) {
         ended = "This session was ended" + (now.end_reason ? " (" + now.end_reason + ")" : "") + ".";
       }
     } catch (e) {

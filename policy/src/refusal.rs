@@ -133,6 +133,12 @@ impl Refusal {
     /// Docker did not answer.
     pub const DOCKER_UNAVAILABLE: Refusal =
         refusal(503, "docker_unavailable", "Docker is not answering");
+    /// No Docker host that the profile allows answers and has room for a new session.
+    pub const NO_HOST_AVAILABLE: Refusal = refusal(
+        503,
+        "no_host_available",
+        "no Docker host can take a new session now",
+    );
     /// Docker answered with an error.
     pub const DOCKER_ERROR: Refusal = refusal(502, "docker_error", "Docker failed");
     /// A container spec that breaks the sandbox's red lines.

@@ -484,6 +484,26 @@ impl GatewayStack {
         s
     }
 
+    /// Puts together a control already running, the gateways' own ttyd pool and the
+    /// counting proxy in front of it, then starts one gateway (for stacks whose control
+    /// needs pools made before it, such as several Docker hosts).
+    pub fn assemble(
+        control: ControlStack,
+        ttyd: crate::ttyd::TtydPool,
+        counter: crate::ttyd::CountingProxy,
+    ) -> GatewayStack {
+        let upstream_socket = counter.socket_path().to_path_buf();
+        let mut s = GatewayStack {
+            control,
+            ttyd,
+            counter,
+            gateways: Vec::new(),
+            upstream_socket,
+        };
+        s.spawn_gateway(&[]);
+        s
+    }
+
     /// Points the next gateways at another upstream socket (e.g. a recording upstream).
     pub fn set_upstream_socket(&mut self, path: &std::path::Path) {
         self.upstream_socket = path.to_path_buf();

@@ -65,6 +65,21 @@ enum Listen {
     Tcp(u16),
 }
 
+/// The pool's flags after `TTYD_ARGS`, as production passes them.
+fn pool_flags() -> Vec<String> {
+    [
+        "-H",
+        TTYD_USER_HEADER,
+        "-t",
+        &format!("titleFixed={TTYD_TITLE}"),
+        // Leaving the page does not end the session, so ttyd must not warn that it does.
+        "-t",
+        "disableLeaveAlert=true",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
 /// A running ttyd (`ttyd -W -a -P 5 -i <dir>/ttyd.sock -H X-Termgate-User -t
 /// titleFixed=termgate docker attach --detach-keys=ctrl-x,ctrl-x`) in its own 0700
 /// directory, logging to `<dir>/ttyd.log`; killed on drop.
@@ -92,6 +107,19 @@ impl TtydPool {
         Self::spawn(dir, Listen::Unix(sock), Some(instance))
     }
 
+    /// Like [`TtydPool::start_for`], attaching through the Docker daemon at
+    /// `docker_host` (`DOCKER_HOST` of its command), as the pool of one Docker host.
+    pub fn start_for_docker(instance: &str, docker_host: &str) -> TtydPool {
+        let dir = private_dir("tg-ttyd.");
+        let sock = dir.path().join("ttyd.sock");
+        Self::spawn_with(
+            dir,
+            Listen::Unix(sock),
+            Some(instance),
+            &[("DOCKER_HOST", docker_host)],
+        )
+    }
+
     /// Starts ttyd on TCP `port` of the loopback interface (`-p <port> -i lo`) and waits
     /// (10 s) until it accepts a connection.
     pub fn start_tcp(port: u16) -> TtydPool {
@@ -109,28 +137,30 @@ impl TtydPool {
         };
         let mut args: Vec<String> = vec!["-W".into()];
         args.extend(extra.iter().map(|a| a.to_string()));
-        Self::run(dir, listen, &args, &["sh".to_owned()], None)
+        Self::run(dir, listen, &args, &["sh".to_owned()], None, &[])
     }
 
     fn spawn(dir: tempfile::TempDir, listen: Listen, instance: Option<&str>) -> TtydPool {
         let mut args: Vec<String> = TTYD_ARGS.iter().map(|a| a.to_string()).collect();
-        args.extend(
-            [
-                "-H",
-                TTYD_USER_HEADER,
-                "-t",
-                &format!("titleFixed={TTYD_TITLE}"),
-                // Leaving the page does not end the session, so ttyd must not warn that it does.
-                "-t",
-                "disableLeaveAlert=true",
-            ]
-            .map(str::to_owned),
-        );
+        args.extend(pool_flags());
         let command: Vec<String> = match instance {
             Some(_) => vec![attach_wrapper().to_string_lossy().into_owned()],
             None => TTYD_COMMAND.iter().map(|a| a.to_string()).collect(),
         };
-        Self::run(dir, listen, &args, &command, instance)
+        Self::run(dir, listen, &args, &command, instance, &[])
+    }
+
+    /// Like `spawn` for production's command, with extra environment for it.
+    fn spawn_with(
+        dir: tempfile::TempDir,
+        listen: Listen,
+        instance: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> TtydPool {
+        let mut pool_args: Vec<String> = TTYD_ARGS.iter().map(|a| a.to_string()).collect();
+        pool_args.extend(pool_flags());
+        let command = vec![attach_wrapper().to_string_lossy().into_owned()];
+        Self::run(dir, listen, &pool_args, &command, instance, env)
     }
 
     fn run(
@@ -139,6 +169,7 @@ impl TtydPool {
         args: &[String],
         command: &[String],
         instance: Option<&str>,
+        env: &[(&str, &str)],
     ) -> TtydPool {
         let log = dir.path().join("ttyd.log");
         let log_file = std::fs::File::create(&log).expect("create ttyd log file");
@@ -157,6 +188,7 @@ impl TtydPool {
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("clone ttyd log handle"))
             .stderr(log_file);
+        cmd.envs(env.iter().copied());
         if let Some(instance) = instance {
             cmd.env("TERMGATE_INSTANCE", instance);
         }

@@ -404,3 +404,36 @@ fn bad_target_definitions_are_refused_naming_the_field_and_a_silent_upstream_is_
         started.elapsed()
     );
 }
+
+#[test]
+fn control_without_any_docker_host_starts_says_so_and_fronts_targets() {
+    let mut stack = GatewayStack::start("");
+    stack.control.kill9();
+    stack.control.set_env("TERMGATE__DOCKER__ENABLED", "false");
+    // No daemon answers there: a control that tried Docker would not start.
+    stack.control.set_env(
+        "TERMGATE__CONTROL__DOCKER_HOST",
+        "unix:///nonexistent/docker.sock",
+    );
+    stack.control.spawn(&[]);
+    assert!(
+        stack.control.log_text().contains("serving targets only"),
+        "{}",
+        stack.control.log_text()
+    );
+    let ttyd = TtydPool::start_plain(false, &[]);
+    let id = register_ok(
+        &stack,
+        json!({"name": "only", "upstream": tcp_upstream(&ttyd), "users": ["alice"]}),
+    );
+    type_and_read(&stack, &id, &stack.sign_in("alice"));
+    let alice = stack.control.token("alice", false);
+    let create = stack.control.call(
+        "POST",
+        "/v1/sessions",
+        Some(&alice),
+        Some(json!({"profile": "default"})),
+    );
+    assert_eq!(create.status, 503, "{}", create.text);
+    assert_eq!(create.body["error"]["code"], "no_host_available");
+}

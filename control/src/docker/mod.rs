@@ -304,37 +304,74 @@ impl Docker {
         docker_host: Option<&str>,
         timeout: Duration,
     ) -> Result<Docker, DockerError> {
+        Docker::unnegotiated(docker_host, None, timeout)?
+            .negotiated()
+            .await
+    }
+
+    /// A client for `docker_host` (as [`Docker::connect`]; with `tls` = (CA,
+    /// certificate, key) files, a `tcp://` host is spoken to over TLS) that has not
+    /// talked to the daemon yet: for a host that may be down when control starts.
+    /// Fails only for an endpoint it cannot use at all.
+    pub fn unnegotiated(
+        docker_host: Option<&str>,
+        tls: Option<(&std::path::Path, &std::path::Path, &std::path::Path)>,
+        timeout: Duration,
+    ) -> Result<Docker, DockerError> {
         const OP: &str = "connect";
         let secs = whole_secs(timeout);
-        let inner = match docker_host {
-            None => bollard::Docker::connect_with_defaults(),
-            Some(h) if h.starts_with("unix://") => {
-                bollard::Docker::connect_with_unix(h, secs, API_DEFAULT_VERSION)
+        let inner = match (docker_host, tls) {
+            (Some(h), Some((ca, cert, key))) if h.starts_with("tcp://") => {
+                bollard::Docker::connect_with_ssl(h, key, cert, ca, secs, API_DEFAULT_VERSION)
             }
-            Some(h) if h.starts_with('/') => bollard::Docker::connect_with_unix(
-                &format!("unix://{h}"),
-                secs,
-                API_DEFAULT_VERSION,
-            ),
-            Some(h) if h.starts_with("tcp://") || h.starts_with("http://") => {
-                bollard::Docker::connect_with_http(h, secs, API_DEFAULT_VERSION)
-            }
-            Some(h) => {
+            (h, Some(_)) => {
                 return Err(DockerError::Other {
                     op: OP,
-                    message: format!(
-                        "unsupported docker host {h:?} (use unix://, tcp:// or http://)"
-                    ),
+                    message: format!("TLS needs a tcp:// docker host, not {h:?}"),
                 })
             }
+            (docker_host, None) => match docker_host {
+                None => bollard::Docker::connect_with_defaults(),
+                Some(h) if h.starts_with("unix://") => {
+                    bollard::Docker::connect_with_unix(h, secs, API_DEFAULT_VERSION)
+                }
+                Some(h) if h.starts_with('/') => bollard::Docker::connect_with_unix(
+                    &format!("unix://{h}"),
+                    secs,
+                    API_DEFAULT_VERSION,
+                ),
+                Some(h) if h.starts_with("tcp://") || h.starts_with("http://") => {
+                    bollard::Docker::connect_with_http(h, secs, API_DEFAULT_VERSION)
+                }
+                Some(h) => {
+                    return Err(DockerError::Other {
+                        op: OP,
+                        message: format!(
+                            "unsupported docker host {h:?} (use unix://, tcp:// or http://)"
+                        ),
+                    })
+                }
+            },
         }
         .map_err(|e| map_err(OP, e))?
         .with_timeout(Duration::from_secs(secs));
-        let inner = match tokio::time::timeout(timeout, inner.negotiate_version()).await {
+        Ok(Docker { inner, timeout })
+    }
+
+    /// This client with the API version negotiated with the daemon (which may be old:
+    /// Debian's 20.10 speaks 1.41).
+    pub async fn negotiated(&self) -> Result<Docker, DockerError> {
+        const OP: &str = "connect";
+        let inner = match tokio::time::timeout(self.timeout, self.inner.clone().negotiate_version())
+            .await
+        {
             Err(_) => return Err(DockerError::Unavailable(format!("{OP}: timed out"))),
             Ok(r) => r.map_err(|e| map_err(OP, e))?,
         };
-        Ok(Docker { inner, timeout })
+        Ok(Docker {
+            inner,
+            timeout: self.timeout,
+        })
     }
 
     /// Runs one call under the per-call timeout.
@@ -691,6 +728,74 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, DockerError::Unavailable(_)), "{err:?}");
         hold.abort();
+    }
+
+    /// A throwaway CA, and a client certificate and key it signed (P-256, valid for a
+    /// century), made for this test only: they authenticate nothing anywhere.
+    const TEST_CA: &str = "-----BEGIN CERTIFICATE-----\n\
+MIIBjjCCATOgAwIBAgIUMMcsGmKkHvyVhcv+S94OHraXGaAwCgYIKoZIzj0EAwIw\n\
+GzEZMBcGA1UEAwwQdGVybWdhdGUtdGVzdC1jYTAgFw0yNjExMzAxMDI2MTlaGA8y\n\
+MTI2MTEwNjEwMjYxOVowGzEZMBcGA1UEAwwQdGVybWdhdGUtdGVzdC1jYTBZMBMG\n\
+ByqGSM49AgEGCCqGSM49AwEHA0IABC5/BCE87gy7yDhLbfSdmfptGnrR8ZLgLIF7\n\
+/xUmJeZKtG6mQWqffi2bIxuhHD0s67PLy3rXgoM/WZTA5s7NVNujUzBRMB0GA1Ud\n\
+DgQWBBTIJ+7UPu+VuYBt/BJU+7MN/gHUOTAfBgNVHSMEGDAWgBTIJ+7UPu+VuYBt\n\
+/BJU+7MN/gHUOTAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0kAMEYCIQDw\n\
+Oa8VOWR9m/lP2nZ7qkeJdQHG9a9R7HBxtWJ7cWnVHAIhAOGuaPGGCzKyGre1MiSk\n\
+RsOWjbosNXdf56ZKuLxAME4L\n\
+-----END CERTIFICATE-----\n";
+    const TEST_CERT: &str = "-----BEGIN CERTIFICATE-----\n\
+MIIBKDCBzwIUd8vSM2uATn9Pj2w6eH+ehcZfLnUwCgYIKoZIzj0EAwIwGzEZMBcG\n\
+A1UEAwwQdGVybWdhdGUtdGVzdC1jYTAgFw0yNjExMzAxMDI2MTlaGA8yMTI2MTEw\n\
+NjEwMjYxOVowETEPMA0GA1UEAwwGY2xpZW50MFkwEwYHKoZIzj0CAQYIKoZIzj0D\n\
+AQcDQgAEKK4fwOI5lprXCPvChuOCl7NpljHfEVfKYDrLWxA5qUoKf/r8WnAw3dqm\n\
+5uAjtasMcsD4SUcKlu6xKtDYVsl//TAKBggqhkjOPQQDAgNIADBFAiAyVrErAgmU\n\
+d+h7yvzN5tI1YcR5YMsjZqj3t7db9tpo1gIhAKhzVNVYRhWXp+MqX9u4tFM91lFK\n\
+sqyeudl6a2PfIsXG\n\
+-----END CERTIFICATE-----\n";
+    const TEST_KEY: &str = "-----BEGIN PRIVATE KEY-----\n\
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgnOs2klPyFzHmf1eV\n\
+Z+iC6HsXiwGsI7otWQLiuMXkaPihRANCAAQorh/A4jmWmtcI+8KG44KXs2mWMd8R\n\
+V8pgOstbEDmpSgp/+vxacDDd2qbm4CO1qwxywPhJRwqW7rEq0NhWyX/9\n\
+-----END PRIVATE KEY-----\n";
+
+    #[tokio::test]
+    async fn a_tls_endpoint_builds_a_client_from_its_files_and_bad_files_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let (ca, cert, key) = (
+            write("ca.pem", TEST_CA),
+            write("cert.pem", TEST_CERT),
+            write("key.pem", TEST_KEY),
+        );
+        let files = Some((ca.as_path(), cert.as_path(), key.as_path()));
+        let d = Docker::unnegotiated(Some("tcp://127.0.0.1:9"), files, Duration::from_secs(2))
+            .expect("a TLS client from readable PEM files");
+        // Nothing listens there: unavailable, never a panic in the TLS stack.
+        let err = d.ping().await.unwrap_err();
+        assert!(matches!(err, DockerError::Unavailable(_)), "{err:?}");
+        // The CA is read at once; the client certificate and key at each handshake
+        // (so rotated files are picked up), which is why config checks them at load.
+        let missing = dir.path().join("missing.pem");
+        let err = Docker::unnegotiated(
+            Some("tcp://127.0.0.1:9"),
+            Some((missing.as_path(), cert.as_path(), key.as_path())),
+            Duration::from_secs(2),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, DockerError::Other { op: "connect", .. }),
+            "{err:?}"
+        );
+        let err = Docker::unnegotiated(Some("unix:///x.sock"), files, Duration::from_secs(2))
+            .unwrap_err();
+        assert!(
+            matches!(err, DockerError::Other { op: "connect", .. }),
+            "{err:?}"
+        );
     }
 
     #[tokio::test]

@@ -42,7 +42,9 @@ use sled::transaction::TransactionError;
 use sled::{IVec, Tree};
 use tokio::sync::watch;
 
-use crate::model::{Change, FeedPage, Route, RouteLookup, Session, SessionState, Target, UserLock};
+use crate::model::{
+    Change, FeedPage, Pools, Route, RouteLookup, Session, SessionState, Target, UserLock,
+};
 use keys::{
     decode_u32, decode_u64, history_key, owner_key, owner_prefix, parse_history_key,
     parse_owner_key, user_count_key, CHANGES, COUNTS, GLOBAL_COUNT_KEY, HISTORY, HISTORY_BY_OWNER,
@@ -62,6 +64,10 @@ pub enum StoreError {
     /// No active session has that id.
     #[error("no such active session")]
     NotFound,
+    /// No Docker host may take the new session (none answers, none the profile
+    /// allows has room).
+    #[error("no Docker host can take the session: {0}")]
+    NoHost(String),
     /// The write contradicts what is stored (an id that exists, a transition not allowed).
     #[error("conflict: {0}")]
     Conflict(String),
@@ -151,6 +157,8 @@ pub struct Store {
     locks: Tree,
     targets: Tree,
     change_log_len: u64,
+    /// The ttyd pool of each Docker host that has its own: where routes point.
+    pools: Pools,
     /// This opening's feed epoch (see [`FeedPage::epoch`]).
     epoch: String,
     write_lock: Mutex<()>,
@@ -188,6 +196,7 @@ pub const ANY_ACTIVE: &[SessionState] = &[
     SessionState::Creating,
     SessionState::Running,
     SessionState::Stopping,
+    SessionState::Unreachable,
 ];
 
 impl Store {
@@ -208,6 +217,7 @@ impl Store {
             locks: open(LOCKS)?,
             targets: open(TARGETS)?,
             change_log_len: u64::try_from(change_log_len.max(1)).unwrap_or(u64::MAX),
+            pools: Pools::new(),
             epoch: new_epoch()?,
             write_lock: Mutex::new(()),
             rev_tx: watch::channel(0).0,
@@ -216,6 +226,17 @@ impl Store {
         let rev = store.stored_rev()?;
         store.rev_tx.send_replace(rev);
         Ok(store)
+    }
+
+    /// Aims the routes of each host's sessions at that host's ttyd pool (hosts not in
+    /// `pools` are served by the gateway's own). Set once, before the store is shared.
+    pub fn set_pools(&mut self, pools: Pools) {
+        self.pools = pools;
+    }
+
+    /// The route gateways need for `s`, if any (see [`Session::route_via`]).
+    pub fn route_of(&self, s: &Session) -> Option<Route> {
+        s.route_via(&self.pools)
     }
 
     /// The newest revision that has been committed and flushed.
@@ -245,6 +266,45 @@ impl Store {
             )));
         }
         let _guard = self.lock();
+        self.insert_creating_locked(s, limits)
+    }
+
+    /// [`Store::insert_creating`] for a session whose Docker host is chosen here, under
+    /// the write lock, so that racing creates never overfill a host: `choose` gets the
+    /// active sessions per host and names the host (`None`: no host may take it,
+    /// [`StoreError::NoHost`]). Quotas are checked first, so a caller over quota hears
+    /// that rather than that no host has room. Sets `s.host`.
+    pub fn insert_placed(
+        &self,
+        s: &mut Session,
+        limits: QuotaLimits,
+        choose: impl FnOnce(
+            &std::collections::BTreeMap<String, u32>,
+        ) -> std::result::Result<String, String>,
+    ) -> Result<()> {
+        if s.state != SessionState::Creating {
+            return Err(StoreError::Conflict(format!(
+                "a new session must be creating, not {}",
+                s.state.as_str()
+            )));
+        }
+        let _guard = self.lock();
+        // Under the mutex the counts cannot move before the transaction re-checks them.
+        let user = decode_u32(self.counts.get(user_count_key(&s.owner))?)?;
+        let global = decode_u32(self.counts.get(GLOBAL_COUNT_KEY)?)?;
+        limits.check(user, global).map_err(StoreError::Quota)?;
+        let mut per_host = std::collections::BTreeMap::<String, u32>::new();
+        for item in self.sessions.iter() {
+            let (key, value) = item?;
+            let active = decode_session(&key, &value)?;
+            *per_host.entry(active.host).or_default() += 1;
+        }
+        s.host = choose(&per_host).map_err(StoreError::NoHost)?;
+        self.insert_creating_locked(s, limits)
+    }
+
+    /// The body of an insert of a `creating` session; the caller holds the write lock.
+    fn insert_creating_locked(&self, s: &Session, limits: QuotaLimits) -> Result<()> {
         self.transact(|tx| {
             if tx.id_used(&s.id)? {
                 return Err(abort(conflict_exists(&s.id)));
@@ -423,7 +483,7 @@ impl Store {
                 epoch: self.epoch.clone(),
             }));
         };
-        let Some(route) = s.route() else {
+        let Some(route) = self.route_of(&s) else {
             return Ok(None);
         };
         let owner_locked = self.is_locked(&s.owner)?;
@@ -799,7 +859,7 @@ impl Store {
         let mut routes: Vec<Route> = Vec::new();
         for item in self.sessions.iter() {
             let (key, value) = item?;
-            if let Some(route) = decode_session(&key, &value)?.route() {
+            if let Some(route) = self.route_of(&decode_session(&key, &value)?) {
                 routes.push(route);
             }
         }

@@ -26,6 +26,7 @@ fn session(n: u32, owner: &str) -> Session {
         owner: sub(owner),
         name: format!("s{n}"),
         profile: "shell".into(),
+        host: "local".into(),
         options: BTreeMap::new(),
         state: SessionState::Creating,
         created_at: 1000 + u64::from(n),
@@ -694,4 +695,124 @@ fn list_active_by_owner_over_ten_thousand_records() {
     assert_eq!(list.len(), 10_000);
     assert!(list.windows(2).all(|w| w[0].created_at <= w[1].created_at));
     assert_eq!(store.counts(&sub("bulk")).unwrap(), (10_000, 10_001));
+}
+
+#[test]
+fn a_record_written_before_hosts_reads_as_the_local_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(1, "a");
+    let mut old = serde_json::to_value(&s).unwrap();
+    old.as_object_mut().unwrap().remove("host");
+    {
+        let db = sled::open(dir.path()).unwrap();
+        db.open_tree(SESSIONS)
+            .unwrap()
+            .insert(id(1).as_str(), serde_json::to_vec(&old).unwrap())
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let store = open(dir.path());
+    let read = store.get(&id(1)).unwrap().expect("the old record");
+    assert_eq!(read.host, "local");
+    assert_eq!(read, s);
+}
+
+#[test]
+fn placement_records_the_chosen_host_and_counts_every_active_session_per_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut first = session(1, "a");
+    store
+        .insert_placed(&mut first, ROOMY, |active| {
+            assert!(active.is_empty());
+            Ok("gpu-1".into())
+        })
+        .unwrap();
+    assert_eq!(store.get(&id(1)).unwrap().unwrap().host, "gpu-1");
+    // An unreachable session still holds its place on its host.
+    store
+        .update(&id(1), |s| {
+            s.state = SessionState::Unreachable;
+            s.container_id = Some("c1".into());
+        })
+        .unwrap();
+    let mut second = session(2, "b");
+    store
+        .insert_placed(&mut second, ROOMY, |active| {
+            assert_eq!(active, &BTreeMap::from([("gpu-1".to_owned(), 1)]));
+            Ok("cpu-1".into())
+        })
+        .unwrap();
+    assert_eq!(second.host, "cpu-1");
+    let mut third = session(3, "c");
+    let refused = store.insert_placed(&mut third, ROOMY, |_| Err("every host is full".into()));
+    assert!(
+        matches!(&refused, Err(StoreError::NoHost(m)) if m == "every host is full"),
+        "{refused:?}"
+    );
+    assert!(store.get(&id(3)).unwrap().is_none(), "nothing recorded");
+    assert_eq!(store.counts(&sub("a")).unwrap(), (1, 2));
+}
+
+#[test]
+fn a_create_over_quota_hears_quota_before_placement_is_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let one = QuotaLimits {
+        per_user: 1,
+        global: 10,
+    };
+    store
+        .insert_placed(&mut session(1, "a"), one, |_| Ok("h".into()))
+        .unwrap();
+    let r = store.insert_placed(&mut session(2, "a"), one, |_| {
+        panic!("placement must not be asked past the quota")
+    });
+    assert!(matches!(r, Err(StoreError::Quota(_))), "{r:?}");
+}
+
+#[test]
+fn unreachable_sessions_stay_active_and_publish_an_unreachable_route_to_their_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path());
+    let pool = crate::model::TtydAddress {
+        addrs: vec!["unix:/run/gpu-1.sock".into()],
+        base_path: String::new(),
+    };
+    store.set_pools(Pools::from([("gpu-1".to_owned(), pool.clone())]));
+    let mut s = session(1, "a");
+    store
+        .insert_placed(&mut s, ROOMY, |_| Ok("gpu-1".into()))
+        .unwrap();
+    let running = run(&store, 1, "c1");
+    let route = store.route_of(&running).expect("a running route");
+    assert_eq!(
+        (
+            route.host.as_deref(),
+            route.upstream.as_ref(),
+            route.unreachable
+        ),
+        (Some("gpu-1"), Some(&pool), false)
+    );
+    let rev = store.rev();
+    store
+        .update(&id(1), |s| s.state = SessionState::Unreachable)
+        .unwrap();
+    let page = store.feed(rev).unwrap();
+    match page.changes.as_slice() {
+        [Change::Upsert { route, .. }] => {
+            assert!(route.unreachable);
+            assert_eq!(route.upstream.as_ref(), Some(&pool));
+        }
+        other => panic!("expected one upsert, got {other:?}"),
+    }
+    assert_eq!(store.counts(&sub("a")).unwrap(), (1, 1), "still counted");
+    assert!(store.lookup(&id(1)).unwrap().unwrap().route.unreachable);
+    // A host without a pool of its own is served by the gateway's.
+    let mut other = session(2, "b");
+    store
+        .insert_placed(&mut other, ROOMY, |_| Ok("local".into()))
+        .unwrap();
+    let r = store.route_of(&run(&store, 2, "c2")).unwrap();
+    assert_eq!((r.host.as_deref(), r.upstream), (Some("local"), None));
 }

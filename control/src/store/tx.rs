@@ -9,7 +9,7 @@ use super::keys::{
     decode_u32, decode_u64, history_key, owner_key, user_count_key, GLOBAL_COUNT_KEY, REV_KEY,
 };
 use super::{Result, Store, StoreError};
-use crate::model::{Change, Session};
+use crate::model::{Change, Pools, Session};
 
 /// What a closure run inside a transaction returns; an abort carries a [`StoreError`].
 pub(super) type TxResult<T> = std::result::Result<T, ConflictableTransactionError<StoreError>>;
@@ -62,6 +62,7 @@ impl Store {
                     locks,
                     targets,
                     change_log_len: self.change_log_len,
+                    pools: &self.pools,
                 })
             },
         )?;
@@ -81,6 +82,7 @@ pub(super) struct Tx<'a> {
     pub(super) locks: &'a TransactionalTree,
     pub(super) targets: &'a TransactionalTree,
     change_log_len: u64,
+    pools: &'a Pools,
 }
 
 impl Tx<'_> {
@@ -143,7 +145,7 @@ impl Tx<'_> {
 
     /// The change a session write publishes: its route when running, else a removal.
     pub(super) fn bump_for(&self, s: &Session) -> TxResult<u64> {
-        match s.route() {
+        match s.route_via(self.pools) {
             Some(route) => self.bump(|rev| Change::Upsert { rev, route }),
             None => self.bump(|rev| Change::Remove { rev, session: s.id }),
         }
