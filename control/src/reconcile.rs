@@ -40,6 +40,8 @@ pub struct PassReport {
     pub finished: usize,
     /// Labelled containers without a record, removed.
     pub orphans_removed: usize,
+    /// Records ended `failed` because the out-of-memory killer struck their container.
+    pub oom: usize,
     /// Running records whose host stopped answering, recorded `unreachable`.
     pub unreachable: usize,
     /// `unreachable` records whose host answers again and whose container runs, back
@@ -54,6 +56,7 @@ impl PassReport {
         self.gone += o.gone;
         self.exited += o.exited;
         self.failed += o.failed;
+        self.oom += o.oom;
         self.finished += o.finished;
         self.orphans_removed += o.orphans_removed;
         self.unreachable += o.unreachable;
@@ -61,6 +64,10 @@ impl PassReport {
         self.errors += o.errors;
     }
 }
+
+/// The `end_reason` of a session whose container the kernel's out-of-memory killer
+/// struck (it ends `failed`); it starts with the stable word `oom`.
+pub const OOM_REASON: &str = "oom: the session ran out of memory (its profile's memory limit)";
 
 /// How often a configured host is asked whether it answers.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -262,6 +269,7 @@ impl Reconciler {
                 Outcome::Gone => report.gone += 1,
                 Outcome::Exited => report.exited += 1,
                 Outcome::Failed => report.failed += 1,
+                Outcome::Oom => report.oom += 1,
                 Outcome::Finished => report.finished += 1,
                 Outcome::Recovered => report.recovered += 1,
                 Outcome::Error => report.errors += 1,
@@ -400,7 +408,7 @@ impl Reconciler {
                 if looks_alive {
                     return Outcome::Nothing;
                 }
-                self.settle_running(s, cid, docker, "the session's program exited")
+                self.settle_running(s, cid, docker, "the session's program exited", false)
                     .await
             }
             SessionState::Unreachable => {
@@ -415,6 +423,7 @@ impl Reconciler {
                     cid,
                     docker,
                     "the session's program exited while its host was unreachable",
+                    false,
                 )
                 .await
             }
@@ -460,24 +469,36 @@ impl Reconciler {
     /// A `running` record whose container looked missing or dead: inspect that
     /// container now, end the record only if it is still `running`, and only then
     /// remove what is left of the container.
+    ///
+    /// A container the kernel's out-of-memory killer struck (Docker's `OOMKilled`, or
+    /// the `oom` event this settles) ends `failed` with [`OOM_REASON`]: the session did
+    /// not end by itself, it hit its profile's memory limit.
     async fn settle_running(
         &self,
         s: &Session,
         cid: &str,
         docker: &Docker,
         exit_reason: &str,
+        oom_event: bool,
     ) -> Outcome {
         let c = &self.control;
         match docker.inspect(cid).await {
             Ok(None) => self.end_as(s, SessionState::Gone, "the container disappeared"),
             Ok(Some(found)) if found.state.is_dead() => {
-                let outcome = self.end_as(s, SessionState::Exited, exit_reason);
-                if !matches!(outcome, Outcome::Exited) {
+                let outcome = if found.oom_killed || oom_event {
+                    match self.end_as(s, SessionState::Failed, OOM_REASON) {
+                        Outcome::Failed => Outcome::Oom,
+                        other => other,
+                    }
+                } else {
+                    self.end_as(s, SessionState::Exited, exit_reason)
+                };
+                if !matches!(outcome, Outcome::Exited | Outcome::Oom) {
                     return outcome;
                 }
                 if let Err(e) = c.remove_container(docker, &found.id).await {
                     c.metrics().docker_error("remove");
-                    tracing::warn!(session = %s.id, error = %e, "reconcile: cannot remove an exited session's container; a later pass will");
+                    tracing::warn!(session = %s.id, error = %e, "reconcile: cannot remove an ended session's container; a later pass will");
                     return Outcome::Error;
                 }
                 outcome
@@ -552,16 +573,23 @@ impl Reconciler {
         let Some(cid) = s.container_id.clone() else {
             return;
         };
-        let reason = if action == EventAction::Oom {
-            "the session ran out of memory"
-        } else {
-            "the session's program exited"
-        };
         let docker = match host.docker() {
             Ok(d) => d,
             Err(_) => return,
         };
-        if let Outcome::Error = self.settle_running(&s, &cid, &docker, reason).await {
+        // An `oom` event may come before the program has died (the container is then
+        // still running and nothing happens); the `die` that follows finds Docker's
+        // `OOMKilled` set.
+        let settled = self
+            .settle_running(
+                &s,
+                &cid,
+                &docker,
+                "the session's program exited",
+                action == EventAction::Oom,
+            )
+            .await;
+        if let Outcome::Error = settled {
             tracing::warn!(session = %id, "event: could not settle; the next pass decides");
         }
     }
@@ -625,16 +653,40 @@ impl Reconciler {
         }
     }
 
+    /// Follows `host`'s event stream for as long as control runs. A stream that breaks
+    /// (the daemon restarted, the connection dropped) is resumed from the moment it
+    /// broke, and once the daemon answers again the host gets one pass of its own:
+    /// whatever happened while nobody listened (a container that died while its daemon
+    /// was down) is settled at once rather than at the next periodic pass.
     async fn listen_events(self, host: Arc<Host>) {
-        let mut backoff = Duration::from_millis(200);
+        const FIRST_RETRY: Duration = Duration::from_millis(200);
+        // Reconnecting to a local socket is cheap; a restarted daemon is followed
+        // again within a second of answering.
+        const MAX_RETRY: Duration = Duration::from_secs(1);
+        let mut backoff = FIRST_RETRY;
+        // When the stream last broke, while no event has been read since.
+        let mut broke_at: Option<std::time::SystemTime> = None;
+        let mut pass_due = false;
         loop {
             // No client yet (its socket was never there): wait as for a failed stream.
             if let Ok(docker) = host.docker() {
-                let mut stream = Box::pin(docker.events(&self.control.config().instance));
+                // Set again by the break that ends the stream opened below.
+                if pass_due && docker.ping().await.is_ok() {
+                    let (me, h) = (self.clone(), Arc::clone(&host));
+                    tokio::spawn(async move {
+                        let mut r = me.pass_host(&h).await;
+                        me.recount(&mut r);
+                        tracing::info!(host = %h.name(), ?r, "reconciled the host after its event stream came back");
+                    });
+                }
+                let since = broke_at.unwrap_or_else(std::time::SystemTime::now);
+                let mut stream =
+                    Box::pin(docker.events_since(&self.control.config().instance, since));
                 while let Some(item) = stream.next().await {
                     match item {
                         Ok(ev) => {
-                            backoff = Duration::from_millis(200);
+                            backoff = FIRST_RETRY;
+                            broke_at = None;
                             if !labels::is_on_host(&ev.labels, host.name()) {
                                 continue;
                             }
@@ -643,7 +695,8 @@ impl Reconciler {
                             }
                         }
                         Err(e) => {
-                            if host.is_up() {
+                            // Once per break, not once per retry.
+                            if broke_at.is_none() {
                                 tracing::warn!(host = %host.name(), error = %e, "docker event stream failed; reconnecting");
                             }
                             break;
@@ -651,15 +704,12 @@ impl Reconciler {
                     }
                 }
             }
+            if broke_at.is_none() {
+                broke_at = Some(std::time::SystemTime::now());
+            }
+            pass_due = true;
             tokio::time::sleep(backoff).await;
-            // A host that is down is asked again soon after it comes back: the
-            // backoff is bounded by the probe's pace rather than growing to 10 s.
-            let cap = if host.is_up() {
-                Duration::from_secs(10)
-            } else {
-                Duration::from_secs(1)
-            };
-            backoff = (backoff * 2).min(cap);
+            backoff = (backoff * 2).min(MAX_RETRY);
         }
     }
 }
@@ -670,6 +720,8 @@ enum Outcome {
     Gone,
     Exited,
     Failed,
+    /// Ended `failed` by the out-of-memory killer.
+    Oom,
     Finished,
     Recovered,
     Error,

@@ -85,6 +85,7 @@ pub(super) fn status_from_summary(c: ContainerSummary) -> ContainerStatus {
             ContainerState::parse(s.as_ref())
         }),
         created: c.created.unwrap_or(0),
+        oom_killed: false,
     }
 }
 
@@ -99,11 +100,13 @@ pub(super) fn status_from_inspect(c: ContainerInspectResponse) -> ContainerStatu
         labels: to_btree(c.config.and_then(|cfg| cfg.labels)),
         state: c
             .state
+            .as_ref()
             .and_then(|s| s.status)
             .map_or(ContainerState::Unknown, |s| {
                 ContainerState::parse(s.as_ref())
             }),
         created: c.created.as_deref().and_then(parse_rfc3339).unwrap_or(0),
+        oom_killed: c.state.and_then(|s| s.oom_killed).unwrap_or(false),
     }
 }
 

@@ -93,6 +93,9 @@ pub struct ContainerStatus {
     pub state: ContainerState,
     /// Creation time, unix seconds (0 when Docker did not say).
     pub created: i64,
+    /// The kernel's out-of-memory killer struck inside it (only an inspection says;
+    /// a listing leaves it false).
+    pub oom_killed: bool,
 }
 
 /// What Docker says a container is doing.
@@ -579,6 +582,17 @@ impl Docker {
         &self,
         instance: &str,
     ) -> impl Stream<Item = Result<ContainerEvent, DockerError>> + Send + 'static {
+        self.events_since(instance, std::time::SystemTime::now())
+    }
+
+    /// [`Docker::events`] from `since` on: a stream that broke is resumed from the
+    /// moment it broke, so what the daemon still remembers of the gap (its recent
+    /// events, those since its restart included) is delivered, some perhaps twice.
+    pub fn events_since(
+        &self,
+        instance: &str,
+        since: std::time::SystemTime,
+    ) -> impl Stream<Item = Result<ContainerEvent, DockerError>> + Send + 'static {
         let filters = HashMap::from([
             ("type", vec!["container".to_owned()]),
             ("label", vec![labels::instance_filter(instance)]),
@@ -590,7 +604,7 @@ impl Docker {
                     .collect(),
             ),
         ]);
-        let since = std::time::SystemTime::now()
+        let since = since
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| format!("{}.{:09}", d.as_secs(), d.subsec_nanos()))
             .unwrap_or_else(|_| "0".to_owned());
