@@ -18,6 +18,14 @@ impl From<StoreError> for ApiError {
             StoreError::NoHost(m) => Refusal::NO_HOST_AVAILABLE.with_message(m),
             StoreError::Conflict(m) => Refusal::CONFLICT.with_message(m),
             e @ StoreError::StateChanged(_) => Refusal::CONFLICT.with_message(e.to_string()),
+            // Not a fault of the store's contents: the disk says no for now, and the
+            // caller is told why so that an operator knows what to free or remount.
+            StoreError::Unavailable(cause) => {
+                tracing::warn!(error = %cause, "write refused: the store cannot write");
+                Refusal::STORE_UNAVAILABLE.with_message(format!(
+                    "the session store cannot write now ({cause}); reads still work, try again later"
+                ))
+            }
             other => {
                 // The caller hears only that the store failed; the cause goes to the log.
                 tracing::error!(error = %other, "store error");

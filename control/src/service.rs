@@ -479,8 +479,13 @@ impl Control {
                     }
                 }
                 self.refresh_gauges();
-                Err(ApiError::CONFLICT
-                    .with_message("the session was ended while it was being created"))
+                match other {
+                    // The store could not record it (its disk is full, say): that is
+                    // the answer, not a conflict.
+                    Err(e) if !matches!(e, StoreError::NotFound) => Err(ApiError::from(e)),
+                    _ => Err(ApiError::CONFLICT
+                        .with_message("the session was ended while it was being created")),
+                }
             }
         }
     }

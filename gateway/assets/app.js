@@ -6,6 +6,7 @@ const $ = (id) => document.getElementById(id);
 const MESSAGES = {
   quota_exceeded: "You have reached your session limit. End a session to start another.",
   docker_unavailable: "Sessions cannot be started right now: the container engine is not answering.",
+  store_unavailable: "Sessions cannot be started or ended right now: the control service cannot save changes. Open terminals keep working.",
   control_unavailable: "The control service is not answering. Open terminals keep working; try again shortly.",
   unauthenticated: "Your sign-in has expired or is not valid. Please sign in again.",
   user_locked: "Your account is locked by an administrator.",

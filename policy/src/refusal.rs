@@ -130,6 +130,13 @@ impl Refusal {
         "store_error",
         "the session store failed; see control's log",
     );
+    /// The store's disk cannot take writes now (full, read-only): writes are refused,
+    /// reads still answer. The message names the cause.
+    pub const STORE_UNAVAILABLE: Refusal = refusal(
+        503,
+        "store_unavailable",
+        "the session store cannot write now; reads still work",
+    );
     /// Docker did not answer.
     pub const DOCKER_UNAVAILABLE: Refusal =
         refusal(503, "docker_unavailable", "Docker is not answering");

@@ -34,8 +34,10 @@ mod keys;
 mod tests;
 mod tx;
 
-use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
 
 use policy::{QuotaExceeded, QuotaLimits, SessionId, Sub};
 use sled::transaction::TransactionError;
@@ -78,7 +80,11 @@ pub enum StoreError {
     /// A stored record cannot be read back; the store needs repair.
     #[error("corrupt store record: {0}")]
     Corrupt(#[source] Corruption),
-    /// The database itself failed (I/O and the like).
+    /// The store's disk cannot be written (full, read-only, failing): writes are
+    /// refused until it can; reads keep working. The cause names what the system said.
+    #[error("the store cannot write: {0}")]
+    Unavailable(#[source] std::io::Error),
+    /// The database itself failed in another way.
     #[error("store database error: {0}")]
     Db(#[source] sled::Error),
     /// A record could not be written as JSON.
@@ -129,6 +135,7 @@ impl From<sled::Error> for StoreError {
         match e {
             // sled's own checksum failures are corruption too, and need the same repair.
             e @ sled::Error::Corruption { .. } => StoreError::Corrupt(Corruption::Db(e)),
+            sled::Error::Io(e) => StoreError::Unavailable(e),
             other => StoreError::Db(other),
         }
     }
@@ -146,6 +153,24 @@ impl From<TransactionError<StoreError>> for StoreError {
 /// The control service's persistent state: sessions, history, quotas, locks and the
 /// route feed.
 pub struct Store {
+    /// Where the database lives, for reopening it.
+    path: PathBuf,
+    /// The open database; `None` only while it is being reopened (see
+    /// [`Store::reopen_if_poisoned`]). Readers clone the `Arc` out and hold no lock.
+    open: RwLock<Option<Arc<Opened>>>,
+    /// A write failed for I/O (disk full, read-only filesystem): sled refuses every
+    /// write after that until it is reopened, and reads keep working from memory.
+    poisoned: AtomicBool,
+    change_log_len: u64,
+    /// The ttyd pool of each Docker host that has its own: where routes point.
+    pools: Pools,
+    write_lock: Mutex<()>,
+    /// Holds the newest committed-and-flushed revision; receivers are feed pollers.
+    rev_tx: watch::Sender<u64>,
+}
+
+/// One opening of the database: its trees and its feed epoch.
+struct Opened {
     db: sled::Db,
     sessions: Tree,
     owners: Tree,
@@ -156,14 +181,28 @@ pub struct Store {
     changes: Tree,
     locks: Tree,
     targets: Tree,
-    change_log_len: u64,
-    /// The ttyd pool of each Docker host that has its own: where routes point.
-    pools: Pools,
     /// This opening's feed epoch (see [`FeedPage::epoch`]).
     epoch: String,
-    write_lock: Mutex<()>,
-    /// Holds the newest committed-and-flushed revision; receivers are feed pollers.
-    rev_tx: watch::Sender<u64>,
+}
+
+impl Opened {
+    fn open(path: &Path) -> Result<Opened> {
+        let db = sled::open(path)?;
+        let open = |name: &str| db.open_tree(name);
+        Ok(Opened {
+            sessions: open(SESSIONS)?,
+            owners: open(OWNERS)?,
+            history: open(HISTORY)?,
+            history_by_owner: open(HISTORY_BY_OWNER)?,
+            counts: open(COUNTS)?,
+            meta: open(META)?,
+            changes: open(CHANGES)?,
+            locks: open(LOCKS)?,
+            targets: open(TARGETS)?,
+            epoch: new_epoch()?,
+            db,
+        })
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -204,24 +243,14 @@ impl Store {
     /// `change_log_len` feed changes (at least one, so the newest change is always
     /// retained).
     pub fn open(path: &Path, change_log_len: usize) -> Result<Store> {
-        let db = sled::open(path)?;
-        let open = |name: &str| db.open_tree(name);
         let store = Store {
-            sessions: open(SESSIONS)?,
-            owners: open(OWNERS)?,
-            history: open(HISTORY)?,
-            history_by_owner: open(HISTORY_BY_OWNER)?,
-            counts: open(COUNTS)?,
-            meta: open(META)?,
-            changes: open(CHANGES)?,
-            locks: open(LOCKS)?,
-            targets: open(TARGETS)?,
+            path: path.to_path_buf(),
+            open: RwLock::new(Some(Arc::new(Opened::open(path)?))),
+            poisoned: AtomicBool::new(false),
             change_log_len: u64::try_from(change_log_len.max(1)).unwrap_or(u64::MAX),
             pools: Pools::new(),
-            epoch: new_epoch()?,
             write_lock: Mutex::new(()),
             rev_tx: watch::channel(0).0,
-            db,
         };
         let rev = store.stored_rev()?;
         store.rev_tx.send_replace(rev);
@@ -251,7 +280,9 @@ impl Store {
 
     /// true when the store has no active sessions and no history (fresh or lost store).
     pub fn is_empty(&self) -> bool {
-        self.sessions.is_empty() && self.history.is_empty()
+        // A store being reopened is not known to be empty: nothing is rebuilt over it.
+        self.t()
+            .is_ok_and(|t| t.sessions.is_empty() && t.history.is_empty())
     }
 
     /// Quota check (limits.check(user_active, global_active)) + insert a `Creating`
@@ -265,7 +296,7 @@ impl Store {
                 s.state.as_str()
             )));
         }
-        let _guard = self.lock();
+        let _guard = self.write_lock()?;
         self.insert_creating_locked(s, limits)
     }
 
@@ -288,13 +319,13 @@ impl Store {
                 s.state.as_str()
             )));
         }
-        let _guard = self.lock();
+        let _guard = self.write_lock()?;
         // Under the mutex the counts cannot move before the transaction re-checks them.
-        let user = decode_u32(self.counts.get(user_count_key(&s.owner))?)?;
-        let global = decode_u32(self.counts.get(GLOBAL_COUNT_KEY)?)?;
+        let user = decode_u32(self.t()?.counts.get(user_count_key(&s.owner))?)?;
+        let global = decode_u32(self.t()?.counts.get(GLOBAL_COUNT_KEY)?)?;
         limits.check(user, global).map_err(StoreError::Quota)?;
         let mut per_host = std::collections::BTreeMap::<String, u32>::new();
-        for item in self.sessions.iter() {
+        for item in self.t()?.sessions.iter() {
             let (key, value) = item?;
             let active = decode_session(&key, &value)?;
             *per_host.entry(active.host).or_default() += 1;
@@ -327,7 +358,7 @@ impl Store {
     /// present (active or ended, including earlier in the same batch). Ended records go
     /// to history without trimming it. Returns how many were inserted.
     pub fn insert_rebuilt(&self, sessions: &[Session]) -> Result<usize> {
-        let _guard = self.lock();
+        let _guard = self.write_lock()?;
         let inserted = self.transact(|tx| {
             let mut inserted = 0;
             for s in sessions {
@@ -361,7 +392,7 @@ impl Store {
     /// When `f` leaves the record exactly as it was, nothing is written and the
     /// revision does not move (gateways have nothing to learn).
     pub fn update<F: FnOnce(&mut Session)>(&self, id: &SessionId, f: F) -> Result<Session> {
-        let _guard = self.lock();
+        let _guard = self.write_lock()?;
         // Safe to read outside the transaction: every writer holds the mutex.
         let old = self.get(id)?.ok_or(StoreError::NotFound)?;
         let mut new = old.clone();
@@ -414,7 +445,7 @@ impl Store {
             )));
         }
         let now = ending.at;
-        let _guard = self.lock();
+        let _guard = self.write_lock()?;
         let mut s = self.get(id)?.ok_or(StoreError::NotFound)?;
         if !ending.from.contains(&s.state) {
             return Err(StoreError::StateChanged(s.state));
@@ -461,7 +492,8 @@ impl Store {
     /// The active session with this id, if any.
     pub fn get(&self, id: &SessionId) -> Result<Option<Session>> {
         let key = id.as_str().as_bytes();
-        self.sessions
+        self.t()?
+            .sessions
             .get(key)?
             .map(|v| decode_session(key, &v))
             .transpose()
@@ -476,11 +508,12 @@ impl Store {
         let Some(s) = self.get(id)? else {
             // A target: nobody owns it, so no owner can be locked.
             let route = self.get_target(id)?.and_then(|t| t.route());
+            let epoch = self.t()?.epoch.clone();
             return Ok(route.map(|route| RouteLookup {
                 route,
                 owner_locked: false,
                 rev: self.rev(),
-                epoch: self.epoch.clone(),
+                epoch,
             }));
         };
         let Some(route) = self.route_of(&s) else {
@@ -492,14 +525,15 @@ impl Store {
             route,
             owner_locked,
             rev,
-            epoch: self.epoch.clone(),
+            epoch: self.t()?.epoch.clone(),
         }))
     }
 
     /// The ended session with this id, if it is still in history.
     pub fn get_ended(&self, id: &SessionId) -> Result<Option<Session>> {
         let key = id.as_str().as_bytes();
-        self.history
+        self.t()?
+            .history
             .get(key)?
             .map(|v| decode_session(key, &v))
             .transpose()
@@ -511,7 +545,7 @@ impl Store {
         let mut out = Vec::new();
         match owner {
             Some(owner) => {
-                for item in self.owners.scan_prefix(owner_prefix(owner)) {
+                for item in self.t()?.owners.scan_prefix(owner_prefix(owner)) {
                     let (key, _) = item?;
                     let Some(id) = parse_owner_key(&key, owner)? else {
                         continue;
@@ -523,7 +557,7 @@ impl Store {
                 }
             }
             None => {
-                for item in self.sessions.iter() {
+                for item in self.t()?.sessions.iter() {
                     let (key, value) = item?;
                     out.push(decode_session(&key, &value)?);
                 }
@@ -540,7 +574,12 @@ impl Store {
             Some(owner) => {
                 let mut out = Vec::new();
                 // Index keys sort by end time, so reading backwards is newest first.
-                for item in self.history_by_owner.scan_prefix(owner_prefix(owner)).rev() {
+                for item in self
+                    .t()?
+                    .history_by_owner
+                    .scan_prefix(owner_prefix(owner))
+                    .rev()
+                {
                     if out.len() >= limit {
                         break;
                     }
@@ -558,7 +597,7 @@ impl Store {
             }
             None => {
                 let mut all = Vec::new();
-                for item in self.history.iter() {
+                for item in self.t()?.history.iter() {
                     let (key, value) = item?;
                     all.push(decode_session(&key, &value)?);
                 }
@@ -572,13 +611,13 @@ impl Store {
     /// (sessions `owner` holds, sessions the deployment holds), counting `creating`,
     /// `running` and `stopping`.
     pub fn counts(&self, owner: &Sub) -> Result<(u32, u32)> {
-        let user = decode_u32(self.counts.get(user_count_key(owner))?)?;
+        let user = decode_u32(self.t()?.counts.get(user_count_key(owner))?)?;
         Ok((user, self.active_count()?))
     }
 
     /// Sessions the deployment holds, counting `creating`, `running` and `stopping`.
     pub fn active_count(&self) -> Result<u32> {
-        decode_u32(self.counts.get(GLOBAL_COUNT_KEY)?)
+        decode_u32(self.t()?.counts.get(GLOBAL_COUNT_KEY)?)
     }
 
     /// Locks `sub` (gateways close their terminals). false if already locked (no rev
@@ -589,7 +628,7 @@ impl Store {
             by: by.to_string(),
             at: now,
         };
-        let _guard = self.lock();
+        let _guard = self.write_lock()?;
         let locked = self.transact(|tx| {
             if tx.locks.get(sub.as_str().as_bytes())?.is_some() {
                 return Ok(false);
@@ -609,7 +648,7 @@ impl Store {
 
     /// Unlocks `sub`. false if not locked (no rev bump then).
     pub fn unlock_user(&self, sub: &Sub) -> Result<bool> {
-        let _guard = self.lock();
+        let _guard = self.write_lock()?;
         let unlocked = self.transact(|tx| {
             if tx.locks.remove(sub.as_str().as_bytes())?.is_none() {
                 return Ok(false);
@@ -628,13 +667,13 @@ impl Store {
 
     /// Whether `sub` is locked.
     pub fn is_locked(&self, sub: &Sub) -> Result<bool> {
-        Ok(self.locks.contains_key(sub.as_str().as_bytes())?)
+        Ok(self.t()?.locks.contains_key(sub.as_str().as_bytes())?)
     }
 
     /// Every locked user, sorted.
     pub fn locked_users(&self) -> Result<Vec<String>> {
         let mut out = Vec::new();
-        for item in self.locks.iter() {
+        for item in self.t()?.locks.iter() {
             let (key, value) = item?;
             let lock: UserLock = serde_json::from_slice(&value).map_err(|e| {
                 StoreError::undecodable(format!("lock {}", String::from_utf8_lossy(&key)), e)
@@ -660,20 +699,21 @@ impl Store {
     }
 
     /// This opening's feed epoch.
-    pub fn epoch(&self) -> &str {
-        &self.epoch
+    pub fn epoch(&self) -> String {
+        self.t().map(|t| t.epoch.clone()).unwrap_or_default()
     }
 
     /// [`Store::feed`] for a poller whose revision counts in `epoch`: another epoch than
     /// this opening's is answered with a reset.
     pub fn feed_in(&self, after: u64, epoch: Option<&str>) -> Result<FeedPage> {
-        if epoch.is_some_and(|e| e != self.epoch) {
+        let current = self.t()?.epoch.clone();
+        if epoch.is_some_and(|e| e != current) {
             return self.snapshot();
         }
         let rev = self.rev();
         if after == rev {
             return Ok(FeedPage {
-                epoch: self.epoch.clone(),
+                epoch: self.t()?.epoch.clone(),
                 rev,
                 reset: false,
                 changes: Vec::new(),
@@ -689,7 +729,7 @@ impl Store {
             let mut expect = after + 1;
             let start = expect.to_be_bytes();
             let end = rev.to_be_bytes();
-            for item in self.changes.range(start.as_slice()..=end.as_slice()) {
+            for item in self.t()?.changes.range(start.as_slice()..=end.as_slice()) {
                 let (key, value) = item?;
                 let at = decode_u64(Some(key))?;
                 if at != expect {
@@ -708,7 +748,7 @@ impl Store {
             }
             if expect == rev + 1 {
                 return Ok(FeedPage {
-                    epoch: self.epoch.clone(),
+                    epoch: self.t()?.epoch.clone(),
                     rev,
                     reset: false,
                     changes,
@@ -723,7 +763,7 @@ impl Store {
     /// Registers or replaces a target and publishes its route; flushed. A name another
     /// target uses is a `Conflict`.
     pub fn put_target(&self, t: &Target) -> Result<()> {
-        let _guard = self.lock();
+        let _guard = self.write_lock()?;
         if let Some(other) = self
             .list_targets()?
             .into_iter()
@@ -749,7 +789,7 @@ impl Store {
     /// Removes a target and publishes the removal (its live terminals close); flushed.
     /// `NotFound` if there is no such target.
     pub fn delete_target(&self, id: &SessionId) -> Result<()> {
-        let _guard = self.lock();
+        let _guard = self.write_lock()?;
         if self.get_target(id)?.is_none() {
             return Err(StoreError::NotFound);
         }
@@ -764,7 +804,8 @@ impl Store {
     /// The target with this id.
     pub fn get_target(&self, id: &SessionId) -> Result<Option<Target>> {
         let key = id.as_str().as_bytes();
-        self.targets
+        self.t()?
+            .targets
             .get(key)?
             .map(|v| decode_target(key, &v))
             .transpose()
@@ -773,7 +814,7 @@ impl Store {
     /// Every target, sorted by name.
     pub fn list_targets(&self) -> Result<Vec<Target>> {
         let mut out = Vec::new();
-        for item in self.targets.iter() {
+        for item in self.t()?.targets.iter() {
             let (key, value) = item?;
             out.push(decode_target(&key, &value)?);
         }
@@ -784,16 +825,17 @@ impl Store {
     /// Recompute counts from the sessions tree (used after repair); returns the total
     /// number of active sessions. Gateways learn nothing from it, so no rev bump.
     pub fn recount(&self) -> Result<u32> {
-        let _guard = self.lock();
+        let _guard = self.write_lock()?;
         let mut per_user: std::collections::BTreeMap<Sub, u32> = Default::default();
         let mut total: u32 = 0;
-        for item in self.sessions.iter() {
+        for item in self.t()?.sessions.iter() {
             let (key, value) = item?;
             let s = decode_session(&key, &value)?;
             *per_user.entry(s.owner).or_default() += 1;
             total += 1;
         }
         let stale: Vec<IVec> = self
+            .t()?
             .counts
             .iter()
             .keys()
@@ -808,13 +850,13 @@ impl Store {
             tx.set_count(GLOBAL_COUNT_KEY, total)?;
             Ok(())
         })?;
-        self.db.flush()?;
+        self.flush()?;
         Ok(total)
     }
 
     /// Writes everything committed so far to disk.
     pub fn flush(&self) -> Result<()> {
-        self.db.flush()?;
+        self.note(self.t()?.db.flush().map_err(StoreError::from))?;
         Ok(())
     }
 
@@ -828,15 +870,105 @@ impl Store {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The write mutex, for a write: a store poisoned by an I/O error is reopened
+    /// first, or the write is refused with what the disk says now.
+    fn write_lock(&self) -> Result<MutexGuard<'_, ()>> {
+        let guard = self.lock();
+        self.reopen_if_poisoned()?;
+        Ok(guard)
+    }
+
+    /// The current opening of the database.
+    fn t(&self) -> Result<Arc<Opened>> {
+        self.open
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| {
+                StoreError::Unavailable(std::io::Error::other(
+                    "the store is being reopened after a write failure",
+                ))
+            })
+    }
+
+    /// Notes a write's outcome: an I/O failure leaves sled refusing every later write
+    /// (it keeps the first error for good), so the next write reopens the database.
+    fn note<T>(&self, r: Result<T>) -> Result<T> {
+        if let Err(StoreError::Unavailable(e)) = &r {
+            if !self.poisoned.swap(true, Ordering::SeqCst) {
+                tracing::error!(path = %self.path.display(), error = %e, "the store cannot write; writes are refused until its directory takes writes again");
+            }
+        }
+        r
+    }
+
+    /// After an I/O failure (caller holds the write mutex): once the directory takes
+    /// writes again, drops the poisoned database and opens it afresh — only what was
+    /// flushed is there, which is everything acknowledged — under a new feed epoch, so
+    /// gateways take a full snapshot. Until then the write is refused naming the cause,
+    /// and the poisoned database keeps serving reads.
+    fn reopen_if_poisoned(&self) -> Result<()> {
+        if !self.poisoned.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        probe_writable(&self.path).map_err(StoreError::Unavailable)?;
+        let old = self
+            .open
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(old) = old {
+            // Readers hold a clone only for the length of one call.
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Arc::strong_count(&old) > 1 {
+                if Instant::now() > deadline {
+                    *self
+                        .open
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(old);
+                    return Err(StoreError::Unavailable(std::io::Error::other(
+                        "readers still hold the store being reopened",
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            // sled's file lock goes with the last handle.
+            drop(old);
+        }
+        // sled's background threads may hold the lock file a moment longer.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let opened = loop {
+            match Opened::open(&self.path) {
+                Ok(o) => break o,
+                Err(e) if Instant::now() > deadline => {
+                    tracing::error!(path = %self.path.display(), error = %e, "cannot reopen the store");
+                    return Err(e);
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        *self
+            .open
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(opened));
+        self.poisoned.store(false, Ordering::SeqCst);
+        // Writes that failed were visible in memory; the revision goes back to what was
+        // flushed, and the new epoch makes every poller start over from a snapshot.
+        let rev = self.stored_rev()?;
+        self.rev_tx.send_replace(rev);
+        tracing::warn!(target: "audit", path = %self.path.display(), rev, "the store takes writes again: reopened");
+        Ok(())
+    }
+
     fn stored_rev(&self) -> Result<u64> {
-        decode_u64(self.meta.get(REV_KEY)?)
+        decode_u64(self.t()?.meta.get(REV_KEY)?)
     }
 
     /// After a commit (mutex still held): flush, then publish the committed revision.
     /// The revision is published even if the flush fails, because the change is
     /// already visible to readers of this process; the caller still gets the error.
     fn settle(&self) -> Result<()> {
-        let flushed = self.db.flush();
+        let flushed = self.note(self.t()?.db.flush().map_err(StoreError::from));
         let rev = self.stored_rev()?;
         self.rev_tx.send_if_modified(|cur| {
             // Monotonic even if something ever publishes out of order.
@@ -857,7 +989,7 @@ impl Store {
         let _guard = self.lock();
         let rev = self.rev();
         let mut routes: Vec<Route> = Vec::new();
-        for item in self.sessions.iter() {
+        for item in self.t()?.sessions.iter() {
             let (key, value) = item?;
             if let Some(route) = self.route_of(&decode_session(&key, &value)?) {
                 routes.push(route);
@@ -868,7 +1000,7 @@ impl Store {
         }
         let locked = self.locked_users()?;
         Ok(FeedPage {
-            epoch: self.epoch.clone(),
+            epoch: self.t()?.epoch.clone(),
             rev,
             reset: true,
             changes: Vec::new(),
@@ -880,7 +1012,7 @@ impl Store {
     /// Every `history_by_owner` key of `owner`, ascending (oldest first).
     fn history_keys(&self, owner: &Sub) -> Result<Vec<Vec<u8>>> {
         let mut keys = Vec::new();
-        for item in self.history_by_owner.scan_prefix(owner_prefix(owner)) {
+        for item in self.t()?.history_by_owner.scan_prefix(owner_prefix(owner)) {
             let (key, _) = item?;
             let (key_owner, _, _) = parse_history_key(&key)?;
             if key_owner == owner.as_str().as_bytes() {
@@ -889,6 +1021,20 @@ impl Store {
         }
         Ok(keys)
     }
+}
+
+/// Whether `dir` takes a write now: one sled segment's worth (512 KiB) of bytes,
+/// synced, then removed. The error says why not ("No space left on device",
+/// "Read-only file system").
+fn probe_writable(dir: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let path = dir.join(".write-probe");
+    let written = std::fs::File::create(&path).and_then(|mut f| {
+        f.write_all(&vec![0u8; 512 << 10])?;
+        f.sync_all()
+    });
+    let _ = std::fs::remove_file(&path);
+    written
 }
 
 /// A fresh random feed epoch.

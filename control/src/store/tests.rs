@@ -395,7 +395,11 @@ fn feed_after_trimmed_log_resets_with_running_routes_and_locked_users() {
         page.changes.iter().map(Change::rev).collect::<Vec<_>>(),
         vec![5, 6, 7]
     );
-    assert_eq!(store.changes.len(), 3, "the change log stays bounded");
+    assert_eq!(
+        store.t().unwrap().changes.len(),
+        3,
+        "the change log stays bounded"
+    );
 
     let page = store.feed(3).unwrap();
     assert!(page.reset);

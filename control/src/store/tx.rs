@@ -28,43 +28,48 @@ impl Store {
     /// Runs `f` as one transaction over all trees. Callers hold the write mutex, so
     /// sled never has to retry `f` for a conflict.
     pub(super) fn transact<T>(&self, f: impl Fn(&Tx<'_>) -> TxResult<T>) -> Result<T> {
+        let t = self.t()?;
         let trees = (
-            &self.sessions,
-            &self.owners,
-            &self.history,
-            &self.history_by_owner,
-            &self.counts,
-            &self.meta,
-            &self.changes,
-            &self.locks,
-            &self.targets,
+            &t.sessions,
+            &t.owners,
+            &t.history,
+            &t.history_by_owner,
+            &t.counts,
+            &t.meta,
+            &t.changes,
+            &t.locks,
+            &t.targets,
         );
-        let out = trees.transaction(
-            |(
-                sessions,
-                owners,
-                history,
-                history_by_owner,
-                counts,
-                meta,
-                changes,
-                locks,
-                targets,
-            )| {
-                f(&Tx {
-                    sessions,
-                    owners,
-                    history,
-                    history_by_owner,
-                    counts,
-                    meta,
-                    changes,
-                    locks,
-                    targets,
-                    change_log_len: self.change_log_len,
-                    pools: &self.pools,
-                })
-            },
+        let out = self.note(
+            trees
+                .transaction(
+                    |(
+                        sessions,
+                        owners,
+                        history,
+                        history_by_owner,
+                        counts,
+                        meta,
+                        changes,
+                        locks,
+                        targets,
+                    )| {
+                        f(&Tx {
+                            sessions,
+                            owners,
+                            history,
+                            history_by_owner,
+                            counts,
+                            meta,
+                            changes,
+                            locks,
+                            targets,
+                            change_log_len: self.change_log_len,
+                            pools: &self.pools,
+                        })
+                    },
+                )
+                .map_err(StoreError::from),
         )?;
         Ok(out)
     }
