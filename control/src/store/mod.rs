@@ -183,11 +183,27 @@ struct Opened {
     targets: Tree,
     /// This opening's feed epoch (see [`FeedPage::epoch`]).
     epoch: String,
+    /// sled's log file, for [`Opened::sync`].
+    log: std::fs::File,
 }
 
 impl Opened {
+    /// Makes what sled flushed durable. On Linux sled's flush ends in
+    /// `sync_file_range`, which writes the data but not the file's size or block map:
+    /// a log that grew is not on disk until the filesystem commits its journal (ext4:
+    /// within 5 s), and a disk error or power loss before that loses acknowledged
+    /// writes. `fsync` on the file (any descriptor of it) commits both.
+    fn sync(&self) -> Result<()> {
+        self.log.sync_all().map_err(StoreError::Unavailable)
+    }
+
     fn open(path: &Path) -> Result<Opened> {
         let db = sled::open(path)?;
+        // The directory entries of a store made just now, durable before anything
+        // is acknowledged.
+        std::fs::File::open(path)
+            .and_then(|d| d.sync_all())
+            .map_err(StoreError::Unavailable)?;
         let open = |name: &str| db.open_tree(name);
         Ok(Opened {
             sessions: open(SESSIONS)?,
@@ -200,6 +216,7 @@ impl Opened {
             locks: open(LOCKS)?,
             targets: open(TARGETS)?,
             epoch: new_epoch()?,
+            log: std::fs::File::open(path.join("db")).map_err(StoreError::Unavailable)?,
             db,
         })
     }
@@ -856,8 +873,14 @@ impl Store {
 
     /// Writes everything committed so far to disk.
     pub fn flush(&self) -> Result<()> {
-        self.note(self.t()?.db.flush().map_err(StoreError::from))?;
-        Ok(())
+        self.note(self.flush_durably())
+    }
+
+    /// sled's flush, then the file's own sync (see [`Opened::sync`]).
+    fn flush_durably(&self) -> Result<()> {
+        let t = self.t()?;
+        t.db.flush()?;
+        t.sync()
     }
 
     // ---- internals ----
@@ -968,7 +991,7 @@ impl Store {
     /// The revision is published even if the flush fails, because the change is
     /// already visible to readers of this process; the caller still gets the error.
     fn settle(&self) -> Result<()> {
-        let flushed = self.note(self.t()?.db.flush().map_err(StoreError::from));
+        let flushed = self.note(self.flush_durably());
         let rev = self.stored_rev()?;
         self.rev_tx.send_if_modified(|cur| {
             // Monotonic even if something ever publishes out of order.
