@@ -387,6 +387,220 @@ fn a_full_store_refuses_writes_with_the_cause_keeps_reads_and_terminals_and_reco
     );
 }
 
+/// A small ext4 filesystem in a file, loop-mounted with `errors=remount-ro` on a fresh
+/// directory, whose kernel driver can be told to fail (`trigger_fs_error`): it then
+/// turns read-only under every open file, as on a disk error. Unmounted (lazily)
+/// when dropped, also when the test fails.
+struct Ext4 {
+    dir: tempfile::TempDir,
+    mounts: u32,
+}
+
+impl Ext4 {
+    fn make(mib: u32) -> Ext4 {
+        let dir = private_dir("tg-ext4.");
+        let img = dir.path().join("fs0.img");
+        let f = std::fs::File::create(&img).expect("image");
+        f.set_len(u64::from(mib) << 20).expect("image size");
+        let out = Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(&img)
+            .output()
+            .expect("mkfs.ext4");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::create_dir(dir.path().join("m")).expect("mount point");
+        let fs = Ext4 { dir, mounts: 0 };
+        fs.mount(&img);
+        fs
+    }
+
+    fn mount(&self, img: &Path) {
+        let out = Command::new("mount")
+            .args(["-o", "loop,errors=remount-ro"])
+            .arg(img)
+            .arg(self.path())
+            .output()
+            .expect("mount");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The mount point.
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("m")
+    }
+
+    /// The loop device under the mount point, as /sys/fs/ext4 names it.
+    fn device(&self) -> String {
+        let out = Command::new("findmnt")
+            .args(["-no", "SOURCE"])
+            .arg(self.path())
+            .output()
+            .expect("findmnt");
+        let source = String::from_utf8_lossy(&out.stdout);
+        let source = source.lines().last().unwrap_or_default().trim();
+        source.rsplit('/').next().unwrap_or_default().to_owned()
+    }
+
+    /// An error in the filesystem: the kernel makes it read-only at once.
+    fn break_read_only(&self) {
+        std::fs::write(
+            format!("/sys/fs/ext4/{}/trigger_fs_error", self.device()),
+            "termgate fault test
+",
+        )
+        .expect("trigger an ext4 error");
+    }
+
+    /// A writable filesystem again at the same place, with everything the broken one
+    /// had on disk: the image copied, checked, and mounted over the broken one (which
+    /// cannot be remounted writable while files are open on it).
+    fn replace_with_repaired_copy(&mut self) {
+        self.mounts += 1;
+        let (old, new) = (
+            self.dir.path().join(format!("fs{}.img", self.mounts - 1)),
+            self.dir.path().join(format!("fs{}.img", self.mounts)),
+        );
+        std::fs::copy(&old, &new).expect("copy the image");
+        let fsck = Command::new("e2fsck")
+            .arg("-fy")
+            .arg(&new)
+            .output()
+            .expect("e2fsck");
+        // 0: clean, 1: errors corrected.
+        assert!(
+            matches!(fsck.status.code(), Some(0 | 1)),
+            "{}",
+            String::from_utf8_lossy(&fsck.stdout)
+        );
+        self.mount(&new);
+    }
+}
+
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        for _ in 0..=self.mounts {
+            let _ = Command::new("umount").arg("-l").arg(self.path()).status();
+        }
+    }
+}
+
+#[test]
+fn a_store_whose_filesystem_turns_read_only_refuses_writes_keeps_reads_and_recovers() {
+    if let Some(why) = can_mount() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let mut fs = Ext4::make(32);
+    if !Path::new(&format!("/sys/fs/ext4/{}/trigger_fs_error", fs.device())).exists() {
+        eprintln!("skipping: this kernel cannot be told to fail an ext4 filesystem");
+        return;
+    }
+    let mut control = ControlStack::prepare("");
+    control.set_env(
+        "TERMGATE__STORE__PATH",
+        &fs.path().join("store").display().to_string(),
+    );
+    control.spawn(&[]);
+    let ttyd = e2e::ttyd::TtydPool::start_for(&control.instance);
+    let counter = e2e::ttyd::CountingProxy::start(ttyd.target());
+    let stack = GatewayStack::assemble(control, ttyd, counter);
+    let c = &stack.control;
+    let alice = c.token("alice", false);
+    let bob = c.token("bob", false);
+    let svc = c.service_token();
+    let first = c.create(&alice)["id"].as_str().unwrap().to_owned();
+    let second = c.create(&bob)["id"].as_str().unwrap().to_owned();
+    let cookie = stack.sign_in("alice");
+    let t = stack.open_as(0, &first, &cookie).expect("alice opens s1");
+    t.send_input(b"echo before-$((1+1))\r").unwrap();
+    t.read_until("before-2", T).unwrap();
+
+    fs.break_read_only();
+    let broke = Instant::now();
+    let refused = c.call(
+        "POST",
+        "/v1/sessions",
+        Some(&bob),
+        Some(json!({"profile": "default"})),
+    );
+    let refused_after = broke.elapsed();
+    assert_eq!(
+        (refused.status, refused.body["error"]["code"].as_str()),
+        (503, Some("store_unavailable")),
+        "{}",
+        refused.text
+    );
+    assert!(
+        refused.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Read-only file system")),
+        "{}",
+        refused.text
+    );
+    // Refused again without touching sled: the cause is read from the disk now.
+    let again = c.call(
+        "DELETE",
+        &format!("/v1/sessions/{second}"),
+        Some(&bob),
+        None,
+    );
+    assert_eq!(again.status, 503, "{}", again.text);
+    assert!(
+        again.text.contains("Read-only file system"),
+        "{}",
+        again.text
+    );
+    let listed = c.call("GET", "/v1/sessions", Some(&alice), None);
+    assert_eq!(listed.status, 200, "{}", listed.text);
+    assert!(listed.text.contains(&first), "{}", listed.text);
+    let feed = c.call("GET", "/v1/routes?after=0", Some(&svc), None);
+    assert_eq!(feed.status, 200, "{}", feed.text);
+    t.send_input(b"echo during-$((2+2))\r").unwrap();
+    t.read_until("during-4", T)
+        .expect("the open terminal keeps flowing while the store is read-only");
+
+    fs.replace_with_repaired_copy();
+    let writable = Instant::now();
+    let made = wait_for("a create to succeed again", T, || {
+        let a = c.call(
+            "POST",
+            "/v1/sessions",
+            Some(&bob),
+            Some(json!({"profile": "default"})),
+        );
+        (a.status == 201).then_some(a)
+    });
+    let recovered_after = writable.elapsed();
+    let third = made.body["id"].as_str().unwrap().to_owned();
+    for (token, id) in [(&alice, &first), (&bob, &second), (&bob, &third)] {
+        assert_eq!(
+            session(c, token, id)["state"],
+            "running",
+            "acknowledged session {id} is still there"
+        );
+    }
+    let gone = c.call(
+        "DELETE",
+        &format!("/v1/sessions/{first}"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(gone.status, 204, "{}", gone.text);
+    t.wait_closed(T)
+        .expect("the ended session's terminal closes");
+    eprintln!(
+        "figures: filesystem read-only → write refused in {refused_after:?} (503 store_unavailable, Read-only file system); writable filesystem back → first successful create {recovered_after:?} after"
+    );
+}
+
 /// A token of the stack's dev key with the given `exp` and `nbf`, as another issuer
 /// with a skewed clock would send it.
 fn skewed_token(control: &ControlStack, sub: &str, exp: u64, nbf: Option<u64>) -> String {
