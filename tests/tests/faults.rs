@@ -300,6 +300,7 @@ fn a_full_store_refuses_writes_with_the_cause_keeps_reads_and_terminals_and_reco
         }
     });
     let refused_after = filled.elapsed();
+    let fitted = acknowledged.len() - 1;
     assert_eq!(refused.status, 503, "{}", refused.text);
     assert_eq!(
         refused.body["error"]["code"], "store_unavailable",
@@ -382,8 +383,7 @@ fn a_full_store_refuses_writes_with_the_cause_keeps_reads_and_terminals_and_reco
     t.wait_closed(T)
         .expect("the ended session's terminal closes");
     eprintln!(
-        "figures: store full → first refused write {refused_after:?} after filling ({} sessions acknowledged before); space freed → first successful create {recovered_after:?} after",
-        acknowledged.len() - 1
+        "figures: store full → first refused write {refused_after:?} after filling ({fitted} create(s) still fitted and were acknowledged); space freed → first successful create {recovered_after:?} after"
     );
 }
 
