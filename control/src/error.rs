@@ -58,3 +58,23 @@ impl From<DockerError> for ApiError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_disk_that_cannot_write_is_a_503_naming_the_cause_and_corruption_stays_a_500() {
+        let io = sled::Error::Io(std::io::Error::from_raw_os_error(28));
+        let refused = ApiError::from(StoreError::from(io));
+        assert_eq!((refused.status, refused.code), (503, "store_unavailable"));
+        assert!(
+            refused.message.contains("No space left on device"),
+            "{}",
+            refused.message
+        );
+        let corrupt = sled::Error::Corruption { at: None, bt: () };
+        let refused = ApiError::from(StoreError::from(corrupt));
+        assert_eq!((refused.status, refused.code), (500, "store_error"));
+    }
+}
