@@ -26,6 +26,9 @@
 //! * Session containers have no network at all (`network = "none"`): they reach
 //!   neither gateway, control nor ttyd, by address or by name, while the same probes
 //!   succeed from the internal network and a server inside the session answers them.
+//!
+//! And that the deployment heals itself: every service has a restart policy, and a
+//! control whose process dies is restarted by Docker while open terminals keep flowing.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -39,6 +42,14 @@ use e2e::term::{Target, Terminal};
 use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(30);
+
+/// One deployment at a time: compose-up picks a free internal subnet, and two projects
+/// choosing at once could pick the same one.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 /// Where compose.yaml mounts the configuration in the gateway and control containers.
 const CONFIG_IN_CONTAINER: &str = "/etc/termgate/termgate.toml";
 
@@ -319,6 +330,7 @@ fn sh_in(container: &str, script: &str) -> Output {
 
 #[test]
 fn compose_deployment_serves_terminals_and_keeps_control_and_ttyd_internal() {
+    let _one = one_at_a_time();
     let bin_dir = e2e::binary("termgate-gateway")
         .parent()
         .expect("binary dir")
@@ -651,4 +663,146 @@ fn compose_deployment_serves_terminals_and_keeps_control_and_ttyd_internal() {
         ),
         ""
     );
+}
+
+/// Types a fresh `echo` and waits for the shell's answer (the typed line shows
+/// `$((…))`, only the answer shows the number); returns the round trip.
+fn echo(term: &Terminal, n: &mut u64) -> Result<Duration, String> {
+    *n += 1;
+    let start = Instant::now();
+    term.send_input(format!("echo pong-$((100000+{}))\r", *n).as_bytes())?;
+    term.read_until(&format!("pong-{}", 100_000 + *n), Duration::from_secs(10))?;
+    Ok(start.elapsed())
+}
+
+#[test]
+fn compose_restarts_a_crashed_control_while_the_open_terminal_keeps_flowing() {
+    let _one = one_at_a_time();
+    let bin_dir = e2e::binary("termgate-gateway")
+        .parent()
+        .expect("binary dir")
+        .to_path_buf();
+    let dep = Deployment::new();
+    dep.run("compose-build", &[("TERMGATE_BIN_DIR", &bin_dir)]);
+    dep.run("compose-up", &[]);
+
+    // Every service comes back by itself unless an operator stopped it.
+    let control = dep.container("control");
+    for service in ["gateway", "control", "ttyd"] {
+        let policy =
+            inspect(&dep.container(service))["HostConfig"]["RestartPolicy"]["Name"].clone();
+        assert_eq!(policy, "unless-stopped", "restart policy of {service}");
+    }
+
+    let token = docker(&[
+        "exec",
+        &control,
+        "termgate-control",
+        "token",
+        "--config",
+        CONFIG_IN_CONTAINER,
+        "--sub",
+        "alice",
+    ]);
+    let create = || {
+        http(
+            "POST",
+            &dep.url("/api/sessions"),
+            Some(&token),
+            Some(&json!({"profile": "default"})),
+        )
+    };
+    let session = wait_for("a session", T, || {
+        let a = create().ok()?;
+        match a.status {
+            201 => Some(a.body),
+            502..=504 => None,
+            s => panic!("create answered {s}: {}", a.text),
+        }
+    });
+    let id = session["id"].as_str().expect("session id").to_owned();
+    let bearer = format!("Bearer {token}");
+    let addr: SocketAddr = ([127, 0, 0, 1], dep.port).into();
+    // Retried while the route is not yet fed, and on Pingora's close right after the
+    // 101 (cloudflare/pingora#946: closed before ttyd said anything).
+    let term = wait_for("the session's terminal", T, || {
+        match Terminal::connect(
+            Target::Tcp(addr),
+            &format!("/s/{id}/ws"),
+            &[("Authorization", &bearer)],
+        ) {
+            Ok(t) if t.wait_title(Duration::from_secs(10)).is_ok() => Some(t),
+            Ok(_) => None,
+            Err(e) if matches!(e.status(), Some(404 | 502 | 503)) => None,
+            Err(e) => panic!("open terminal: {e}"),
+        }
+    });
+    let mut n = 0;
+    echo(&term, &mut n).expect("echo before control crashes");
+
+    // A crash, as Docker sees one: control's process dies. (`docker kill` would not
+    // do: Docker takes it for an operator's stop and applies no restart policy.)
+    let before = inspect(&control);
+    let restarts = before["RestartCount"].as_u64().expect("RestartCount");
+    let pid = before["State"]["Pid"].as_u64().expect("pid").to_string();
+    let killed = Instant::now();
+    let ok = Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill -KILL {pid} (control's process, from the host)");
+
+    // Until control answers through the gateway again, the terminal keeps echoing.
+    let (mut during, mut slowest) = (0u32, Duration::ZERO);
+    let down_for = loop {
+        let answer = http("GET", &dep.url("/api/sessions"), Some(&token), None);
+        if answer.as_ref().is_ok_and(|a| a.status == 200)
+            && killed.elapsed() > Duration::from_millis(50)
+        {
+            // Only once Docker has restarted it: the old process may answer a last
+            // request in the instant after the signal.
+            if inspect(&control)["RestartCount"].as_u64() > Some(restarts) {
+                break killed.elapsed();
+            }
+        }
+        let rtt = echo(&term, &mut n).unwrap_or_else(|e| {
+            panic!(
+                "the terminal stopped {:?} after control crashed: {e}",
+                killed.elapsed()
+            )
+        });
+        during += 1;
+        slowest = slowest.max(rtt);
+        assert!(
+            killed.elapsed() < Duration::from_secs(90),
+            "control did not come back"
+        );
+    };
+    assert!(during >= 1, "no echo while control was down");
+    let after = inspect(&control);
+    assert_eq!(after["State"]["Running"], true);
+    assert_ne!(
+        after["State"]["Pid"].as_u64().map(|p| p.to_string()),
+        Some(pid)
+    );
+
+    // Control works again: a new session; the first terminal still echoes.
+    let second = wait_for("a session after the restart", T, || {
+        let a = create().ok()?;
+        match a.status {
+            201 => Some(a.body),
+            502..=504 => None,
+            s => panic!("create after the restart answered {s}: {}", a.text),
+        }
+    });
+    assert_ne!(second["id"], session["id"]);
+    assert!(!term.is_closed(), "{:?}", term.close_reason());
+    echo(&term, &mut n).expect("echo after control is back");
+    eprintln!(
+        "compose: control's process killed; back through the gateway after {down_for:?} \
+         (restart count {restarts} -> {}); {during} echoes meanwhile, slowest {slowest:?}",
+        after["RestartCount"]
+    );
+    term.close();
 }

@@ -1,34 +1,338 @@
 //! `deploy/up` itself, run the way a newcomer runs it (with a temporary state
 //! directory and its own ports): the directories it makes, the ttyd command line it
-//! starts, and that nobody but its own user can reach the ttyd socket.
+//! starts, and that nobody but its own user can reach the ttyd socket; and its
+//! supervision: a control, ttyd pool or gateway killed with SIGKILL is restarted
+//! while the others keep serving, and SIGTERM stops exactly what it started.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use e2e::stack::{free_port, http};
+use e2e::stack::{docker, free_port, http, wait_for};
+use e2e::term::{ConnectError, Target, Terminal};
+use serde_json::json;
 
 /// A uid and gid that own nothing here.
 const NOBODY: u32 = 65534;
 
-/// `deploy/up` in its own process group, stopped (with everything it started) on drop.
+/// `deploy/up` in its own process group, stopped (with everything it started) on drop,
+/// together with the session containers of its instance.
 struct Up {
     child: Child,
-    /// Everything it printed.
-    output: mpsc::Receiver<String>,
+    /// Every line it printed so far (stdout and stderr).
+    output: Arc<Mutex<Vec<String>>>,
+    state: PathBuf,
+    instance: String,
+    gateway: SocketAddr,
+    control: SocketAddr,
 }
 
 impl Drop for Up {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        let pid = self.child.id();
+        // Not when it has exited already (and its pid may be another process's).
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+        // Bounded: a test that failed must not hang here.
+        let end = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < end && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
         let _ = self.child.wait();
+        // Anything still in its process group (only after a failure) goes too.
+        if processes().iter().any(|p| p.pgid == pid) {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .status();
+        }
+        if std::thread::panicking() {
+            eprintln!("--- deploy/up printed ---\n{}", self.printed());
+            for log in ["control.log", "ttyd.log", "gateway.log"] {
+                let text =
+                    std::fs::read_to_string(self.state.join("logs").join(log)).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(30).collect();
+                eprintln!(
+                    "--- {log} (last lines) ---\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+        }
+        // Session containers outlive deploy/up by design; the test's must not.
+        let filter = format!("label=termgate.instance={}", self.instance);
+        for kind in [&["ps", "-aq"][..], &["volume", "ls", "-q"][..]] {
+            let Ok(o) = Command::new("docker")
+                .args(kind)
+                .args(["--filter", &filter])
+                .output()
+            else {
+                continue;
+            };
+            let ids: Vec<String> = String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            if ids.is_empty() {
+                continue;
+            }
+            let rm: &[&str] = if kind[0] == "ps" {
+                &["rm", "-f", "-v"]
+            } else {
+                &["volume", "rm", "-f"]
+            };
+            let _ = Command::new("docker").args(rm).args(&ids).output();
+        }
     }
+}
+
+impl Up {
+    /// Everything printed so far, one line each.
+    fn printed(&self) -> String {
+        self.output.lock().expect("output lock").join("\n")
+    }
+
+    /// Waits until a printed line contains every one of `parts`; returns that line.
+    fn wait_line(&self, parts: &[&str], deadline: Duration) -> String {
+        let found = || {
+            self.output
+                .lock()
+                .expect("output lock")
+                .iter()
+                .find(|l| parts.iter().all(|p| l.contains(p)))
+                .cloned()
+        };
+        let start = Instant::now();
+        loop {
+            if let Some(line) = found() {
+                return line;
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "deploy/up printed no line with {parts:?} within {deadline:?}:\n{}",
+                self.printed()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn config(&self) -> PathBuf {
+        self.state.join("termgate.toml")
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.gateway)
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.state.join("logs").join(name)).unwrap_or_default()
+    }
+
+    /// The running `termgate-<bin> --config <this state>` process.
+    fn component(&self, bin: &str) -> Proc {
+        let config = self.config();
+        let config = config.to_str().expect("utf-8 path");
+        wait_for(
+            &format!("the {bin} process"),
+            Duration::from_secs(30),
+            || {
+                processes().into_iter().find(|p| {
+                    p.args
+                        .first()
+                        .is_some_and(|a| a.ends_with(&format!("/{bin}")))
+                        && p.args[1..] == ["--config", config]
+                })
+            },
+        )
+    }
+
+    /// The running ttyd of the pool on this state's socket.
+    fn pool(&self) -> Proc {
+        let socket = self.state.join("ttyd/ttyd.sock");
+        let socket = socket.to_str().expect("utf-8 path");
+        wait_for("the ttyd pool process", Duration::from_secs(30), || {
+            processes().into_iter().find(|p| {
+                p.args.first().is_some_and(|a| a.ends_with("ttyd"))
+                    && p.args.iter().any(|a| a == socket)
+            })
+        })
+    }
+
+    /// Whether control answers its health check.
+    fn control_healthy(&self) -> bool {
+        http(
+            "GET",
+            &format!("http://{}/v1/healthz", self.control),
+            None,
+            None,
+        )
+        .is_ok_and(|a| a.status == 200)
+    }
+
+    /// Creates a session through the gateway's public API, as a user would.
+    fn create_session(&self, token: &str) -> String {
+        let a = http(
+            "POST",
+            &self.url("/api/sessions"),
+            Some(token),
+            Some(&json!({"profile": "default"})),
+        )
+        .expect("the gateway answers");
+        assert_eq!(a.status, 201, "create: {}", a.text);
+        a.body["id"].as_str().expect("session id").to_owned()
+    }
+
+    /// Opens the session's terminal through the gateway and waits until ttyd has spoken.
+    /// Retried while the gateway or the pool is not (yet) there, while the route is not
+    /// yet fed (404), and on Pingora's close right after the 101 (cloudflare/pingora#946:
+    /// closed before ttyd said anything).
+    fn open_terminal(&self, id: &str, token: &str) -> Terminal {
+        let bearer = format!("Bearer {token}");
+        let path = format!("/s/{id}/ws");
+        let start = Instant::now();
+        loop {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "no terminal for {id} within 60 s"
+            );
+            match Terminal::connect(
+                Target::Tcp(self.gateway),
+                &path,
+                &[("Authorization", &bearer)],
+            ) {
+                Ok(t) => {
+                    if t.wait_title(Duration::from_secs(10)).is_ok() {
+                        return t;
+                    }
+                    eprintln!(
+                        "terminal closed before ttyd spoke ({:?}); reopening",
+                        t.close_reason()
+                    );
+                }
+                Err(ConnectError::Refused {
+                    status: 404 | 502 | 503,
+                    ..
+                }) => {}
+                Err(ConnectError::Io(_) | ConnectError::Handshake(_)) => {}
+                Err(e) => panic!("open terminal {id}: {e}"),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// One process as /proc shows it.
+#[derive(Debug, Clone)]
+struct Proc {
+    pid: u32,
+    ppid: u32,
+    pgid: u32,
+    state: char,
+    /// Start time (clock ticks since boot): a pid and this name one process for good.
+    start: u64,
+    args: Vec<String>,
+}
+
+fn proc_info(pid: u32) -> Option<Proc> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields follow the last ')'.
+    let rest: Vec<&str> = stat[stat.rfind(')')? + 2..].split(' ').collect();
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    Some(Proc {
+        pid,
+        state: rest[0].chars().next()?,
+        ppid: rest[1].parse().ok()?,
+        pgid: rest[2].parse().ok()?,
+        start: rest[19].parse().ok()?,
+        args: raw
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect(),
+    })
+}
+
+fn processes() -> Vec<Proc> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter_map(proc_info)
+        .collect()
+}
+
+/// Whether the process is gone: no such pid, another process under its pid, or a
+/// zombie (it has exited; only its parent has not collected the status).
+fn gone(p: &Proc) -> bool {
+    proc_info(p.pid).is_none_or(|now| now.start != p.start || now.state == 'Z')
+}
+
+/// `docker attach` processes attached to `container`.
+fn attaches_of(container: &str) -> Vec<Proc> {
+    processes()
+        .into_iter()
+        .filter(|p| {
+            p.state != 'Z'
+                && p.args.iter().any(|a| a == "attach")
+                && p.args.iter().any(|a| a == container)
+        })
+        .collect()
+}
+
+fn kill(signal: &str, pid: u32) {
+    let ok = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill -{signal} {pid}");
+}
+
+/// The printed demo user's token.
+fn demo_token(printed: &str) -> String {
+    let link = printed
+        .lines()
+        .find_map(|l| l.split_once("Sign in:").map(|(_, r)| r.trim().to_owned()))
+        .expect("a sign-in link");
+    link.split_once("/#token=")
+        .expect("link with a token")
+        .1
+        .to_owned()
+}
+
+/// Types a fresh `echo` into the terminal and waits (up to `deadline`) for its result;
+/// returns how long the round trip took. The typed line shows `$((…))`, only the
+/// shell's answer shows the number, so the echo of the input never matches.
+fn echo(term: &Terminal, n: &mut u64, deadline: Duration) -> Result<Duration, String> {
+    *n += 1;
+    let want = format!("pong-{}", 100_000 + *n);
+    let start = Instant::now();
+    term.send_input(format!("echo pong-$((100000+{}))\r", *n).as_bytes())?;
+    term.read_until(&want, deadline)?;
+    Ok(start.elapsed())
+}
+
+/// The session's container id (its `termgate.session` label).
+fn container_of(instance: &str, id: &str) -> String {
+    let out = docker(&[
+        "ps",
+        "-q",
+        "--no-trunc",
+        "--filter",
+        &format!("label=termgate.instance={instance}"),
+        "--filter",
+        &format!("label=termgate.session={id}"),
+    ]);
+    assert_eq!(out.lines().count(), 1, "container of session {id}: {out:?}");
+    out
 }
 
 fn checkout() -> PathBuf {
@@ -75,23 +379,25 @@ fn nobody_connects(path: &Path) -> bool {
 }
 
 fn start_up(state: &Path) -> Up {
+    start_up_with(state, &[])
+}
+
+/// `deploy/up` with its state in `state`, ports of its own, and `extra` environment.
+fn start_up_with(state: &Path, extra: &[(&str, &str)]) -> Up {
+    let instance = format!("t{}", e2e::random_hex(5));
+    let gateway: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let control: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let mut cmd = Command::new(checkout().join("deploy/up"));
     cmd.env("TERMGATE_STATE_DIR", state)
         // deploy/test has built these; release would be a second full build.
         .env("TERMGATE_BUILD_PROFILE", "debug")
-        .env("TERMGATE__INSTANCE", format!("t{}", e2e::random_hex(5)))
-        .env(
-            "TERMGATE__GATEWAY__LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        )
+        .env("TERMGATE__INSTANCE", &instance)
+        .env("TERMGATE__GATEWAY__LISTEN", gateway.to_string())
         .env(
             "TERMGATE__GATEWAY__ADMIN_LISTEN",
             format!("127.0.0.1:{}", free_port()),
         )
-        .env(
-            "TERMGATE__CONTROL__LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        )
+        .env("TERMGATE__CONTROL__LISTEN", control.to_string())
         .env(
             "TERMGATE__CONTROL__ADMIN_LISTEN",
             format!("127.0.0.1:{}", free_port()),
@@ -101,12 +407,13 @@ fn start_up(state: &Path) -> Up {
             state.join("gateway-upgrade.sock"),
         )
         .env("TERMGATE__GATEWAY__PID_FILE", state.join("gateway.pid"))
+        .envs(extra.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
     let mut child = cmd.spawn().expect("start deploy/up");
-    let (tx, rx) = mpsc::channel();
+    let output = Arc::new(Mutex::new(Vec::new()));
     for pipe in [
         child
             .stdout
@@ -120,35 +427,27 @@ fn start_up(state: &Path) -> Up {
     .into_iter()
     .flatten()
     {
-        let tx = tx.clone();
+        let output = Arc::clone(&output);
         std::thread::spawn(move || {
             for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
+                output.lock().expect("output lock").push(line);
             }
         });
     }
-    Up { child, output: rx }
+    Up {
+        child,
+        output,
+        state: state.to_path_buf(),
+        instance,
+        gateway,
+        control,
+    }
 }
 
-/// Reads what `deploy/up` prints until it says it is up; returns all of it.
+/// Waits until `deploy/up` says it is up; returns all it printed.
 fn wait_up(up: &Up) -> String {
-    let mut seen = String::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(300);
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match up.output.recv_timeout(left) {
-            Ok(line) => {
-                seen.push_str(&line);
-                seen.push('\n');
-                if line.contains("Sign in:") {
-                    return seen;
-                }
-            }
-            Err(_) => panic!("deploy/up did not come up:\n{seen}"),
-        }
-    }
+    up.wait_line(&["Sign in:"], Duration::from_secs(300));
+    up.printed()
 }
 
 /// The command line of the process whose arguments contain `needle`.
@@ -237,5 +536,314 @@ fn deploy_up_keeps_the_ttyd_socket_to_its_own_user() {
     assert!(
         nobody_connects(&socket),
         "positive control: another uid reaches the socket once the modes allow it"
+    );
+}
+
+/// Bound on one terminal round trip; the echoes take milliseconds, the margin is for
+/// a loaded machine.
+const ECHO: Duration = Duration::from_secs(10);
+/// Bound on a component coming back after it was killed.
+const BACK: Duration = Duration::from_secs(60);
+
+#[test]
+fn a_killed_control_is_restarted_while_open_terminals_keep_echoing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let up = start_up(&dir.path().join("state"));
+    let token = demo_token(&wait_up(&up));
+    let id = up.create_session(&token);
+    let term = up.open_terminal(&id, &token);
+    let mut n = 0;
+    echo(&term, &mut n, ECHO).expect("echo before control is killed");
+
+    let control = up.component("termgate-control");
+    kill("KILL", control.pid);
+    let killed = Instant::now();
+    wait_for("the killed control to be gone", ECHO, || {
+        gone(&control).then_some(())
+    });
+
+    // Keep typing until control answers again: every echo must come back, and at
+    // least one starts while control is known to be down (the restart waits 0.5 s).
+    let (mut during, mut slowest) = (0u32, Duration::ZERO);
+    let down_for = loop {
+        let down = !up.control_healthy();
+        if !down {
+            break killed.elapsed();
+        }
+        let rtt = echo(&term, &mut n, ECHO).unwrap_or_else(|e| {
+            panic!(
+                "the terminal stopped echoing {:?} after control was killed: {e}",
+                killed.elapsed()
+            )
+        });
+        during += 1;
+        slowest = slowest.max(rtt);
+        assert!(
+            killed.elapsed() < BACK,
+            "control did not come back within {BACK:?}"
+        );
+    };
+    assert!(
+        during >= 1,
+        "no echo was typed while control was down ({down_for:?})"
+    );
+    let restarted = up.component("termgate-control");
+    assert_ne!(restarted.pid, control.pid, "a new control process serves");
+
+    // The restart is printed and logged, with the exit status and the delay.
+    let line = up.wait_line(
+        &[
+            "control exited with status 137 (SIGKILL)",
+            "restarting in 0.5 s",
+        ],
+        ECHO,
+    );
+    assert!(
+        up.log("control.log")
+            .contains("termgate-up: control exited with status 137 (SIGKILL)"),
+        "control.log records the restart:\n{}",
+        up.log("control.log")
+    );
+    let back = up.wait_line(&["control is back"], ECHO);
+
+    // The open terminal is still the same live connection, and still echoes.
+    assert!(!term.is_closed(), "{:?}", term.close_reason());
+    let after = echo(&term, &mut n, ECHO).expect("echo after control is back");
+
+    // Control works again end to end: a new session, and its terminal.
+    let second = wait_for(
+        "a new session after the restart",
+        Duration::from_secs(30),
+        || {
+            let a = http(
+                "POST",
+                &up.url("/api/sessions"),
+                Some(&token),
+                Some(&json!({"profile": "default"})),
+            )
+            .ok()?;
+            match a.status {
+                201 => Some(a.body["id"].as_str().expect("id").to_owned()),
+                502..=504 => None,
+                s => panic!("create after the restart answered {s}: {}", a.text),
+            }
+        },
+    );
+    let other = up.open_terminal(&second, &token);
+    echo(&other, &mut n, ECHO).expect("echo in the new session");
+    echo(&term, &mut n, ECHO).expect("the first terminal still echoes");
+    eprintln!(
+        "control killed: gone for {down_for:?} (until /v1/healthz answered); {during} echoes \
+         typed meanwhile, slowest {slowest:?}, next {after:?}; printed: {line:?} / {back:?}"
+    );
+}
+
+#[test]
+fn a_killed_ttyd_pool_is_restarted_and_its_terminal_reopens_to_the_same_shell() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let up = start_up(&dir.path().join("state"));
+    let token = demo_token(&wait_up(&up));
+    let id = up.create_session(&token);
+    let container = container_of(&up.instance, &id);
+    let term = up.open_terminal(&id, &token);
+    let kept = e2e::random_hex(6);
+    term.send_input(format!("TG_KEPT={kept}\r").as_bytes())
+        .expect("type");
+    let mut n = 0;
+    echo(&term, &mut n, ECHO).expect("echo before the pool is killed");
+
+    let pool = up.pool();
+    let attaches = attaches_of(&container);
+    assert!(
+        !attaches.is_empty() && attaches.iter().all(|a| a.ppid == pool.pid),
+        "the open terminal's docker attach runs under the pool {}: {attaches:?}",
+        pool.pid
+    );
+
+    kill("KILL", pool.pid);
+    let killed = Instant::now();
+    // The gateway ends the terminal whose upstream went away; the page would reconnect.
+    term.wait_closed(ECHO)
+        .expect("the terminal closes with its pool");
+    let line = up.wait_line(
+        &[
+            "ttyd pool local exited with status 137 (SIGKILL)",
+            "restarting in",
+        ],
+        BACK,
+    );
+    up.wait_line(&["ttyd pool local is back"], BACK);
+    assert!(
+        up.log("ttyd.log")
+            .contains("termgate-up: ttyd pool local exited with status 137 (SIGKILL)"),
+        "ttyd.log records the restart"
+    );
+
+    // Nothing of the killed pool is left: its attach processes, which run in sessions
+    // of their own and outlive ttyd, have been ended.
+    let start = Instant::now();
+    wait_for(
+        "the killed pool's docker attach processes to be gone",
+        ECHO,
+        || attaches.iter().all(gone).then_some(()),
+    );
+    let swept = start.elapsed();
+
+    // The client reconnects and finds the same running shell.
+    let again = up.open_terminal(&id, &token);
+    let reopened = killed.elapsed();
+    again
+        .send_input(b"echo kept-$TG_KEPT\r")
+        .expect("type after reconnect");
+    again
+        .read_until(&format!("kept-{kept}"), ECHO)
+        .expect("the shell variable set before the pool was killed");
+
+    let new_pool = up.pool();
+    assert_ne!(new_pool.pid, pool.pid, "a new ttyd serves");
+    let now = attaches_of(&container);
+    assert!(
+        !now.is_empty() && now.iter().all(|a| a.ppid == new_pool.pid),
+        "every docker attach of the session belongs to the new pool {}: {now:?}",
+        new_pool.pid
+    );
+    eprintln!(
+        "ttyd pool killed: terminal reopened to the same shell {reopened:?} later; \
+         old attach processes gone {swept:?} after the restart was printed; printed: {line:?}; {}",
+        up.log("ttyd.log")
+            .lines()
+            .find(|l| l.contains("attach process"))
+            .unwrap_or("(no attach process was left to end)")
+    );
+}
+
+#[test]
+fn a_killed_gateway_is_restarted_and_the_terminal_reopens_to_the_same_shell() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let up = start_up(&dir.path().join("state"));
+    let token = demo_token(&wait_up(&up));
+    let id = up.create_session(&token);
+    let term = up.open_terminal(&id, &token);
+    let kept = e2e::random_hex(6);
+    term.send_input(format!("TG_KEPT={kept}\r").as_bytes())
+        .expect("type");
+    let mut n = 0;
+    echo(&term, &mut n, ECHO).expect("echo before the gateway is killed");
+    let (control, pool) = (up.component("termgate-control"), up.pool());
+
+    let gateway = up.component("termgate-gateway");
+    kill("KILL", gateway.pid);
+    let killed = Instant::now();
+    term.wait_closed(ECHO)
+        .expect("the terminal closes with its gateway");
+    let line = up.wait_line(
+        &["gateway exited with status 137 (SIGKILL)", "restarting in"],
+        BACK,
+    );
+
+    let again = up.open_terminal(&id, &token);
+    let reopened = killed.elapsed();
+    again
+        .send_input(b"echo kept-$TG_KEPT\r")
+        .expect("type after reconnect");
+    again
+        .read_until(&format!("kept-{kept}"), ECHO)
+        .expect("the shell variable set before the gateway was killed");
+    assert!(
+        up.log("gateway.log")
+            .contains("termgate-up: gateway exited with status 137 (SIGKILL)"),
+        "gateway.log records the restart"
+    );
+    assert_ne!(up.component("termgate-gateway").pid, gateway.pid);
+    // The others kept serving: the same control and pool processes.
+    assert!(!gone(&control), "control was not restarted");
+    assert!(!gone(&pool), "the ttyd pool was not restarted");
+    eprintln!(
+        "gateway killed: terminal reopened to the same shell {reopened:?} later; printed: {line:?}"
+    );
+}
+
+/// `pid` and every process below it.
+fn tree(all: &[Proc], pid: u32) -> Vec<Proc> {
+    let mut children: BTreeMap<u32, Vec<&Proc>> = BTreeMap::new();
+    for p in all {
+        children.entry(p.ppid).or_default().push(p);
+    }
+    let mut out: Vec<Proc> = all.iter().filter(|p| p.pid == pid).cloned().collect();
+    let mut i = 0;
+    while i < out.len() {
+        if let Some(c) = children.get(&out[i].pid) {
+            out.extend(c.iter().map(|p| (*p).clone()));
+        }
+        i += 1;
+    }
+    out
+}
+
+#[test]
+fn sigterm_stops_exactly_what_deploy_up_started_and_leaves_sessions_running() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("state");
+    // A short drain: the open terminal would otherwise hold the gateway for 10 s.
+    let mut up = start_up_with(&state, &[("TERMGATE__GATEWAY__DRAIN_SECONDS", "2")]);
+    let token = demo_token(&wait_up(&up));
+    let id = up.create_session(&token);
+    let container = container_of(&up.instance, &id);
+    let term = up.open_terminal(&id, &token);
+    let mut n = 0;
+    echo(&term, &mut n, ECHO).expect("echo");
+
+    // Everything deploy/up started, as it runs now: the supervisors, control, the
+    // pool, the gateway and the open terminal's docker attach.
+    let started = tree(&processes(), up.child.id());
+    let named = |what: &str| {
+        started
+            .iter()
+            .any(|p| p.args.iter().any(|a| a.contains(what)))
+    };
+    for what in ["termgate-control", "termgate-gateway", "ttyd", "attach"] {
+        assert!(
+            named(what),
+            "no {what} among deploy/up's processes: {started:#?}"
+        );
+    }
+
+    kill("TERM", up.child.id());
+    let sent = Instant::now();
+    let status = wait_for("deploy/up to exit", BACK, || {
+        up.child.try_wait().ok().flatten()
+    });
+    let stopped = sent.elapsed();
+    assert!(status.success(), "deploy/up exited with {status}");
+
+    // Every one of them is gone (give the kernel a moment for the last SIGKILLed
+    // attach), and nothing else carries deploy/up's group or its state directory.
+    wait_for("every process deploy/up started to be gone", ECHO, || {
+        started.iter().all(gone).then_some(())
+    });
+    let pgid = up.child.id();
+    let state_str = state.to_str().expect("utf-8 path");
+    let left: Vec<Proc> = processes()
+        .into_iter()
+        .filter(|p| {
+            p.state != 'Z' && (p.pgid == pgid || p.args.iter().any(|a| a.contains(state_str)))
+        })
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:#?}");
+    assert!(
+        attaches_of(&container).is_empty(),
+        "no docker attach of the session is left"
+    );
+
+    // What deploy/up did not start is not touched: the session keeps running.
+    assert_eq!(
+        docker(&["inspect", "-f", "{{.State.Running}}", &container]),
+        "true",
+        "the session container keeps running"
+    );
+    assert!(term.is_closed(), "the terminal ended with the gateway");
+    eprintln!(
+        "SIGTERM: deploy/up and its {} processes gone {stopped:?} after the signal",
+        started.len()
     );
 }

@@ -1,0 +1,235 @@
+//! The systemd units in deploy/systemd/: `systemd-analyze verify` accepts them as they
+//! would be installed (binaries at /usr/local/bin, here a temporary directory of links
+//! to the built ones), and they keep the red lines: only the gateway's user reaches the
+//! ttyd socket, the gateway never reaches the Docker socket, every service restarts on
+//! failure and runs without privileges.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const UNITS: [&str; 3] = [
+    "termgate-control.service",
+    "termgate-ttyd@.service",
+    "termgate-gateway.service",
+];
+
+fn units_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/systemd")
+}
+
+fn systemd_analyze() -> Option<PathBuf> {
+    ["/usr/bin/systemd-analyze", "/bin/systemd-analyze"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+/// Every `Key=value` of a unit file, in order, by key (repeated keys keep every value).
+fn keys(unit: &str) -> BTreeMap<String, Vec<String>> {
+    let text = std::fs::read_to_string(units_dir().join(unit)).expect("unit file");
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('#') || line.starts_with('[') {
+            continue;
+        }
+        if let Some((k, v)) = line.split_once('=') {
+            out.entry(k.trim().to_owned())
+                .or_default()
+                .push(v.trim().to_owned());
+        }
+    }
+    out
+}
+
+fn one<'a>(keys: &'a BTreeMap<String, Vec<String>>, unit: &str, key: &str) -> &'a str {
+    let v = keys
+        .get(key)
+        .unwrap_or_else(|| panic!("{unit} has no {key}="));
+    v.last().expect("a value")
+}
+
+/// The units with /usr/local/bin/ pointing at `bin`, written into `dir`.
+fn render(dir: &Path, bin: &Path) {
+    for unit in UNITS {
+        let text = std::fs::read_to_string(units_dir().join(unit)).expect("unit file");
+        let text = text.replace("/usr/local/bin/", &format!("{}/", bin.display()));
+        std::fs::write(dir.join(unit), text).expect("rendered unit");
+    }
+}
+
+fn verify(analyze: &Path, dir: &Path) -> Output {
+    // The pool as the instance for this machine's daemon, loaded from its template.
+    Command::new(analyze)
+        .current_dir(dir)
+        .args([
+            "verify",
+            "--man=no",
+            "./termgate-control.service",
+            "./termgate-ttyd@local.service",
+            "./termgate-gateway.service",
+        ])
+        .output()
+        .expect("systemd-analyze verify")
+}
+
+#[test]
+fn systemd_units_verify_and_keep_the_red_lines() {
+    let Some(analyze) = systemd_analyze() else {
+        eprintln!("skipped: systemd-analyze is not installed, the units cannot be verified here");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin dir");
+    for (name, target) in [
+        ("termgate-control", e2e::binary("termgate-control")),
+        ("termgate-gateway", e2e::binary("termgate-gateway")),
+        ("ttyd", e2e::ttyd::ttyd_binary()),
+        ("termgate-ttyd-attach", e2e::ttyd::attach_wrapper()),
+    ] {
+        let target =
+            std::fs::canonicalize(&target).unwrap_or_else(|e| panic!("{}: {e}", target.display()));
+        std::os::unix::fs::symlink(target, bin.join(name)).expect("symlink");
+    }
+    render(dir.path(), &bin);
+
+    let out = verify(&analyze, dir.path());
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "systemd-analyze verify: {:?}\n{said}",
+        out.status
+    );
+
+    // Positive control: verify does check what the units start, so the pass above
+    // means the ExecStart lines name real executables.
+    let ttyd = std::fs::read_link(bin.join("ttyd")).expect("ttyd link");
+    std::fs::remove_file(bin.join("ttyd")).expect("remove ttyd link");
+    let out = verify(&analyze, dir.path());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("ttyd"),
+        "verify must refuse a pool whose ttyd is missing: {:?}\n{said}",
+        out.status
+    );
+    std::os::unix::fs::symlink(ttyd, bin.join("ttyd")).expect("symlink");
+
+    let control = keys("termgate-control.service");
+    let pool = keys("termgate-ttyd@.service");
+    let gateway = keys("termgate-gateway.service");
+
+    // Every service comes back on its own, and none gives up after a burst of crashes.
+    for (unit, k) in [
+        ("control", &control),
+        ("pool", &pool),
+        ("gateway", &gateway),
+    ] {
+        assert_eq!(one(k, unit, "Restart"), "on-failure", "{unit}");
+        assert!(!one(k, unit, "RestartSec").is_empty(), "{unit}");
+        assert_eq!(one(k, unit, "StartLimitIntervalSec"), "0", "{unit}");
+        for (key, want) in [
+            ("NoNewPrivileges", "yes"),
+            ("ProtectSystem", "strict"),
+            ("ProtectHome", "yes"),
+            ("PrivateTmp", "yes"),
+            ("CapabilityBoundingSet", ""),
+            ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6"),
+        ] {
+            assert_eq!(one(k, unit, key), want, "{unit} {key}");
+        }
+        assert_eq!(
+            k["SystemCallFilter"][0], "@system-service",
+            "{unit} SystemCallFilter"
+        );
+    }
+
+    // Red line: ttyd is reachable only by the gateway. The pool's socket is in a 0700
+    // runtime directory of its user, the gateway runs as that same user and connects
+    // to exactly that socket; control is another user.
+    let user = one(&pool, "pool", "User");
+    assert_eq!(one(&gateway, "gateway", "User"), user);
+    assert_ne!(one(&control, "control", "User"), user);
+    assert_eq!(one(&pool, "pool", "RuntimeDirectoryMode"), "0700");
+    let runtime = one(&pool, "pool", "RuntimeDirectory");
+    let exec = one(&pool, "pool", "ExecStart");
+    let socket = format!("%t/{runtime}/ttyd.sock");
+    assert!(
+        exec.contains(&format!("-i {socket} ")),
+        "the pool listens on its runtime directory only: {exec}"
+    );
+    assert!(!exec.contains(" -p "), "no TCP port: {exec}");
+    let gateway_env = &gateway["Environment"];
+    let wanted = format!(
+        "TERMGATE__TTYD__SOCKET=/run/{}/ttyd.sock",
+        runtime.replace("%i", "local")
+    );
+    assert!(
+        gateway_env.contains(&wanted),
+        "the gateway's socket is the pool's: {gateway_env:?}"
+    );
+
+    // Red line: the gateway never reaches the Docker socket; control and the pool do,
+    // through the docker group that only their units add.
+    let hidden = one(&gateway, "gateway", "InaccessiblePaths");
+    for path in ["/run/docker.sock", "/var/run/docker.sock"] {
+        assert!(hidden.contains(path), "gateway hides {path}: {hidden}");
+    }
+    assert!(
+        !gateway.contains_key("SupplementaryGroups"),
+        "the gateway gets no extra group"
+    );
+    for (unit, k) in [("control", &control), ("pool", &pool)] {
+        assert!(
+            one(k, unit, "SupplementaryGroups")
+                .split_whitespace()
+                .any(|g| g == "docker"),
+            "{unit} reaches Docker"
+        );
+    }
+    assert_eq!(one(&control, "control", "StateDirectory"), "termgate");
+    assert_eq!(one(&control, "control", "StateDirectoryMode"), "0700");
+
+    // The gateway starts after, but never with, control and the pool: stopping or
+    // restarting them must not stop it (design §1, control is off the byte path).
+    for key in ["Requires", "BindsTo", "PartOf", "Requisite"] {
+        assert!(!gateway.contains_key(key), "gateway has {key}=");
+    }
+
+    // systemd's own exposure score of each unit (0 best, 10 worst), offline.
+    let mut scores = Vec::new();
+    for unit in [
+        "termgate-control.service",
+        "termgate-ttyd@local.service",
+        "termgate-gateway.service",
+    ] {
+        let out = Command::new(&analyze)
+            .current_dir(dir.path())
+            .args([
+                "security",
+                "--offline=true",
+                "--no-pager",
+                &format!("./{unit}"),
+            ])
+            .output()
+            .expect("systemd-analyze security");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let Some(score) = text
+            .lines()
+            .find_map(|l| {
+                l.split_once("Overall exposure level for ")?
+                    .1
+                    .split_once(": ")
+            })
+            .and_then(|(_, rest)| rest.split_whitespace().next()?.parse::<f64>().ok())
+        else {
+            eprintln!("no exposure score for {unit} (older systemd-analyze?)");
+            continue;
+        };
+        assert!(score <= 2.5, "{unit}: exposure {score}\n{text}");
+        scores.push(format!("{unit} {score}"));
+    }
+    eprintln!("systemd-analyze security (offline): {}", scores.join(", "));
+}
