@@ -4,6 +4,7 @@
 //! (`deploy/test` does it); the harness finds them next to the test executable, or in
 //! `TERMGATE_BIN_DIR`.
 
+pub mod raw;
 pub mod stack;
 pub mod stats;
 pub mod term;
