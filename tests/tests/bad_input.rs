@@ -621,7 +621,7 @@ fn the_bad_input_corpus_gets_its_documented_answers_and_nothing_reaches_ttyd() {
         "Content-Length and Transfer-Encoding",
         g,
         sign_in(
-            &format!("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n"),
+            "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
             &format!("{:x}\r\n{token_body}\r\n0\r\n\r\n", token_body.len()),
         ),
         401,
