@@ -157,6 +157,14 @@ pub struct GatewayConfig {
     /// Largest accepted request body on `/api` and `/auth`, bytes.
     #[serde(default = "defaults::body_bytes")]
     pub max_body_bytes: usize,
+    /// Time a request head may take to arrive, from its first byte to its end,
+    /// milliseconds; a slower head closes the connection (slow-header clients).
+    #[serde(default = "defaults::header_timeout_ms")]
+    pub header_timeout_ms: u64,
+    /// Largest websocket frame a browser may send up a terminal, bytes (payload); a
+    /// larger one closes that terminal before ttyd buffers it.
+    #[serde(default = "defaults::ws_frame_bytes")]
+    pub max_ws_frame_bytes: u64,
     /// Failed authentications allowed per client address per minute.
     #[serde(default = "defaults::auth_failures")]
     pub auth_failures_per_minute: u32,
@@ -595,6 +603,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ("gateway.drain_seconds", "10"),
     ("gateway.max_request_header_bytes", "16384"),
     ("gateway.max_body_bytes", "65536"),
+    ("gateway.header_timeout_ms", "10000"),
+    ("gateway.max_ws_frame_bytes", "1048576"),
     ("gateway.auth_failures_per_minute", "30"),
     ("gateway.trusted_proxies", "[]"),
     ("gateway.negative_cache_ms", "2000"),
@@ -704,6 +714,12 @@ mod defaults {
     }
     pub fn body_bytes() -> usize {
         64 * 1024
+    }
+    pub fn header_timeout_ms() -> u64 {
+        10_000
+    }
+    pub fn ws_frame_bytes() -> u64 {
+        1 << 20
     }
     pub fn auth_failures() -> u32 {
         30

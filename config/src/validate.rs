@@ -182,6 +182,20 @@ pub(crate) fn validate(c: &mut Config, errors: &mut Vec<ConfigError>) {
         16 << 20,
         &mut err,
     );
+    within(
+        "gateway.header_timeout_ms",
+        g.header_timeout_ms as usize,
+        100,
+        600_000,
+        &mut err,
+    );
+    within(
+        "gateway.max_ws_frame_bytes",
+        g.max_ws_frame_bytes as usize,
+        4096,
+        64 << 20,
+        &mut err,
+    );
     positive(
         "gateway.auth_failures_per_minute",
         g.auth_failures_per_minute.into(),

@@ -26,6 +26,23 @@ pub use targets::{ListedTarget, TargetPatch, TargetRequest, TargetView};
 /// Who ends sessions the reconciler ends.
 pub const SYSTEM: &str = "termgate";
 
+/// A character a session name may not hold: control characters, and the invisible
+/// format characters that make a name display as another one (bidirectional
+/// overrides and isolates, zero-width characters, the byte-order mark, line and
+/// paragraph separators).
+fn invisible(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{00AD}'
+            | '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}')
+}
+
 /// Body of `POST /v1/sessions`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -349,7 +366,7 @@ impl Control {
         let name = match req.name {
             None => req.profile.clone(),
             Some(n) => {
-                if n.chars().count() > 64 || n.chars().any(char::is_control) {
+                if n.chars().count() > 64 || n.chars().any(invisible) {
                     return Err(ApiError::INVALID_NAME);
                 }
                 n

@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod control_client;
 pub mod feed;
+pub mod head_deadline;
 pub mod metrics;
 pub mod proxy;
 pub mod routes;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 use gateway::admin::Admin;
 use gateway::feed::{ExpirySweeper, FeedFollower};
+use gateway::head_deadline::HeadDeadlineApp;
 use gateway::proxy::{Proxy, TtydUpstream};
 use gateway::state::Gateway;
 use pingora::lb::health_check::TcpHealthCheck;
@@ -96,13 +97,19 @@ fn run(config: config::Config, upgrade: bool) -> anyhow::Result<()> {
         (TtydUpstream::Tcp(task), Some(bg))
     };
 
-    let mut proxy = pingora::proxy::http_proxy_service(
-        &server.configuration,
+    let mut http = pingora::proxy::HttpProxy::new(
         Proxy {
             g: Arc::clone(&state),
             ttyd,
             control_addr,
         },
+        Arc::clone(&server.configuration),
+    );
+    http.handle_init_modules();
+    // Every connection's request heads are bounded as a whole (slow-header clients).
+    let mut proxy = Service::new(
+        "termgate proxy".into(),
+        HeadDeadlineApp::new(http, Duration::from_millis(g.header_timeout_ms)),
     );
     match (&g.tls_cert_file, &g.tls_key_file) {
         (Some(cert), Some(key)) => {

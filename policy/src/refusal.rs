@@ -55,6 +55,20 @@ impl Refusal {
         refusal(431, "headers_too_large", "request headers are too large");
     /// A path no route can have (encodings, control bytes, …).
     pub const BAD_PATH: Refusal = refusal(400, "bad_path", "the path is malformed");
+    /// Headers that must appear once (`Host`, `Authorization`, `Content-Length`)
+    /// repeated: which copy counts would be a guess, and proxies guess differently.
+    pub const BAD_HEADERS: Refusal = refusal(
+        400,
+        "bad_headers",
+        "Host, Authorization and Content-Length may each appear only once",
+    );
+    /// An upgrade that is not a websocket handshake ttyd would accept, or an upgrade of
+    /// anything but a terminal's websocket (`h2c` included).
+    pub const BAD_UPGRADE: Refusal = refusal(
+        400,
+        "bad_upgrade",
+        "only /s/<id>/ws upgrades, as a version 13 websocket with a key and the tty subprotocol",
+    );
     /// A well-formed path (or endpoint) that is not a route.
     pub const PAGE_NOT_FOUND: Refusal = refusal(404, "not_found", "no such page");
     /// A method the path does not accept.

@@ -306,9 +306,16 @@ pub struct CountingProxy {
     path: PathBuf,
     accepted: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
-    open: Arc<Mutex<Vec<Stream>>>,
+    open: Arc<Mutex<OpenConnections>>,
     acceptor: Option<JoinHandle<()>>,
 }
+
+/// The sockets of each forwarded connection that is still open, by number: kept to
+/// shut them down on drop, and forgotten when the connection ends (a proxy that
+/// kept them all would run out of descriptors in a long or hostile test).
+type OpenConnections = std::collections::HashMap<u64, Vec<Stream>>;
+
+static NEXT_CONNECTION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl CountingProxy {
     /// Listens on `<fresh 0700 dir>/proxy.sock`, forwarding to `target`.
@@ -318,7 +325,7 @@ impl CountingProxy {
         let listener = UnixListener::bind(&path).expect("bind counting proxy socket");
         let accepted = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let open = Arc::new(Mutex::new(Vec::new()));
+        let open = Arc::new(Mutex::new(OpenConnections::new()));
         let acceptor = {
             let (accepted, stop, open) =
                 (Arc::clone(&accepted), Arc::clone(&stop), Arc::clone(&open));
@@ -371,7 +378,7 @@ impl CountingProxy {
 
 /// Connects to `target` and copies both ways on two threads; whichever direction ends
 /// first shuts both sockets down.
-fn forward(client: Stream, target: &Target, open: &Mutex<Vec<Stream>>) -> io::Result<()> {
+fn forward(client: Stream, target: &Target, open: &Arc<Mutex<OpenConnections>>) -> io::Result<()> {
     let upstream = match target.connect(Duration::from_secs(5)) {
         Ok(u) => u,
         Err(e) => {
@@ -379,22 +386,25 @@ fn forward(client: Stream, target: &Target, open: &Mutex<Vec<Stream>>) -> io::Re
             return Err(e);
         }
     };
-    {
-        let mut open = open.lock().expect("proxy connection list");
-        open.push(client.try_clone()?);
-        open.push(upstream.try_clone()?);
-    }
+    let id = NEXT_CONNECTION.fetch_add(1, Ordering::SeqCst);
+    open.lock()
+        .expect("proxy connection list")
+        .insert(id, vec![client.try_clone()?, upstream.try_clone()?]);
     let pairs = [
         (client.try_clone()?, upstream.try_clone()?),
         (upstream, client),
     ];
     for (mut from, mut to) in pairs {
+        let open = Arc::clone(open);
         std::thread::Builder::new()
             .name("counting-proxy-copy".into())
             .spawn(move || {
                 let _ = io::copy(&mut from, &mut to);
                 from.shutdown();
                 to.shutdown();
+                if let Ok(mut open) = open.lock() {
+                    open.remove(&id);
+                }
             })?;
     }
     Ok(())
@@ -413,6 +423,8 @@ impl Drop for CountingProxy {
             .lock()
             .map(|mut v| std::mem::take(&mut *v))
             .unwrap_or_default()
+            .into_values()
+            .flatten()
         {
             s.shutdown();
         }

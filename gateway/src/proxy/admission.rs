@@ -25,6 +25,9 @@ pub(super) async fn terminal(
     part: TerminalPart,
 ) -> Result<Allowed, Refusal> {
     bodiless_get(session.req_header())?;
+    if part == TerminalPart::Ws {
+        websocket_handshake(session.req_header())?;
+    }
     let presented = credential(session.req_header(), &g.config.auth.cookie_name);
     let (principal, source) = authenticate(g, session, ctx, presented).await?;
     ctx.principal = Some(principal.clone());
@@ -65,7 +68,18 @@ pub(super) async fn terminal(
         }
     };
     if part == TerminalPart::Ws {
-        ctx.ticket = Some(slot(g, ctx.token.as_deref(), &principal, id, &route)?);
+        match slot(g, ctx.token.as_deref(), &principal, id, &route) {
+            Ok(ticket) => ctx.ticket = Some(ticket),
+            Err(refusal) => {
+                if refusal.code == Refusal::TOO_MANY_TERMINALS.code {
+                    // Like a failed sign-in past its limit: a short pause throttles a
+                    // client that keeps opening terminals past its limit to a few
+                    // attempts a second per connection, at no CPU cost.
+                    tokio::time::sleep(super::credential::REFUSAL_PAUSE).await;
+                }
+                return Err(refusal);
+            }
+        }
     }
     let reason = match (as_admin, route.target.is_some()) {
         (true, _) => "admin",
@@ -96,6 +110,39 @@ fn bodiless_get(req: &RequestHeader) -> Result<(), Refusal> {
         return Err(Refusal::BODY_NOT_ALLOWED);
     }
     Ok(())
+}
+
+/// A websocket handshake as ttyd's page sends it (RFC 6455 §4.1), checked here so
+/// that a malformed one never reaches ttyd: `Upgrade: websocket`, `Connection` naming
+/// `upgrade`, version 13, a key of 16 bytes in base64, the `tty` subprotocol offered.
+fn websocket_handshake(req: &RequestHeader) -> Result<(), Refusal> {
+    let has_token = |name: &str, token: &[u8]| {
+        req.headers.get_all(name).iter().any(|v| {
+            v.as_bytes()
+                .split(|b| *b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+        })
+    };
+    let key_ok = header(req, "sec-websocket-key").is_some_and(|k| {
+        let k = k.trim_ascii();
+        k.len() == 24
+            && k.ends_with(b"==")
+            && k[..22]
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/')
+    });
+    let ok = req.method == "GET"
+        && has_token("upgrade", b"websocket")
+        && has_token("connection", b"upgrade")
+        && header(req, "sec-websocket-version").is_some_and(|v| v.trim_ascii() == b"13")
+        && req.headers.get_all("sec-websocket-key").iter().count() == 1
+        && key_ok
+        && has_token("sec-websocket-protocol", b"tty");
+    if ok {
+        Ok(())
+    } else {
+        Err(Refusal::BAD_UPGRADE)
+    }
 }
 
 /// The route of a session (`None`: unknown or not running): from the cache, or from one

@@ -13,8 +13,10 @@ use super::{header, Ctx};
 use crate::metrics::Metrics;
 use crate::state::{now, Gateway};
 
-/// How long a failed authentication past `auth_failures_per_minute` waits for its 429.
-const REFUSAL_PAUSE: Duration = Duration::from_millis(100);
+/// How long a refusal past a limit (failed authentications past
+/// `auth_failures_per_minute`, terminals past the per-user or per-session limit) waits
+/// for its 429.
+pub(super) const REFUSAL_PAUSE: Duration = Duration::from_millis(100);
 
 /// A token as presented, and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,5 +175,97 @@ mod tests {
             credential(&r, "termgate_session"),
             presented("tok", CredentialSource::Cookie)
         );
+    }
+
+    /// Arbitrary header bytes, then cookie headers assembled from tricky pieces.
+    const RANDOM_CASES: u32 = 10_000;
+    const PIECE_CASES: u32 = 10_000;
+
+    fn header_req(cookie: &[u8], authorization: &[u8]) -> Option<RequestHeader> {
+        let mut r = RequestHeader::build("GET", b"/s/x/ws", None).ok()?;
+        for (name, value) in [("cookie", cookie), ("authorization", authorization)] {
+            if !value.is_empty() {
+                let v = http::HeaderValue::from_bytes(value).ok()?;
+                r.append_header(name, v).ok()?;
+            }
+        }
+        Some(r)
+    }
+
+    /// What any credential found must satisfy: a bearer comes from a `Bearer` header
+    /// with a non-empty trimmed token; a cookie from one pair named exactly.
+    fn check(r: &RequestHeader, cookie: &[u8], found: Option<Credential>) -> Result<(), String> {
+        match found {
+            None => Ok(()),
+            Some(Credential {
+                token,
+                source: CredentialSource::Bearer,
+            }) => {
+                let auth = header(r, "authorization").ok_or("bearer without a header")?;
+                let auth = auth.trim_ascii();
+                let ok = auth.len() > 7
+                    && auth[..7].eq_ignore_ascii_case(b"bearer ")
+                    && !token.is_empty()
+                    && token == token.trim_ascii()
+                    && auth.ends_with(&token);
+                ok.then_some(())
+                    .ok_or_else(|| format!("bearer {token:?} from {auth:?}"))
+            }
+            Some(Credential {
+                token,
+                source: CredentialSource::Cookie,
+            }) => {
+                let mut pair = b"termgate_session=".to_vec();
+                pair.extend_from_slice(&token);
+                cookie
+                    .split(|b| *b == b';')
+                    .any(|p| p.trim_ascii() == pair.as_slice())
+                    .then_some(())
+                    .ok_or_else(|| format!("cookie {token:?} from {cookie:?}"))
+            }
+        }
+    }
+
+    #[test]
+    fn credentials_from_arbitrary_headers_never_panic_and_come_from_exact_names() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+        let bytes = || proptest::collection::vec(any::<u8>(), 0..200);
+        TestRunner::new(Config::with_cases(RANDOM_CASES))
+            .run(&(bytes(), bytes()), |(cookie, auth)| {
+                if let Some(r) = header_req(&cookie, &auth) {
+                    let found = credential(&r, "termgate_session");
+                    check(&r, &cookie, found).map_err(TestCaseError::fail)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        let piece = prop_oneof![
+            Just(b"termgate_session".to_vec()),
+            Just(b"termgate_session2".to_vec()),
+            Just(b"xtermgate_session".to_vec()),
+            Just(b"TERMGATE_SESSION".to_vec()),
+            Just(b"=".to_vec()),
+            Just(b";".to_vec()),
+            Just(b" ".to_vec()),
+            Just(b"\t".to_vec()),
+            Just(b"\"".to_vec()),
+            Just(b",".to_vec()),
+            Just(b"Bearer ".to_vec()),
+            Just(b"a.b.c".to_vec()),
+            Just(vec![0xc3, 0xa4]),
+            proptest::collection::vec(b'a'..=b'z', 1..8),
+        ];
+        let assembled = || proptest::collection::vec(piece.clone(), 0..12).prop_map(|p| p.concat());
+        TestRunner::new(Config::with_cases(PIECE_CASES))
+            .run(&(assembled(), assembled()), |(cookie, auth)| {
+                if let Some(r) = header_req(&cookie, &auth) {
+                    let found = credential(&r, "termgate_session");
+                    check(&r, &cookie, found).map_err(TestCaseError::fail)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        println!("credential parser: {} cases", RANDOM_CASES + PIECE_CASES);
     }
 }

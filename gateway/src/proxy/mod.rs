@@ -13,6 +13,7 @@ mod credential;
 mod first_message;
 mod reply;
 mod upstream;
+mod ws_frames;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -101,6 +102,9 @@ pub struct Ctx {
     /// A `ttyd -c` target's token, until it is written into the first message, and the
     /// bytes of that message received so far.
     first_message: Option<(String, Vec<u8>)>,
+    /// The frame headers of a terminal websocket's upward bytes, read to bound each
+    /// frame's size (`gateway.max_ws_frame_bytes`).
+    frames: Option<ws_frames::FrameSizes>,
     bytes_up: u64,
     bytes_down: u64,
 }
@@ -159,8 +163,32 @@ impl Proxy {
         if header_bytes(session.req_header()) > g.config.gateway.max_request_header_bytes {
             return Err(Refusal::HEADERS_TOO_LARGE);
         }
-        let path = session.req_header().uri.path().to_owned();
-        match policy::classify(path.as_bytes())? {
+        let req = session.req_header();
+        // One copy each, or the request means different things to different readers
+        // (a proxy in front may read the other copy).
+        for once in ["host", "authorization", "content-length"] {
+            if req.headers.get_all(once).iter().nth(1).is_some() {
+                return Err(Refusal::BAD_HEADERS);
+            }
+        }
+        let upgrade = req.headers.contains_key("upgrade");
+        // The request target as sent: the parsed URI makes a path even of a target
+        // that is none (`GET s/x HTTP/1.1` reads as `/`).
+        let raw = req.raw_path();
+        let path = raw[..raw.iter().position(|b| *b == b'?').unwrap_or(raw.len())].to_vec();
+        let route = policy::classify(&path)?;
+        if upgrade
+            && !matches!(
+                route,
+                PublicRoute::Terminal {
+                    part: TerminalPart::Ws,
+                    ..
+                }
+            )
+        {
+            return Err(Refusal::BAD_UPGRADE);
+        }
+        match route {
             PublicRoute::Health => Ok(Allowed {
                 reason: "",
                 next: Next::Reply(Json::new(200, br#"{"status":"ok"}"#.to_vec())),
@@ -200,9 +228,16 @@ impl ProxyHttp for Proxy {
             downstream_attached: false,
             body_bytes: 0,
             first_message: None,
+            frames: None,
             bytes_up: 0,
             bytes_down: 0,
         }
+    }
+
+    /// The head has been read whole: its deadline stops (`gateway.header_timeout_ms`).
+    async fn early_request_filter(&self, session: &mut Session, _ctx: &mut Ctx) -> Result<()> {
+        crate::head_deadline::head_done(session);
+        Ok(())
     }
 
     /// Admits or refuses the request; answers it here unless it goes to an upstream.
@@ -229,6 +264,13 @@ impl ProxyHttp for Proxy {
                 }) = &upstream
                 {
                     ctx.first_message = Some((token.clone(), Vec::new()));
+                }
+                if let Upstream::Ttyd(TtydRequest {
+                    part: TerminalPart::Ws,
+                    ..
+                }) = &upstream
+                {
+                    ctx.frames = Some(ws_frames::FrameSizes::default());
                 }
                 ctx.upstream = Some(upstream);
                 return Ok(false);
@@ -296,7 +338,8 @@ impl ProxyHttp for Proxy {
         }
     }
 
-    /// Counts bytes up, and bounds the body of API calls.
+    /// Counts bytes up, bounds each websocket frame up a terminal and the body of API
+    /// calls.
     async fn request_body_filter(
         &self,
         _session: &mut Session,
@@ -304,6 +347,16 @@ impl ProxyHttp for Proxy {
         _end: bool,
         ctx: &mut Ctx,
     ) -> Result<()> {
+        if let (Some(frames), Some(b)) = (ctx.frames.as_mut(), body.as_ref()) {
+            let max = self.g.config.gateway.max_ws_frame_bytes;
+            if let Err(ws_frames::TooLarge(len)) = frames.feed(b, max) {
+                ctx.reason = "ws_frame_too_large";
+                return Err(Error::explain(
+                    ErrorType::InvalidHTTPHeader,
+                    format!("a websocket frame of {len} bytes is over gateway.max_ws_frame_bytes"),
+                ));
+            }
+        }
         if ctx.first_message.is_some() {
             self.first_message(body, ctx)?;
         }
@@ -389,6 +442,7 @@ impl ProxyHttp for Proxy {
     /// Writes the access log line, and for terminals the audit line and metrics.
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
         log(&self.g.metrics, session, e, ctx);
+        crate::head_deadline::request_done(session);
         // The slot is freed when the request ends, not when the context is dropped.
         ctx.ticket = None;
     }
