@@ -717,38 +717,70 @@ fn a_killed_ttyd_pool_is_restarted_and_its_terminal_reopens_to_the_same_shell() 
     );
 }
 
+/// Open terminals in the gateway-kill test, spread over `GATEWAY_KILL_SESSIONS`.
+const GATEWAY_KILL_TERMINALS: usize = 50;
+const GATEWAY_KILL_SESSIONS: usize = 2;
+
 #[test]
-fn a_killed_gateway_is_restarted_and_the_terminal_reopens_to_the_same_shell() {
+fn a_killed_gateway_with_fifty_open_terminals_is_restarted_and_each_reopens_to_its_shell() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let up = start_up(&dir.path().join("state"));
+    let per_session = GATEWAY_KILL_TERMINALS / GATEWAY_KILL_SESSIONS;
+    let up = start_up_with(
+        &dir.path().join("state"),
+        &[
+            ("TERMGATE__GATEWAY__MAX_TERMINALS_PER_USER", "64"),
+            ("TERMGATE__GATEWAY__MAX_TERMINALS_PER_SESSION", "32"),
+        ],
+    );
     let token = demo_token(&wait_up(&up));
-    let id = up.create_session(&token);
-    let term = up.open_terminal(&id, &token);
-    let kept = e2e::random_hex(6);
-    term.send_input(format!("TG_KEPT={kept}\r").as_bytes())
-        .expect("type");
-    let mut n = 0;
-    echo(&term, &mut n, ECHO).expect("echo before the gateway is killed");
+    // Each session's shell gets its own value before the gateway dies.
+    let sessions: Vec<(String, String)> = (0..GATEWAY_KILL_SESSIONS)
+        .map(|_| (up.create_session(&token), e2e::random_hex(6)))
+        .collect();
+    let mut terms = Vec::new();
+    for (id, kept) in &sessions {
+        for i in 0..per_session {
+            let term = up.open_terminal(id, &token);
+            if i == 0 {
+                term.send_input(format!("TG_KEPT={kept}\r").as_bytes())
+                    .expect("type");
+                let mut n = 0;
+                echo(&term, &mut n, ECHO).expect("echo before the gateway is killed");
+            }
+            terms.push(term);
+        }
+    }
+    assert_eq!(terms.len(), GATEWAY_KILL_TERMINALS);
     let (control, pool) = (up.component("termgate-control"), up.pool());
 
     let gateway = up.component("termgate-gateway");
     kill("KILL", gateway.pid);
     let killed = Instant::now();
-    term.wait_closed(ECHO)
-        .expect("the terminal closes with its gateway");
+    for term in &terms {
+        term.wait_closed(ECHO)
+            .expect("every terminal closes with its gateway");
+    }
     let line = up.wait_line(
         &["gateway exited with status 137 (SIGKILL)", "restarting in"],
         BACK,
     );
 
-    let again = up.open_terminal(&id, &token);
-    let reopened = killed.elapsed();
-    again
-        .send_input(b"echo kept-$TG_KEPT\r")
-        .expect("type after reconnect");
-    again
-        .read_until(&format!("kept-{kept}"), ECHO)
-        .expect("the shell variable set before the gateway was killed");
+    // Every terminal reconnects, and each reaches its session's shell as it was.
+    let mut reopened = Vec::new();
+    for (id, kept) in &sessions {
+        for _ in 0..per_session {
+            let again = up.open_terminal(id, &token);
+            again
+                .send_input(b"echo kept-$TG_KEPT\r")
+                .expect("type after reconnect");
+            again
+                .read_until(&format!("kept-{kept}"), ECHO)
+                .expect("the shell variable set before the gateway was killed");
+            reopened.push(again);
+        }
+    }
+    let all_back = killed.elapsed();
+    assert_eq!(reopened.len(), GATEWAY_KILL_TERMINALS);
     assert!(
         up.log("gateway.log")
             .contains("termgate-up: gateway exited with status 137 (SIGKILL)"),
@@ -759,7 +791,7 @@ fn a_killed_gateway_is_restarted_and_the_terminal_reopens_to_the_same_shell() {
     assert!(!gone(&control), "control was not restarted");
     assert!(!gone(&pool), "the ttyd pool was not restarted");
     eprintln!(
-        "gateway killed: terminal reopened to the same shell {reopened:?} later; printed: {line:?}"
+        "gateway killed with {GATEWAY_KILL_TERMINALS} open terminals: all reopened to their shells {all_back:?} later; printed: {line:?}"
     );
 }
 
