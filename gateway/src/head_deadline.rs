@@ -123,6 +123,42 @@ fn set(session: &pingora::proxy::Session, state: u8) {
     }
 }
 
+impl HeadDeadline {
+    /// Whether the connection is a plain TCP socket of Pingora's (no TLS), the only kind
+    /// [`HeadDeadline::into_tcp`] can release.
+    pub fn is_plain_tcp(&self) -> bool {
+        self.inner.get_ssl().is_none()
+            && (*self.inner)
+                .as_any()
+                .is::<pingora::protocols::l4::stream::Stream>()
+            && {
+                // SAFETY: `inner` owns the descriptor and is alive for this call.
+                let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.inner.id()) };
+                socket2::SockRef::from(&fd)
+                    .local_addr()
+                    .is_ok_and(|a| a.as_socket().is_some())
+            }
+    }
+
+    /// Releases the TCP socket under a plain connection, without Pingora's buffers: the
+    /// connection leaves Pingora for a tunnel of the gateway's own. Bytes Pingora read
+    /// ahead of the request head stay behind (a websocket client sends nothing before
+    /// the `101`, RFC 6455 §4.1).
+    pub fn into_tcp(self) -> std::io::Result<tokio::net::TcpStream> {
+        if !self.is_plain_tcp() {
+            return Err(std::io::Error::other("not a plain TCP connection"));
+        }
+        // SAFETY: `inner` owns the descriptor and is alive for this call; the copy is
+        // ours and outlives it.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.inner.id()) };
+        let socket = std::net::TcpStream::from(fd.try_clone_to_owned()?);
+        // Closes Pingora's descriptor; the socket lives on in the copy.
+        drop(self);
+        socket.set_nonblocking(true)?;
+        tokio::net::TcpStream::from_std(socket)
+    }
+}
+
 fn timed_out() -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::TimedOut,

@@ -9,7 +9,7 @@ use clap::Parser;
 use gateway::admin::Admin;
 use gateway::feed::{ExpirySweeper, FeedFollower};
 use gateway::head_deadline::HeadDeadlineApp;
-use gateway::proxy::{Proxy, TtydUpstream};
+use gateway::proxy::{Proxy, TestHooks, TtydUpstream};
 use gateway::state::Gateway;
 use pingora::lb::health_check::TcpHealthCheck;
 use pingora::lb::LoadBalancer;
@@ -102,6 +102,7 @@ fn run(config: config::Config, upgrade: bool) -> anyhow::Result<()> {
             g: Arc::clone(&state),
             ttyd,
             control_addr,
+            hooks: TestHooks::from_env(),
         },
         Arc::clone(&server.configuration),
     );

@@ -12,6 +12,7 @@ mod api;
 mod credential;
 mod first_message;
 mod reply;
+mod tunnel;
 mod upstream;
 mod ws_frames;
 
@@ -43,6 +44,37 @@ pub struct Proxy {
     pub ttyd: TtydUpstream,
     /// Address of control.
     pub control_addr: String,
+    /// Hooks that only debug builds honour, for tests.
+    pub hooks: TestHooks,
+}
+
+/// Test hooks, read from the environment by debug builds only (release builds always
+/// have none).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TestHooks {
+    /// `TERMGATE_TEST_BODY_FILTER_DELAY_MS`: an await in `request_body_filter` before a
+    /// terminal's upgrade, which makes Pingora's end-of-body race (cloudflare/pingora#946)
+    /// near-certain on its own upgrade path.
+    pub body_filter_delay: Option<Duration>,
+    /// `TERMGATE_TEST_PINGORA_TUNNEL=1`: terminals on plain listeners take Pingora's
+    /// upgrade path, as TLS listeners do.
+    pub pingora_tunnel: bool,
+}
+
+impl TestHooks {
+    /// The hooks set in the environment of a debug build; none in a release build.
+    pub fn from_env() -> Self {
+        if !cfg!(debug_assertions) {
+            return TestHooks::default();
+        }
+        TestHooks {
+            body_filter_delay: std::env::var("TERMGATE_TEST_BODY_FILTER_DELAY_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_millis),
+            pingora_tunnel: std::env::var("TERMGATE_TEST_PINGORA_TUNNEL").is_ok_and(|v| v == "1"),
+        }
+    }
 }
 
 /// What the gateway decided about a request, for logs and metrics.
@@ -107,6 +139,17 @@ pub struct Ctx {
     frames: Option<ws_frames::FrameSizes>,
     bytes_up: u64,
     bytes_down: u64,
+    /// The terminal left Pingora for the gateway's own tunnel, which logs it.
+    tunnelled: bool,
+    /// Why the gateway's own tunnel could not open, for the access line.
+    error: Option<String>,
+}
+
+/// What the access line says of the request itself.
+struct RequestLine {
+    method: String,
+    path: String,
+    status: u16,
 }
 
 static REQUEST_IDS: AtomicU64 = AtomicU64::new(1);
@@ -124,7 +167,49 @@ fn header_bytes(req: &RequestHeader) -> usize {
         .sum()
 }
 
+/// Tags an answer with its request id, and a terminal's with strict headers.
+fn decorate(resp: &mut ResponseHeader, ctx: &Ctx) -> Result<()> {
+    resp.insert_header("X-Request-Id", ctx.request_id.to_string())?;
+    if ctx.terminal_request {
+        resp.insert_header("X-Content-Type-Options", "nosniff")?;
+        resp.insert_header("Referrer-Policy", "no-referrer")?;
+        resp.insert_header("Content-Security-Policy", "frame-ancestors 'self'")?;
+        resp.insert_header("Cache-Control", "no-store")?;
+    }
+    Ok(())
+}
+
+/// Answers a failure to proxy with the refusal it amounts to; whether the connection
+/// may be reused.
+async fn answer_failure(session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
+    let Some(refusal) = reply::failure(e, ctx.upstream.as_ref()) else {
+        ctx.reason = "client_error";
+        return FailToProxy {
+            error_code: 0,
+            can_reuse_downstream: false,
+        };
+    };
+    ctx.reason = refusal.code;
+    if session.response_written().is_none() {
+        if let Err(write) = reply::json(session, Json::refusal(&refusal)).await {
+            tracing::debug!(error = %write, "could not answer a failure to proxy");
+        }
+    }
+    FailToProxy {
+        error_code: refusal.status,
+        can_reuse_downstream: false,
+    }
+}
+
 impl Proxy {
+    /// The context left to Pingora once a terminal has gone to its own tunnel.
+    fn new_ctx_tunnelled(&self) -> Ctx {
+        Ctx {
+            tunnelled: true,
+            ..self.new_ctx()
+        }
+    }
+
     /// Holds the first bytes up of a `ttyd -c` target's websocket until its first
     /// message is whole, then sends that message on with the target's token in it.
     fn first_message(&self, body: &mut Option<Bytes>, ctx: &mut Ctx) -> Result<()> {
@@ -231,6 +316,8 @@ impl ProxyHttp for Proxy {
             frames: None,
             bytes_up: 0,
             bytes_down: 0,
+            tunnelled: false,
+            error: None,
         }
     }
 
@@ -265,14 +352,26 @@ impl ProxyHttp for Proxy {
                 {
                     ctx.first_message = Some((token.clone(), Vec::new()));
                 }
-                if let Upstream::Ttyd(TtydRequest {
-                    part: TerminalPart::Ws,
-                    ..
-                }) = &upstream
-                {
+                let ws = matches!(
+                    &upstream,
+                    Upstream::Ttyd(TtydRequest {
+                        part: TerminalPart::Ws,
+                        ..
+                    })
+                );
+                if ws {
                     ctx.frames = Some(ws_frames::FrameSizes::default());
                 }
                 ctx.upstream = Some(upstream);
+                if ws && !self.hooks.pingora_tunnel && tunnel::eligible(session) {
+                    if let Err(e) = tunnel::open(self, session, ctx).await {
+                        ctx.reason = "";
+                        let failed = answer_failure(session, &e, ctx).await;
+                        tracing::debug!(error = %e, status = failed.error_code, "terminal tunnel failed to open");
+                        ctx.error = Some(e.to_string());
+                    }
+                    return Ok(true);
+                }
                 return Ok(false);
             }
             Next::Reply(json) => reply::json(session, json).await?,
@@ -347,6 +446,11 @@ impl ProxyHttp for Proxy {
         _end: bool,
         ctx: &mut Ctx,
     ) -> Result<()> {
+        if let (Some(delay), Some(_)) = (self.hooks.body_filter_delay, ctx.frames.as_ref()) {
+            if ctx.bytes_up == 0 {
+                tokio::time::sleep(delay).await;
+            }
+        }
         if let (Some(frames), Some(b)) = (ctx.frames.as_mut(), body.as_ref()) {
             let max = self.g.config.gateway.max_ws_frame_bytes;
             if let Err(ws_frames::TooLarge(len)) = frames.feed(b, max) {
@@ -383,14 +487,7 @@ impl ProxyHttp for Proxy {
         resp: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        resp.insert_header("X-Request-Id", ctx.request_id.to_string())?;
-        if ctx.terminal_request {
-            resp.insert_header("X-Content-Type-Options", "nosniff")?;
-            resp.insert_header("Referrer-Policy", "no-referrer")?;
-            resp.insert_header("Content-Security-Policy", "frame-ancestors 'self'")?;
-            resp.insert_header("Cache-Control", "no-store")?;
-        }
-        Ok(())
+        decorate(resp, ctx)
     }
 
     /// Counts bytes down; after the upgrade, hands the browser's socket to the slot.
@@ -420,28 +517,22 @@ impl ProxyHttp for Proxy {
 
     /// Answers a failure to proxy with the refusal it amounts to, in the JSON shape.
     async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
-        let Some(refusal) = reply::failure(e, ctx.upstream.as_ref()) else {
-            ctx.reason = "client_error";
-            return FailToProxy {
-                error_code: 0,
-                can_reuse_downstream: false,
-            };
-        };
-        ctx.reason = refusal.code;
-        if session.response_written().is_none() {
-            if let Err(write) = reply::json(session, Json::refusal(&refusal)).await {
-                tracing::debug!(error = %write, "could not answer a failure to proxy");
-            }
-        }
-        FailToProxy {
-            error_code: refusal.status,
-            can_reuse_downstream: false,
-        }
+        answer_failure(session, e, ctx).await
     }
 
     /// Writes the access log line, and for terminals the audit line and metrics.
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
-        log(&self.g.metrics, session, e, ctx);
+        if ctx.tunnelled {
+            // The connection left Pingora; its tunnel logs the terminal when it ends.
+            return;
+        }
+        let line = RequestLine {
+            method: session.req_header().method.to_string(),
+            path: session.req_header().uri.path().to_owned(),
+            status: session.response_written().map_or(0, |r| r.status.as_u16()),
+        };
+        let error = e.map(|e| e.to_string()).or_else(|| ctx.error.take());
+        log(&self.g.metrics, &line, error.as_deref(), ctx);
         crate::head_deadline::request_done(session);
         // The slot is freed when the request ends, not when the context is dropped.
         ctx.ticket = None;
@@ -453,8 +544,8 @@ fn no_upstream() -> Box<Error> {
 }
 
 /// The access log line; for terminals also the audit line and metrics.
-fn log(metrics: &Metrics, session: &Session, e: Option<&Error>, ctx: &Ctx) {
-    let status = session.response_written().map_or(0, |r| r.status.as_u16());
+fn log(metrics: &Metrics, line: &RequestLine, error: Option<&str>, ctx: &Ctx) {
+    let status = line.status;
     let sub = ctx
         .principal
         .as_ref()
@@ -474,8 +565,8 @@ fn log(metrics: &Metrics, session: &Session, e: Option<&Error>, ctx: &Ctx) {
     tracing::info!(
         target: "access",
         request_id = ctx.request_id,
-        method = %session.req_header().method,
-        path = %session.req_header().uri.path(),
+        method = %line.method,
+        path = %line.path,
         sub,
         session = %session_id,
         decision,
@@ -485,7 +576,7 @@ fn log(metrics: &Metrics, session: &Session, e: Option<&Error>, ctx: &Ctx) {
         bytes_down = ctx.bytes_down,
         duration_ms = ctx.started.elapsed().as_millis() as u64,
         closed_by = closed,
-        error = e.map(|e| e.to_string()).unwrap_or_default(),
+        error = error.unwrap_or_default(),
         "request"
     );
     if ctx.terminal_request {

@@ -1,0 +1,569 @@
+//! A terminal websocket's own tunnel (plain-TCP listeners).
+//!
+//! Pingora is the door: it reads the request head and `request_filter` admits the
+//! terminal. Then, instead of handing the upgrade to Pingora's body machinery, the
+//! gateway connects to the ttyd itself, sends the rewritten head, reads ttyd's answer
+//! and, after a real `101`, takes the browser's socket out of Pingora and copies bytes
+//! between the two sockets in a task of its own:
+//!
+//! - An idle terminal holds no buffer: a direction is read only once its socket is
+//!   readable, into a per-thread scratch buffer, and written on at once. Only bytes the
+//!   other side cannot take yet are kept, in a buffer owned by that direction until they
+//!   are written (and that direction is not read meanwhile).
+//! - No end-of-body of the upgrade request is relayed after the `101`, so the tunnel
+//!   cannot be ended by a stale one (cloudflare/pingora#946).
+//! - Upward bytes pass the same checks as on Pingora's path: each frame's size
+//!   (`gateway.max_ws_frame_bytes`) and the first message of a `ttyd -c` target.
+//!
+//! A TLS listener keeps Pingora's own upgrade path (`ProxyHttp` body filters).
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::io::{self, ErrorKind};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use pingora::http::ResponseHeader;
+use pingora::protocols::http::server::Session as ServerSession;
+use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
+use pingora::proxy::Session;
+use pingora::{Error, ErrorType, Result};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpStream, UnixStream};
+
+use super::{first_message, log, ws_frames, Ctx, Proxy, RequestLine};
+use crate::head_deadline::HeadDeadline;
+use crate::state::Gateway;
+
+/// Bytes read from a socket at a time.
+const SCRATCH: usize = 16 * 1024;
+/// Largest response head accepted from a ttyd.
+const MAX_HEAD: usize = 16 * 1024;
+
+thread_local! {
+    /// The one read buffer of each worker thread: held only between a read and the
+    /// write that follows it, never across an await.
+    static SCRATCH_BUF: RefCell<Box<[u8]>> = RefCell::new(vec![0; SCRATCH].into_boxed_slice());
+}
+
+/// Whether the request's connection can leave Pingora for a tunnel of the gateway's own:
+/// HTTP/1 on a plain TCP listener.
+pub(super) fn eligible(session: &Session) -> bool {
+    session
+        .as_downstream()
+        .stream()
+        .and_then(|s| (**s).as_any().downcast_ref::<HeadDeadline>())
+        .is_some_and(HeadDeadline::is_plain_tcp)
+}
+
+/// A socket at either end of a tunnel.
+enum Socket {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Socket {
+    async fn connect(addr: &PeerAddr) -> io::Result<Socket> {
+        Ok(match addr {
+            PeerAddr::Inet(a) => {
+                let s = TcpStream::connect(a).await?;
+                s.set_nodelay(true)?;
+                Socket::Tcp(s)
+            }
+            PeerAddr::Unix(a) => {
+                let path = a
+                    .as_pathname()
+                    .ok_or_else(|| io::Error::other("an unnamed unix socket"))?;
+                Socket::Unix(UnixStream::connect(path).await?)
+            }
+        })
+    }
+
+    fn fd(&self) -> RawFd {
+        match self {
+            Socket::Tcp(s) => s.as_raw_fd(),
+            Socket::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
+    async fn readable(&self) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.readable().await,
+            Socket::Unix(s) => s.readable().await,
+        }
+    }
+
+    async fn writable(&self) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.writable().await,
+            Socket::Unix(s) => s.writable().await,
+        }
+    }
+
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.try_read(buf),
+            Socket::Unix(s) => s.try_read(buf),
+        }
+    }
+
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.try_write(buf),
+            Socket::Unix(s) => s.try_write(buf),
+        }
+    }
+
+    async fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.write_all(buf).await,
+            Socket::Unix(s) => s.write_all(buf).await,
+        }
+    }
+
+    fn shutdown_write(&self) {
+        let _ = socket2::SockRef::from(self).shutdown(std::net::Shutdown::Write);
+    }
+}
+
+impl std::os::fd::AsFd for Socket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Socket::Tcp(s) => s.as_fd(),
+            Socket::Unix(s) => s.as_fd(),
+        }
+    }
+}
+
+/// The ttyd's answer to the upgrade: its head, and any bytes that came after it.
+struct Answer {
+    status: u16,
+    headers: Vec<(String, Vec<u8>)>,
+    rest: Vec<u8>,
+}
+
+/// Reads a response head (bounded by [`MAX_HEAD`]).
+async fn read_answer(up: &Socket) -> io::Result<Answer> {
+    let mut buf = Vec::with_capacity(1024);
+    let end = loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at;
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(io::Error::new(
+                ErrorKind::InvalidData,
+                "the ttyd's response head is too large",
+            ));
+        }
+        up.readable().await?;
+        let mut chunk = [0u8; 2048];
+        match up.try_read(&mut chunk) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    ErrorKind::UnexpectedEof,
+                    "the ttyd closed before answering",
+                ))
+            }
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    };
+    let bad = || io::Error::new(ErrorKind::InvalidData, "a malformed response head");
+    let mut lines = buf[..end]
+        .split(|b| *b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let status_line = lines.next().ok_or_else(bad)?;
+    let mut parts = status_line.splitn(3, |b| *b == b' ');
+    let version = parts.next().ok_or_else(bad)?;
+    if !version.starts_with(b"HTTP/1.") {
+        return Err(bad());
+    }
+    let status = parts
+        .next()
+        .and_then(|s| std::str::from_utf8(s).ok())
+        .and_then(|s| s.parse::<u16>().ok())
+        .filter(|s| (100..1000).contains(s))
+        .ok_or_else(bad)?;
+    let mut headers = Vec::new();
+    for line in lines {
+        let colon = line.iter().position(|b| *b == b':').ok_or_else(bad)?;
+        let name = std::str::from_utf8(&line[..colon])
+            .map_err(|_| bad())?
+            .trim();
+        if name.is_empty() {
+            return Err(bad());
+        }
+        headers.push((name.to_owned(), line[colon + 1..].trim_ascii().to_vec()));
+    }
+    let rest = buf.split_off(end + 4);
+    Ok(Answer {
+        status,
+        headers,
+        rest,
+    })
+}
+
+fn up_error(etype: ErrorType, why: &'static str, e: io::Error) -> Box<Error> {
+    let mut err = Error::because(etype, why, e);
+    err.esource = pingora::ErrorSource::Upstream;
+    err
+}
+
+/// Opens the terminal admitted in `ctx` through the gateway's own tunnel. Before the
+/// browser's socket is taken, a failure is returned for `request_filter` to answer as
+/// a failure to proxy; after it, the terminal is logged here (`ctx.tunnelled`).
+pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Result<()> {
+    let g = &p.g;
+    let upstream = ctx.upstream.as_ref().ok_or_else(super::no_upstream)?;
+    let Some(ticket) = ctx.ticket.as_ref() else {
+        return Err(Error::explain(
+            ErrorType::InternalError,
+            "the terminal websocket holds no slot",
+        ));
+    };
+    let peer = upstream.peer(&p.control_addr, &p.ttyd, ctx.request_id)?;
+    let connect_timeout = Duration::from_millis(g.config.gateway.control_timeout_ms);
+    let mut up = match tokio::time::timeout(connect_timeout, Socket::connect(&peer._address)).await
+    {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            return Err(up_error(
+                ErrorType::ConnectRefused,
+                "connecting to the ttyd",
+                e,
+            ))
+        }
+        Err(_) => {
+            return Err(up_error(
+                ErrorType::ConnectTimedout,
+                "connecting to the ttyd",
+                io::Error::from(ErrorKind::TimedOut),
+            ))
+        }
+    };
+    ticket.attach_upstream(up.fd()).map_err(|e| {
+        Error::because(
+            ErrorType::InternalError,
+            "cannot keep the upstream socket for enforcement",
+            e,
+        )
+    })?;
+
+    let mut head = session.req_header().clone();
+    super::upstream::strip_identity(&mut head);
+    upstream.rewrite(&mut head, ctx.principal.as_ref(), ctx.token.as_deref())?;
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(head.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(
+        head.uri
+            .path_and_query()
+            .map_or("/", |pq| pq.as_str())
+            .as_bytes(),
+    );
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in head.headers.iter() {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    up.write_all(&out)
+        .await
+        .map_err(|e| up_error(ErrorType::WriteError, "writing the upgrade to the ttyd", e))?;
+    let answer_timeout = Duration::from_millis(g.config.gateway.header_timeout_ms);
+    let answer = match tokio::time::timeout(answer_timeout, read_answer(&up)).await {
+        Ok(Ok(a)) => a,
+        Ok(Err(e)) => {
+            return Err(up_error(
+                ErrorType::ReadError,
+                "reading the ttyd's answer",
+                e,
+            ))
+        }
+        Err(_) => {
+            return Err(up_error(
+                ErrorType::ReadTimedout,
+                "reading the ttyd's answer",
+                io::Error::from(ErrorKind::TimedOut),
+            ))
+        }
+    };
+
+    let mut resp = ResponseHeader::build(answer.status, Some(answer.headers.len() + 5))?;
+    for (name, value) in &answer.headers {
+        resp.append_header(name.clone(), value.as_slice())?;
+    }
+    super::decorate(&mut resp, ctx)?;
+    if answer.status != 101 {
+        // Not upgraded: Pingora answers it, with the body the ttyd sent with its head
+        // (ttyd's refusals are short and whole).
+        resp.remove_header("transfer-encoding");
+        resp.insert_header("Content-Length", answer.rest.len().to_string())?;
+        resp.insert_header("Connection", "close")?;
+        session.set_keepalive(None);
+        session.write_response_header(Box::new(resp), false).await?;
+        session
+            .write_response_body(Some(answer.rest.into()), true)
+            .await?;
+        return Ok(());
+    }
+
+    // Upgraded: from here on the terminal is the tunnel's, and logged by it.
+    let line = RequestLine {
+        method: session.req_header().method.to_string(),
+        path: session.req_header().uri.path().to_owned(),
+        status: 101,
+    };
+    let mut tunnel = Tunnel {
+        ctx: std::mem::replace(ctx, p.new_ctx_tunnelled()),
+        g: Arc::clone(g),
+        line,
+        down: None,
+        up,
+        up_pending: Vec::new(),
+        down_pending: Vec::new(),
+        up_eof: false,
+        down_eof: false,
+    };
+    match take_downstream(session) {
+        Ok(down) => tunnel.down = Some(Socket::Tcp(down)),
+        Err(e) => {
+            tunnel.finish(Some(&format!("taking the browser's socket: {e}")));
+            return Ok(());
+        }
+    }
+    let mut reply = Vec::with_capacity(256);
+    reply.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\n");
+    for (name, value) in resp.headers.iter() {
+        reply.extend_from_slice(name.as_str().as_bytes());
+        reply.extend_from_slice(b": ");
+        reply.extend_from_slice(value.as_bytes());
+        reply.extend_from_slice(b"\r\n");
+    }
+    reply.extend_from_slice(b"\r\n");
+    reply.extend_from_slice(&answer.rest);
+    tunnel.ctx.bytes_down += answer.rest.len() as u64;
+    if let Some(down) = tunnel.down.as_mut() {
+        if let Err(e) = down.write_all(&reply).await {
+            tunnel.finish(Some(&format!("writing the 101: {e}")));
+            return Ok(());
+        }
+        // The 101 is out: a close frame from enforcement can no longer land inside it.
+        if let Some(t) = &tunnel.ctx.ticket {
+            t.attach_downstream(down.fd());
+        }
+    }
+    tokio::spawn(async move {
+        let error = tunnel.copy().await.err();
+        tunnel.finish(error.as_deref());
+    });
+    Ok(())
+}
+
+/// Takes the browser's socket out of Pingora's session, leaving a closed stand-in that
+/// Pingora then finishes as a request already answered.
+fn take_downstream(session: &mut Session) -> io::Result<TcpStream> {
+    let (ours, _theirs) = std::os::unix::net::UnixStream::pair()?;
+    ours.set_nonblocking(true)?;
+    let stand_in: pingora::protocols::Stream = Box::new(
+        pingora::protocols::l4::stream::Stream::from(UnixStream::from_std(ours)?),
+    );
+    let taken = std::mem::replace(
+        &mut *session.downstream_session,
+        ServerSession::new_http1(stand_in),
+    );
+    let ServerSession::H1(h1) = taken else {
+        return Err(io::Error::other("not an HTTP/1 connection"));
+    };
+    let stream = h1
+        .into_inner()
+        .into_any()
+        .downcast::<HeadDeadline>()
+        .map_err(|_| io::Error::other("not a connection of this gateway's listener"))?;
+    stream.into_tcp()
+}
+
+/// A running tunnel. `ctx` is declared first so that its ticket (which may hold the
+/// sockets' descriptors for enforcement) goes before the sockets do.
+struct Tunnel {
+    ctx: Ctx,
+    g: Arc<Gateway>,
+    line: RequestLine,
+    down: Option<Socket>,
+    up: Socket,
+    /// Bytes read from the browser that the ttyd could not take yet.
+    up_pending: Vec<u8>,
+    /// Bytes read from the ttyd that the browser could not take yet.
+    down_pending: Vec<u8>,
+    up_eof: bool,
+    down_eof: bool,
+}
+
+/// Why the copy loop ended early.
+type Failure = String;
+
+impl Tunnel {
+    /// Copies until the ttyd ends the terminal (or enforcement cuts it), or either side
+    /// fails.
+    async fn copy(&mut self) -> Result<(), Failure> {
+        let Some(down) = self.down.take() else {
+            return Ok(());
+        };
+        let result = self.copy_with(&down).await;
+        self.down = Some(down);
+        result
+    }
+
+    async fn copy_with(&mut self, down: &Socket) -> Result<(), Failure> {
+        loop {
+            if self.up_eof && self.down_pending.is_empty() {
+                // The ttyd is done (or was cut): so is the terminal.
+                return Ok(());
+            }
+            let read_down = !self.down_eof && self.up_pending.is_empty();
+            let read_up = !self.up_eof && self.down_pending.is_empty();
+            tokio::select! {
+                r = down.readable(), if read_down => {
+                    r.map_err(|e| format!("browser: {e}"))?;
+                    self.pump_up(down)?;
+                }
+                r = self.up.readable(), if read_up => {
+                    r.map_err(|e| format!("ttyd: {e}"))?;
+                    self.pump_down(down)?;
+                }
+                r = self.up.writable(), if !self.up_pending.is_empty() => {
+                    r.map_err(|e| format!("ttyd: {e}"))?;
+                    flush(&self.up, &mut self.up_pending).map_err(|e| format!("ttyd: {e}"))?;
+                    if self.down_eof && self.up_pending.is_empty() {
+                        self.up.shutdown_write();
+                    }
+                }
+                r = down.writable(), if !self.down_pending.is_empty() => {
+                    r.map_err(|e| format!("browser: {e}"))?;
+                    flush(down, &mut self.down_pending).map_err(|e| format!("browser: {e}"))?;
+                }
+                else => return Ok(()),
+            }
+        }
+    }
+
+    /// Browser → ttyd: one read, checked, written on.
+    fn pump_up(&mut self, down: &Socket) -> Result<(), Failure> {
+        SCRATCH_BUF.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let n = match down.try_read(&mut scratch) {
+                Ok(0) => {
+                    self.down_eof = true;
+                    if self.up_pending.is_empty() {
+                        self.up.shutdown_write();
+                    }
+                    return Ok(());
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(format!("browser: {e}")),
+            };
+            let Some(bytes) = self.upward(&scratch[..n])? else {
+                return Ok(());
+            };
+            self.ctx.bytes_up += bytes.len() as u64;
+            send(&self.up, &bytes, &mut self.up_pending).map_err(|e| format!("ttyd: {e}"))
+        })
+    }
+
+    /// ttyd → browser: one read, written on.
+    fn pump_down(&mut self, down: &Socket) -> Result<(), Failure> {
+        SCRATCH_BUF.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let n = match self.up.try_read(&mut scratch) {
+                Ok(0) => {
+                    self.up_eof = true;
+                    return Ok(());
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(format!("ttyd: {e}")),
+            };
+            self.ctx.bytes_down += n as u64;
+            send(down, &scratch[..n], &mut self.down_pending).map_err(|e| format!("browser: {e}"))
+        })
+    }
+
+    /// The checks of bytes going up: each frame's size, and a `ttyd -c` target's first
+    /// message (held until whole, then sent with its token). `None`: nothing to send yet.
+    fn upward<'a>(&mut self, bytes: &'a [u8]) -> Result<Option<Cow<'a, [u8]>>, Failure> {
+        let ctx = &mut self.ctx;
+        if let Some(frames) = ctx.frames.as_mut() {
+            let max = self.g.config.gateway.max_ws_frame_bytes;
+            if let Err(ws_frames::TooLarge(len)) = frames.feed(bytes, max) {
+                ctx.reason = "ws_frame_too_large";
+                return Err(format!(
+                    "a websocket frame of {len} bytes is over gateway.max_ws_frame_bytes"
+                ));
+            }
+        }
+        let Some((token, pending)) = ctx.first_message.as_mut() else {
+            return Ok(Some(Cow::Borrowed(bytes)));
+        };
+        pending.extend_from_slice(bytes);
+        match first_message::inject_auth_token(pending, token) {
+            first_message::FirstMessage::NeedMore
+                if pending.len() <= first_message::MAX_FIRST_MESSAGE + 16 =>
+            {
+                Ok(None)
+            }
+            first_message::FirstMessage::NeedMore => {
+                Err("the first websocket message is too large".into())
+            }
+            first_message::FirstMessage::Rewritten(out) => {
+                ctx.first_message = None;
+                Ok(Some(Cow::Owned(out)))
+            }
+            first_message::FirstMessage::Invalid(why) => Err(why.into()),
+        }
+    }
+
+    /// Writes the access and audit lines and frees the slot.
+    fn finish(mut self, error: Option<&str>) {
+        log(&self.g.metrics, &self.line, error, &self.ctx);
+        self.ctx.ticket = None;
+    }
+}
+
+/// Writes what `peer` takes now; keeps the rest in `pending`.
+fn send(peer: &Socket, bytes: &[u8], pending: &mut Vec<u8>) -> io::Result<()> {
+    let mut done = 0;
+    while done < bytes.len() {
+        match peer.try_write(&bytes[done..]) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    pending.extend_from_slice(&bytes[done..]);
+    Ok(())
+}
+
+/// Writes what `peer` takes of `pending`; frees its memory once it is all written.
+fn flush(peer: &Socket, pending: &mut Vec<u8>) -> io::Result<()> {
+    let mut done = 0;
+    while done < pending.len() {
+        match peer.try_write(&pending[done..]) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    if done == pending.len() {
+        *pending = Vec::new();
+    } else {
+        pending.drain(..done);
+    }
+    Ok(())
+}
