@@ -640,14 +640,9 @@ impl GatewayStack {
     }
 
     /// Opens a terminal websocket on gateway `n` at `path_and_query`, and waits until
-    /// ttyd has spoken (its title), so the terminal is really attached.
-    ///
-    /// Pingora 0.9.1 sometimes tears an upgraded connection down right after the `101`
-    /// when the upstream answers before the request's empty body is relayed
-    /// (cloudflare/pingora#946, fix pending upstream): the client gets the `101`, then
-    /// EOF, and ttyd never receives the client's first message. Only that exact
-    /// signature — closed before ttyd said anything — is retried, and each retry is
-    /// reported; every other outcome is returned as it is.
+    /// ttyd has spoken (its title), so the terminal is really attached. A terminal that
+    /// is closed instead (such as one ended right after its `101`) is returned as it is
+    /// for the caller to judge.
     pub fn open(
         &self,
         n: usize,
@@ -657,30 +652,13 @@ impl GatewayStack {
         let addr: std::net::SocketAddr = format!("127.0.0.1:{}", self.gateways[n].port)
             .parse()
             .expect("addr");
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let t = match crate::term::Terminal::connect(
-                crate::term::Target::Tcp(addr),
-                path_and_query,
-                headers,
-            ) {
-                Ok(t) => t,
-                // The same signature, caught earlier: the 101 arrived, then the socket
-                // closed before the client's first message could be sent.
-                Err(crate::term::ConnectError::Handshake(m))
-                    if m.starts_with("send initial message: websocket closed") && attempt < 3 =>
-                {
-                    eprintln!("terminal on {path_and_query} closed right after its 101 before the first message (pingora#946); reopening");
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            if t.wait_title(Duration::from_secs(10)).is_ok() || !t.is_closed() || attempt == 3 {
-                return Ok(t);
-            }
-            eprintln!("terminal on {path_and_query} closed right after its 101 before ttyd spoke (pingora#946); reopening");
-        }
+        let t = crate::term::Terminal::connect(
+            crate::term::Target::Tcp(addr),
+            path_and_query,
+            headers,
+        )?;
+        let _ = t.wait_title(Duration::from_secs(10));
+        Ok(t)
     }
 
     /// Opens the terminal of `session` as a browser would: cookie and this gateway's Origin.

@@ -26,8 +26,6 @@ const PER_HALF: usize = 100;
 const P99_FLOOR: Duration = Duration::from_millis(10);
 
 static SERIAL: Mutex<()> = Mutex::new(());
-/// Upgrades retried for pingora#946 (closed right after the 101), reported.
-static RETRIED_946: AtomicUsize = AtomicUsize::new(0);
 
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
@@ -89,36 +87,19 @@ impl Arena {
     /// One timed upgrade of alice's terminal: connect to the `101` and the first
     /// message written. The terminal is then held until ttyd has spoken (its attach
     /// started), so no attach is still starting when the next one is timed.
-    ///
-    /// Pingora 0.9.1 sometimes ends an upgraded connection right after its `101`
-    /// (cloudflare/pingora#946, see `GatewayStack::open`): that exact signature is
-    /// retried, counted, and the attempt that held is the one timed.
     fn timed_upgrade(&self) -> Duration {
-        for _ in 0..5 {
-            let start = Instant::now();
-            let t = match Terminal::connect(
-                Target::Tcp(self.addr()),
-                &format!("/s/{}/ws", self.alice_session),
-                &[("Authorization", &self.alice_bearer)],
-            ) {
-                Ok(t) => t,
-                Err(e2e::term::ConnectError::Handshake(m))
-                    if m.starts_with("send initial message: websocket closed") =>
-                {
-                    RETRIED_946.fetch_add(1, Ordering::SeqCst);
-                    continue;
-                }
-                Err(e) => panic!("alice's upgrade refused during the test: {e:?}"),
-            };
-            let took = start.elapsed();
-            if t.wait_title(Duration::from_secs(10)).is_err() && t.is_closed() {
-                RETRIED_946.fetch_add(1, Ordering::SeqCst);
-                continue;
-            }
-            drop(t);
-            return took;
+        let start = Instant::now();
+        let t = Terminal::connect(
+            Target::Tcp(self.addr()),
+            &format!("/s/{}/ws", self.alice_session),
+            &[("Authorization", &self.alice_bearer)],
+        )
+        .unwrap_or_else(|e| panic!("alice's upgrade refused during the test: {e:?}"));
+        let took = start.elapsed();
+        if let Err(e) = t.wait_title(Duration::from_secs(10)) {
+            panic!("alice's terminal did not reach its shell: {e}");
         }
-        panic!("alice's upgrade closed right after its 101 five times in a row");
+        took
     }
 
     /// Rounds of quiet and attacked upgrades; `attack` starts an attack and returns
@@ -160,10 +141,6 @@ impl Arena {
             r.loaded_p99.as_secs_f64() / r.quiet_p99.as_secs_f64(),
             r.samples,
             r.loaded_samples
-        );
-        println!(
-            "(upgrades retried for pingora#946 so far: {})",
-            RETRIED_946.load(Ordering::SeqCst)
         );
         r
     }
@@ -392,7 +369,7 @@ fn half_open_upgrades_hold_no_more_than_the_users_slots() {
     );
     // Mallory's attempts: ~thousands; the ones that reached ttyd are bounded by her
     // slots at any time. Alice's own upgrades each made one connection.
-    let alice_upgrades = r.samples + r.loaded_samples + 5 + RETRIED_946.load(Ordering::SeqCst);
+    let alice_upgrades = r.samples + r.loaded_samples + 5;
     let reached = arena.stack.counter.connections() - upstream_before;
     let mallory_reached = reached.saturating_sub(alice_upgrades);
     println!(
@@ -486,8 +463,7 @@ fn a_user_past_the_terminal_limit_gets_429_and_others_upgrades_stay_fast() {
     let attack = || {
         let (path, bearer) = (path.clone(), bearer.clone());
         let (refused, opened) = (Arc::clone(&refused), Arc::clone(&opened));
-        // Terminals still open when each attacker stops; pingora#946 closes some
-        // right after their 101, and those hold no slot.
+        // Terminals still open when each attacker stops.
         let live = Arc::new(AtomicUsize::new(0));
         let r2 = Arc::clone(&refused);
         let live2 = Arc::clone(&live);
@@ -500,9 +476,6 @@ fn a_user_past_the_terminal_limit_gets_429_and_others_upgrades_stay_fast() {
                         opened.fetch_add(1, Ordering::SeqCst);
                         mine.push(t);
                     }
-                    // pingora#946 (closed right after the 101) is neither.
-                    Err(e2e::term::ConnectError::Handshake(m))
-                        if m.starts_with("send initial message: websocket closed") => {}
                     Err(e) => {
                         assert_eq!(e.status(), Some(429), "past the limit: {e:?}");
                         r2.fetch_add(1, Ordering::SeqCst);
