@@ -5,11 +5,14 @@
 //! shuts down the terminal's upstream socket. That ends the proxy loop in both
 //! directions at once, whether or not bytes are flowing, and never touches the byte path
 //! itself. The socket is a duplicate of the upstream descriptor taken at connect time,
-//! so it stays valid (no descriptor reuse) for as long as the ticket lives.
+//! so it stays valid (no descriptor reuse) for as long as the ticket lives — or, for the
+//! gateway's own tunnel, the tunnel's descriptor itself, lent for the ticket's life
+//! ([`Ticket::lend`]).
 
 use std::collections::HashMap;
+use std::mem::ManuallyDrop;
 use std::net::Shutdown;
-use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -63,6 +66,26 @@ impl CloseReason {
     }
 }
 
+/// A socket kept for enforcement.
+enum Kept {
+    /// Our duplicate of a descriptor Pingora lends for the duration of a call.
+    Own(socket2::Socket),
+    /// The tunnel's own descriptor, open for as long as the ticket lives
+    /// ([`Ticket::lend`]); never closed from here.
+    Lent(ManuallyDrop<socket2::Socket>),
+}
+
+impl std::ops::Deref for Kept {
+    type Target = socket2::Socket;
+
+    fn deref(&self) -> &socket2::Socket {
+        match self {
+            Kept::Own(s) => s,
+            Kept::Lent(s) => s,
+        }
+    }
+}
+
 struct Live {
     session: SessionId,
     sub: String,
@@ -73,10 +96,10 @@ struct Live {
     /// Keyed hash of the credential that opened it (see [`Terminals::admit`]).
     credential: u64,
     expires_at: Option<u64>,
-    upstream: Option<socket2::Socket>,
+    upstream: Option<Kept>,
     /// The browser's socket, once the upgrade has been answered (plain-text listeners
     /// only: under TLS no frame can be written from outside the session).
-    downstream: Option<socket2::Socket>,
+    downstream: Option<Kept>,
     closed: Option<CloseReason>,
 }
 
@@ -257,7 +280,39 @@ impl Ticket {
             // Revoked already: the socket is cut; the proxy loop ends at once.
             socket.shutdown(Shutdown::Both)?;
         }
-        live.upstream = Some(socket);
+        live.upstream = Some(Kept::Own(socket));
+        Ok(())
+    }
+
+    /// Lends the gateway tunnel's own sockets (`upstream`, and `downstream` once the
+    /// `101` is written) for enforcement, without duplicating them: a terminal then
+    /// holds two descriptors, not four. If the terminal was revoked already, the
+    /// upstream is shut down at once.
+    ///
+    /// # Safety
+    ///
+    /// Both descriptors must stay open until this ticket is dropped.
+    pub unsafe fn lend(&self, upstream: RawFd, downstream: RawFd) -> std::io::Result<()> {
+        // SAFETY: the caller keeps both open for the ticket's life; `ManuallyDrop` never
+        // closes them.
+        let (up, down) = unsafe {
+            (
+                ManuallyDrop::new(socket2::Socket::from_raw_fd(upstream)),
+                ManuallyDrop::new(socket2::Socket::from_raw_fd(downstream)),
+            )
+        };
+        let mut inner = self.registry.lock();
+        let live = inner.live.get_mut(&self.id).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the terminal's slot is no longer registered",
+            )
+        })?;
+        if live.closed.is_some() {
+            up.shutdown(Shutdown::Both)?;
+        }
+        live.upstream = Some(Kept::Lent(up));
+        live.downstream = Some(Kept::Lent(down));
         Ok(())
     }
 
@@ -270,7 +325,7 @@ impl Ticket {
         };
         let mut inner = self.registry.lock();
         if let Some(live) = inner.live.get_mut(&self.id) {
-            live.downstream = Some(socket);
+            live.downstream = Some(Kept::Own(socket));
         }
     }
 
@@ -353,6 +408,33 @@ mod tests {
         let mut buf = [0u8; 1];
         assert_eq!(peer.read(&mut buf).unwrap(), 0, "peer must see EOF");
         assert_eq!(ticket.closed(), Some(CloseReason::RouteRemoved));
+    }
+
+    #[test]
+    fn lent_sockets_are_cut_with_a_close_frame_and_left_open_when_the_ticket_goes() {
+        let t = Terminals::new(8, 8);
+        let (up, mut ttyd) = UnixStream::pair().unwrap();
+        let (down, mut browser) = UnixStream::pair().unwrap();
+        let ticket = t.admit(id(1), &who("alice"), None, 0).unwrap();
+        // SAFETY: both sockets outlive the ticket (dropped first below).
+        unsafe { ticket.lend(up.as_raw_fd(), down.as_raw_fd()) }.unwrap();
+        assert_eq!(t.close_user("alice", CloseReason::UserLocked), 1);
+        let mut buf = [0u8; 64];
+        assert_eq!(ttyd.read(&mut buf).unwrap(), 0, "the ttyd side sees EOF");
+        let n = browser.read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], close_frame(CloseReason::UserLocked.message()));
+        drop(ticket);
+        // The registry never closed the lent descriptors: they are still ours.
+        std::io::Write::write_all(&mut &down, b"x").unwrap();
+        assert_eq!(browser.read(&mut buf).unwrap(), 1);
+        // A terminal revoked before its sockets were lent is cut at once.
+        let (up, mut ttyd) = UnixStream::pair().unwrap();
+        let ticket = t.admit(id(2), &who("bob"), None, 0).unwrap();
+        t.close_user("bob", CloseReason::UserLocked);
+        // SAFETY: as above.
+        unsafe { ticket.lend(up.as_raw_fd(), down.as_raw_fd()) }.unwrap();
+        assert_eq!(ttyd.read(&mut buf).unwrap(), 0);
+        drop(ticket);
     }
 
     #[test]

@@ -217,12 +217,12 @@ fn up_error(etype: ErrorType, why: &'static str, e: io::Error) -> Box<Error> {
 pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Result<()> {
     let g = &p.g;
     let upstream = ctx.upstream.as_ref().ok_or_else(super::no_upstream)?;
-    let Some(ticket) = ctx.ticket.as_ref() else {
+    if ctx.ticket.is_none() {
         return Err(Error::explain(
             ErrorType::InternalError,
             "the terminal websocket holds no slot",
         ));
-    };
+    }
     let peer = upstream.peer(&p.control_addr, &p.ttyd, ctx.request_id)?;
     let connect_timeout = Duration::from_millis(g.config.gateway.control_timeout_ms);
     let mut up = match tokio::time::timeout(connect_timeout, Socket::connect(&peer._address)).await
@@ -243,13 +243,6 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
             ))
         }
     };
-    ticket.attach_upstream(up.fd()).map_err(|e| {
-        Error::because(
-            ErrorType::InternalError,
-            "cannot keep the upstream socket for enforcement",
-            e,
-        )
-    })?;
 
     let mut head = session.req_header().clone();
     super::upstream::strip_identity(&mut head);
@@ -318,24 +311,18 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
         path: session.req_header().uri.path().to_owned(),
         status: 101,
     };
-    let mut tunnel = Tunnel {
-        ctx: std::mem::replace(ctx, p.new_ctx_tunnelled()),
-        g: Arc::clone(g),
-        line,
-        down: None,
-        up,
-        up_pending: Vec::new(),
-        down_pending: Vec::new(),
-        up_eof: false,
-        down_eof: false,
+    let mut ctx = std::mem::replace(ctx, p.new_ctx_tunnelled());
+    let fail = |mut ctx: Ctx, why: String| {
+        log(&g.metrics, &line, Some(&why), &ctx);
+        ctx.ticket = None;
     };
-    match take_downstream(session) {
-        Ok(down) => tunnel.down = Some(Socket::Tcp(down)),
+    let mut down = match take_downstream(session) {
+        Ok(down) => Socket::Tcp(down),
         Err(e) => {
-            tunnel.finish(Some(&format!("taking the browser's socket: {e}")));
+            fail(ctx, format!("taking the browser's socket: {e}"));
             return Ok(());
         }
-    }
+    };
     let mut reply = Vec::with_capacity(256);
     reply.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\n");
     for (name, value) in resp.headers.iter() {
@@ -346,17 +333,30 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
     }
     reply.extend_from_slice(b"\r\n");
     reply.extend_from_slice(&answer.rest);
-    tunnel.ctx.bytes_down += answer.rest.len() as u64;
-    if let Some(down) = tunnel.down.as_mut() {
-        if let Err(e) = down.write_all(&reply).await {
-            tunnel.finish(Some(&format!("writing the 101: {e}")));
-            return Ok(());
-        }
-        // The 101 is out: a close frame from enforcement can no longer land inside it.
-        if let Some(t) = &tunnel.ctx.ticket {
-            t.attach_downstream(down.fd());
-        }
+    ctx.bytes_down += answer.rest.len() as u64;
+    if let Err(e) = down.write_all(&reply).await {
+        fail(ctx, format!("writing the 101: {e}"));
+        return Ok(());
     }
+    // The 101 is out: a close frame from enforcement can no longer land inside it.
+    let lent = match &ctx.ticket {
+        // SAFETY: both sockets move into the tunnel below, which drops its ticket
+        // before them (`Tunnel` field order, and `Tunnel::finish`).
+        Some(t) => unsafe { t.lend(up.fd(), down.fd()) },
+        None => Err(io::Error::other("the terminal websocket holds no slot")),
+    };
+    if let Err(e) = lent {
+        fail(ctx, format!("cannot keep the sockets for enforcement: {e}"));
+        return Ok(());
+    }
+    let mut tunnel = Tunnel {
+        ctx,
+        g: Arc::clone(g),
+        line,
+        flow: Flow::default(),
+        down,
+        up,
+    };
     tokio::spawn(async move {
         let error = tunnel.copy().await.err();
         tunnel.finish(error.as_deref());
@@ -387,14 +387,20 @@ fn take_downstream(session: &mut Session) -> io::Result<TcpStream> {
     stream.into_tcp()
 }
 
-/// A running tunnel. `ctx` is declared first so that its ticket (which may hold the
-/// sockets' descriptors for enforcement) goes before the sockets do.
+/// A running tunnel. `ctx` is declared first so that its ticket, which holds the
+/// sockets' descriptors for enforcement, is dropped before the sockets are.
 struct Tunnel {
     ctx: Ctx,
     g: Arc<Gateway>,
     line: RequestLine,
-    down: Option<Socket>,
+    flow: Flow,
+    down: Socket,
     up: Socket,
+}
+
+/// Where the bytes of a tunnel are.
+#[derive(Default)]
+struct Flow {
     /// Bytes read from the browser that the ttyd could not take yet.
     up_pending: Vec<u8>,
     /// Bytes read from the ttyd that the browser could not take yet.
@@ -410,127 +416,131 @@ impl Tunnel {
     /// Copies until the ttyd ends the terminal (or enforcement cuts it), or either side
     /// fails.
     async fn copy(&mut self) -> Result<(), Failure> {
-        let Some(down) = self.down.take() else {
-            return Ok(());
-        };
-        let result = self.copy_with(&down).await;
-        self.down = Some(down);
-        result
-    }
-
-    async fn copy_with(&mut self, down: &Socket) -> Result<(), Failure> {
+        let Tunnel {
+            ctx,
+            g,
+            flow,
+            down,
+            up,
+            ..
+        } = self;
+        let max = g.config.gateway.max_ws_frame_bytes;
         loop {
-            if self.up_eof && self.down_pending.is_empty() {
+            if flow.up_eof && flow.down_pending.is_empty() {
                 // The ttyd is done (or was cut): so is the terminal.
                 return Ok(());
             }
-            let read_down = !self.down_eof && self.up_pending.is_empty();
-            let read_up = !self.up_eof && self.down_pending.is_empty();
+            let read_down = !flow.down_eof && flow.up_pending.is_empty();
+            let read_up = !flow.up_eof && flow.down_pending.is_empty();
             tokio::select! {
                 r = down.readable(), if read_down => {
                     r.map_err(|e| format!("browser: {e}"))?;
-                    self.pump_up(down)?;
+                    pump_up(ctx, flow, down, up, max)?;
                 }
-                r = self.up.readable(), if read_up => {
+                r = up.readable(), if read_up => {
                     r.map_err(|e| format!("ttyd: {e}"))?;
-                    self.pump_down(down)?;
+                    pump_down(ctx, flow, down, up)?;
                 }
-                r = self.up.writable(), if !self.up_pending.is_empty() => {
+                r = up.writable(), if !flow.up_pending.is_empty() => {
                     r.map_err(|e| format!("ttyd: {e}"))?;
-                    flush(&self.up, &mut self.up_pending).map_err(|e| format!("ttyd: {e}"))?;
-                    if self.down_eof && self.up_pending.is_empty() {
-                        self.up.shutdown_write();
+                    flush(up, &mut flow.up_pending).map_err(|e| format!("ttyd: {e}"))?;
+                    if flow.down_eof && flow.up_pending.is_empty() {
+                        up.shutdown_write();
                     }
                 }
-                r = down.writable(), if !self.down_pending.is_empty() => {
+                r = down.writable(), if !flow.down_pending.is_empty() => {
                     r.map_err(|e| format!("browser: {e}"))?;
-                    flush(down, &mut self.down_pending).map_err(|e| format!("browser: {e}"))?;
+                    flush(down, &mut flow.down_pending).map_err(|e| format!("browser: {e}"))?;
                 }
                 else => return Ok(()),
             }
         }
     }
 
-    /// Browser → ttyd: one read, checked, written on.
-    fn pump_up(&mut self, down: &Socket) -> Result<(), Failure> {
-        SCRATCH_BUF.with(|scratch| {
-            let mut scratch = scratch.borrow_mut();
-            let n = match down.try_read(&mut scratch) {
-                Ok(0) => {
-                    self.down_eof = true;
-                    if self.up_pending.is_empty() {
-                        self.up.shutdown_write();
-                    }
-                    return Ok(());
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) => return Err(format!("browser: {e}")),
-            };
-            let Some(bytes) = self.upward(&scratch[..n])? else {
-                return Ok(());
-            };
-            self.ctx.bytes_up += bytes.len() as u64;
-            send(&self.up, &bytes, &mut self.up_pending).map_err(|e| format!("ttyd: {e}"))
-        })
-    }
-
-    /// ttyd → browser: one read, written on.
-    fn pump_down(&mut self, down: &Socket) -> Result<(), Failure> {
-        SCRATCH_BUF.with(|scratch| {
-            let mut scratch = scratch.borrow_mut();
-            let n = match self.up.try_read(&mut scratch) {
-                Ok(0) => {
-                    self.up_eof = true;
-                    return Ok(());
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) => return Err(format!("ttyd: {e}")),
-            };
-            self.ctx.bytes_down += n as u64;
-            send(down, &scratch[..n], &mut self.down_pending).map_err(|e| format!("browser: {e}"))
-        })
-    }
-
-    /// The checks of bytes going up: each frame's size, and a `ttyd -c` target's first
-    /// message (held until whole, then sent with its token). `None`: nothing to send yet.
-    fn upward<'a>(&mut self, bytes: &'a [u8]) -> Result<Option<Cow<'a, [u8]>>, Failure> {
-        let ctx = &mut self.ctx;
-        if let Some(frames) = ctx.frames.as_mut() {
-            let max = self.g.config.gateway.max_ws_frame_bytes;
-            if let Err(ws_frames::TooLarge(len)) = frames.feed(bytes, max) {
-                ctx.reason = "ws_frame_too_large";
-                return Err(format!(
-                    "a websocket frame of {len} bytes is over gateway.max_ws_frame_bytes"
-                ));
-            }
-        }
-        let Some((token, pending)) = ctx.first_message.as_mut() else {
-            return Ok(Some(Cow::Borrowed(bytes)));
-        };
-        pending.extend_from_slice(bytes);
-        match first_message::inject_auth_token(pending, token) {
-            first_message::FirstMessage::NeedMore
-                if pending.len() <= first_message::MAX_FIRST_MESSAGE + 16 =>
-            {
-                Ok(None)
-            }
-            first_message::FirstMessage::NeedMore => {
-                Err("the first websocket message is too large".into())
-            }
-            first_message::FirstMessage::Rewritten(out) => {
-                ctx.first_message = None;
-                Ok(Some(Cow::Owned(out)))
-            }
-            first_message::FirstMessage::Invalid(why) => Err(why.into()),
-        }
-    }
-
-    /// Writes the access and audit lines and frees the slot.
+    /// Writes the access and audit lines and frees the slot (before the sockets close).
     fn finish(mut self, error: Option<&str>) {
         log(&self.g.metrics, &self.line, error, &self.ctx);
         self.ctx.ticket = None;
+    }
+}
+
+/// Browser → ttyd: one read, checked, written on.
+fn pump_up(
+    ctx: &mut Ctx,
+    flow: &mut Flow,
+    down: &Socket,
+    up: &Socket,
+    max: u64,
+) -> Result<(), Failure> {
+    SCRATCH_BUF.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        let n = match down.try_read(&mut scratch) {
+            Ok(0) => {
+                flow.down_eof = true;
+                if flow.up_pending.is_empty() {
+                    up.shutdown_write();
+                }
+                return Ok(());
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(format!("browser: {e}")),
+        };
+        let Some(bytes) = upward(ctx, &scratch[..n], max)? else {
+            return Ok(());
+        };
+        ctx.bytes_up += bytes.len() as u64;
+        send(up, &bytes, &mut flow.up_pending).map_err(|e| format!("ttyd: {e}"))
+    })
+}
+
+/// ttyd → browser: one read, written on.
+fn pump_down(ctx: &mut Ctx, flow: &mut Flow, down: &Socket, up: &Socket) -> Result<(), Failure> {
+    SCRATCH_BUF.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        let n = match up.try_read(&mut scratch) {
+            Ok(0) => {
+                flow.up_eof = true;
+                return Ok(());
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(format!("ttyd: {e}")),
+        };
+        ctx.bytes_down += n as u64;
+        send(down, &scratch[..n], &mut flow.down_pending).map_err(|e| format!("browser: {e}"))
+    })
+}
+
+/// The checks of bytes going up: each frame's size, and a `ttyd -c` target's first
+/// message (held until whole, then sent with its token). `None`: nothing to send yet.
+fn upward<'a>(ctx: &mut Ctx, bytes: &'a [u8], max: u64) -> Result<Option<Cow<'a, [u8]>>, Failure> {
+    if let Some(frames) = ctx.frames.as_mut() {
+        if let Err(ws_frames::TooLarge(len)) = frames.feed(bytes, max) {
+            ctx.reason = "ws_frame_too_large";
+            return Err(format!(
+                "a websocket frame of {len} bytes is over gateway.max_ws_frame_bytes"
+            ));
+        }
+    }
+    let Some((token, pending)) = ctx.first_message.as_mut() else {
+        return Ok(Some(Cow::Borrowed(bytes)));
+    };
+    pending.extend_from_slice(bytes);
+    match first_message::inject_auth_token(pending, token) {
+        first_message::FirstMessage::NeedMore
+            if pending.len() <= first_message::MAX_FIRST_MESSAGE + 16 =>
+        {
+            Ok(None)
+        }
+        first_message::FirstMessage::NeedMore => {
+            Err("the first websocket message is too large".into())
+        }
+        first_message::FirstMessage::Rewritten(out) => {
+            ctx.first_message = None;
+            Ok(Some(Cow::Owned(out)))
+        }
+        first_message::FirstMessage::Invalid(why) => Err(why.into()),
     }
 }
 
