@@ -18,9 +18,9 @@
 //! IDLE_COUNTS=1000,5000,9000 IDLE_PATHS=own IDLE_HOLD_SECS=600 target/debug/examples/idle_memory
 //! ```
 //!
-//! A gateway holds two descriptors per terminal on its own tunnel and four on
-//! Pingora's path (its duplicates for enforcement); a count that does not fit the
-//! open-file limit is skipped and said so.
+//! A gateway holds two descriptors per idle terminal on its own tunnel and three on
+//! Pingora's path (plus its duplicate of the upstream for enforcement); a count that
+//! does not fit the open-file limit is skipped and said so.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -120,7 +120,7 @@ fn main() {
     let mut figures = Vec::new();
     for path in &paths {
         for &count in &counts {
-            let per = if path == "own" { 2 } else { 4 };
+            let per = if path == "own" { 2 } else { 3 };
             if count * per + 200 > limit || count * 2 + 200 > limit {
                 println!(
                     "{path} path, {count} terminals: needs about {} descriptors in the gateway; over the limit of {limit}, skipped",

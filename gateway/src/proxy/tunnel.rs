@@ -121,19 +121,6 @@ impl Socket {
             Socket::Unix(s) => s.write_all(buf).await,
         }
     }
-
-    fn shutdown_write(&self) {
-        let _ = socket2::SockRef::from(self).shutdown(std::net::Shutdown::Write);
-    }
-}
-
-impl std::os::fd::AsFd for Socket {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        match self {
-            Socket::Tcp(s) => s.as_fd(),
-            Socket::Unix(s) => s.as_fd(),
-        }
-    }
 }
 
 /// The ttyd's answer to the upgrade: its head, and any bytes that came after it.
@@ -426,8 +413,12 @@ impl Tunnel {
         } = self;
         let max = g.config.gateway.max_ws_frame_bytes;
         loop {
-            if flow.up_eof && flow.down_pending.is_empty() {
-                // The ttyd is done (or was cut): so is the terminal.
+            // Either side gone (the ttyd done or cut by enforcement, the browser away)
+            // ends the terminal once what it sent is passed on: a websocket has no use
+            // for a half-closed connection.
+            if (flow.up_eof && flow.down_pending.is_empty())
+                || (flow.down_eof && flow.up_pending.is_empty())
+            {
                 return Ok(());
             }
             let read_down = !flow.down_eof && flow.up_pending.is_empty();
@@ -444,9 +435,6 @@ impl Tunnel {
                 r = up.writable(), if !flow.up_pending.is_empty() => {
                     r.map_err(|e| format!("ttyd: {e}"))?;
                     flush(up, &mut flow.up_pending).map_err(|e| format!("ttyd: {e}"))?;
-                    if flow.down_eof && flow.up_pending.is_empty() {
-                        up.shutdown_write();
-                    }
                 }
                 r = down.writable(), if !flow.down_pending.is_empty() => {
                     r.map_err(|e| format!("browser: {e}"))?;
@@ -477,9 +465,6 @@ fn pump_up(
         let n = match down.try_read(&mut scratch) {
             Ok(0) => {
                 flow.down_eof = true;
-                if flow.up_pending.is_empty() {
-                    up.shutdown_write();
-                }
                 return Ok(());
             }
             Ok(n) => n,
