@@ -72,6 +72,14 @@ struct Figure {
     open_secs: f64,
 }
 
+impl Figure {
+    /// Growth of the gateway's RSS per terminal still open (those Pingora ended right
+    /// after their `101` freed theirs).
+    fn per_open(&self, rss: u64) -> f64 {
+        (rss as f64 - self.rss_before as f64) / (self.count - self.closed).max(1) as f64
+    }
+}
+
 fn main() {
     let counts: Vec<usize> = std::env::var("IDLE_COUNTS")
         .unwrap_or_else(|_| "1000,5000".into())
@@ -189,19 +197,20 @@ fn main() {
                 rss_before,
                 rss_after,
                 rss_hold_max,
-                fds_per_terminal: (fds_after as f64 - fds_before as f64) / count as f64,
+                fds_per_terminal: (fds_after as f64 - fds_before as f64)
+                    / (count - closed).max(1) as f64,
                 closed,
                 open_secs,
             };
             println!(
-                "{} × {}: RSS {} → {} KiB (max {} over {} s), {:.2} KiB per terminal, {:.2} descriptors per terminal, {} closed meanwhile, opened in {:.1} s",
+                "{} × {}: RSS {} → {} KiB (max {} over {} s), {:.2} KiB per open terminal, {:.2} descriptors per open terminal, {} closed meanwhile, opened in {:.1} s",
                 f.path,
                 f.count,
                 f.rss_before,
                 f.rss_after,
                 f.rss_hold_max,
                 hold.as_secs(),
-                (f.rss_after as f64 - f.rss_before as f64) / count as f64,
+                f.per_open(f.rss_after),
                 f.fds_per_terminal,
                 f.closed,
                 f.open_secs
@@ -214,7 +223,7 @@ fn main() {
     }
 
     println!();
-    println!("| path | idle terminals | RSS before | RSS after | KiB per terminal | max over the hold | descriptors per terminal | closed meanwhile |");
+    println!("| path | idle terminals | RSS before | RSS after | KiB per open terminal | the same at the hold's maximum | descriptors per open terminal | closed right after the 101 |");
     println!("|---|---|---|---|---|---|---|---|");
     for f in &figures {
         println!(
@@ -223,8 +232,8 @@ fn main() {
             f.count,
             f.rss_before,
             f.rss_after,
-            (f.rss_after as f64 - f.rss_before as f64) / f.count as f64,
-            (f.rss_hold_max as f64 - f.rss_before as f64) / f.count as f64,
+            f.per_open(f.rss_after),
+            f.per_open(f.rss_hold_max),
             f.fds_per_terminal,
             f.closed
         );
