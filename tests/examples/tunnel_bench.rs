@@ -1,0 +1,208 @@
+//! Keystroke round trip and bulk output through the gateway's own tunnel, Pingora's
+//! upgrade path (debug builds: `TERMGATE_TEST_PINGORA_TUNNEL=1`) and straight to ttyd,
+//! interleaved, on one plain ttyd (`ttyd -W sh`, a target on a unix socket).
+//!
+//! ```sh
+//! cargo build --workspace --bins --examples --locked
+//! target/debug/examples/tunnel_bench       # KEYSTROKES=500 BULK_MIB=32 BULK_ROUNDS=5
+//! ```
+//!
+//! The client is a minimal websocket client of ttyd's protocol on a blocking socket,
+//! so the figures are the paths', not a client's polling.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use e2e::raw;
+use e2e::stack::{http, GatewayStack};
+use e2e::ttyd::TtydPool;
+use serde_json::json;
+
+trait Conn: Read + Write {}
+impl<T: Read + Write> Conn for T {}
+
+/// A terminal websocket spoken to frame by frame.
+struct Ws {
+    conn: Box<dyn Conn>,
+    /// Output bytes received but not yet looked at.
+    pending: Vec<u8>,
+}
+
+impl Ws {
+    /// Upgrades `conn` with `head`, then sends ttyd's opening message.
+    fn open(mut conn: Box<dyn Conn>, head: &str) -> Ws {
+        conn.write_all(head.as_bytes()).unwrap();
+        let mut answer = Vec::new();
+        let mut b = [0u8; 1];
+        while !answer.ends_with(b"\r\n\r\n") {
+            assert_eq!(conn.read(&mut b).unwrap(), 1, "closed during the upgrade");
+            answer.push(b[0]);
+        }
+        assert!(answer.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&answer));
+        let mut ws = Ws {
+            conn,
+            pending: Vec::new(),
+        };
+        ws.send(br#"{"AuthToken":"","columns":80,"rows":24}"#);
+        ws
+    }
+
+    /// Sends one masked binary frame (zero mask: the payload goes out as written).
+    fn send(&mut self, payload: &[u8]) {
+        let mut f = raw::frame_header(payload.len() as u64);
+        f[0] = 0x82;
+        f.extend_from_slice(payload);
+        self.conn.write_all(&f).unwrap();
+    }
+
+    /// Types `bytes`.
+    fn type_in(&mut self, bytes: &[u8]) {
+        let mut p = vec![b'0'];
+        p.extend_from_slice(bytes);
+        self.send(&p);
+    }
+
+    /// Reads one frame; returns its payload.
+    fn frame(&mut self) -> Vec<u8> {
+        let mut h = [0u8; 2];
+        self.conn.read_exact(&mut h).unwrap();
+        let len = match h[1] & 0x7f {
+            126 => {
+                let mut l = [0u8; 2];
+                self.conn.read_exact(&mut l).unwrap();
+                u16::from_be_bytes(l) as usize
+            }
+            127 => {
+                let mut l = [0u8; 8];
+                self.conn.read_exact(&mut l).unwrap();
+                u64::from_be_bytes(l) as usize
+            }
+            n => n as usize,
+        };
+        let mut p = vec![0u8; len];
+        self.conn.read_exact(&mut p).unwrap();
+        p
+    }
+
+    /// Reads output until it contains `needle`; returns the output bytes read.
+    fn until(&mut self, needle: &[u8]) -> usize {
+        let mut total = 0;
+        loop {
+            if let Some(at) = self.pending.windows(needle.len()).position(|w| w == needle) {
+                self.pending.drain(..at + needle.len());
+                return total;
+            }
+            let keep = self.pending.len().saturating_sub(needle.len());
+            self.pending.drain(..keep);
+            let f = self.frame();
+            if f.first() == Some(&b'0') {
+                total += f.len() - 1;
+                self.pending.extend_from_slice(&f[1..]);
+            }
+        }
+    }
+}
+
+fn pct(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+fn main() {
+    let keystrokes: usize = std::env::var("KEYSTROKES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    let bulk_mib: usize = std::env::var("BULK_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(32);
+    let bulk_rounds: usize = std::env::var("BULK_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let mut stack = GatewayStack::start("");
+    let ttyd = TtydPool::start_plain(true, &[]);
+    let sock = ttyd.socket_path().unwrap().to_path_buf();
+    let admin = stack.control.token("root", true);
+    let a = http(
+        "POST",
+        &stack.url(0, "/api/targets"),
+        Some(&admin),
+        Some(&json!({"name": "bench", "upstream": format!("unix:{}", sock.display()), "users": ["alice"]})),
+    )
+    .unwrap();
+    assert_eq!(a.status, 201, "register: {}", a.text);
+    let id = a.body["id"].as_str().unwrap().to_owned();
+    let pingora = stack.spawn_gateway(&[("TERMGATE_TEST_PINGORA_TUNNEL", "1")]);
+    let bearer = format!("Bearer {}", stack.control.token("alice", false));
+    let via = |n: usize| {
+        let port = stack.gateways[n].port;
+        let conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        conn.set_nodelay(true).unwrap();
+        Ws::open(
+            Box::new(conn),
+            &raw::upgrade_head(port, &format!("/s/{id}/ws"), &[("Authorization", &bearer)]),
+        )
+    };
+    let direct = || {
+        Ws::open(
+            Box::new(UnixStream::connect(&sock).unwrap()),
+            &raw::upgrade_head(0, "/ws", &[]),
+        )
+    };
+    let names = ["own tunnel", "Pingora's path", "direct to ttyd"];
+    let mut terms = [via(0), via(pingora), direct()];
+    for t in terms.iter_mut() {
+        // A quiet prompt, so each keystroke's echo is the only output.
+        t.type_in(b"PS1=; echo TG-$((40+2))READY\r");
+        t.until(b"TG-42READY");
+    }
+
+    // Keystroke round trip: one byte typed, its echo back; interleaved.
+    let mut rtt: [Vec<Duration>; 3] = Default::default();
+    for i in 0..keystrokes {
+        for (k, t) in terms.iter_mut().enumerate() {
+            let c = [b'a' + (i % 26) as u8];
+            let start = Instant::now();
+            t.type_in(&c);
+            t.until(&c);
+            rtt[k].push(start.elapsed());
+        }
+    }
+    for t in terms.iter_mut() {
+        // Clear the line of typed letters.
+        t.type_in(b"\x15echo TG-$((40+3))CLEAR\r");
+        t.until(b"TG-43CLEAR");
+    }
+
+    // Bulk output: BULK_MIB MiB of text from the shell; interleaved rounds.
+    let mut bulk: [Vec<f64>; 3] = Default::default();
+    let cmd = format!("head -c {} /dev/zero | tr '\\0' a; echo TG-$((40+4))END\r", bulk_mib << 20);
+    for _ in 0..bulk_rounds {
+        for (k, t) in terms.iter_mut().enumerate() {
+            let start = Instant::now();
+            t.type_in(cmd.as_bytes());
+            let bytes = t.until(b"TG-44END");
+            bulk[k].push(bytes as f64 / (1 << 20) as f64 / start.elapsed().as_secs_f64());
+        }
+    }
+
+    println!("| path | keystroke round trip p50 | p99 | bulk output (MiB/s, median of {bulk_rounds}) |");
+    println!("|---|---|---|---|");
+    for k in 0..3 {
+        bulk[k].sort_by(|a, b| a.total_cmp(b));
+        println!(
+            "| {} | {} | {} | {:.1} |",
+            names[k],
+            ms(pct(&mut rtt[k], 0.5)),
+            ms(pct(&mut rtt[k], 0.99)),
+            bulk[k][bulk[k].len() / 2]
+        );
+    }
+}
