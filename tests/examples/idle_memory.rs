@@ -147,7 +147,8 @@ fn main() {
             let n = stack.spawn_gateway(&env);
             let port = stack.gateways[n].port;
             let pid = stack.gateways[n].pid();
-            let head = raw::upgrade_head(port, &format!("/s/{id}/ws"), &[("Authorization", &bearer)]);
+            let head =
+                raw::upgrade_head(port, &format!("/s/{id}/ws"), &[("Authorization", &bearer)]);
             let open = |n: usize| -> Vec<TcpStream> {
                 (0..n)
                     .map(|i| {
@@ -165,9 +166,11 @@ fn main() {
             // is in the baseline.
             let fds_idle = raw::fds(pid);
             drop(open(200));
-            wait_for("the warm-up terminals to close", Duration::from_secs(30), || {
-                (raw::fds(pid) <= fds_idle + 2).then_some(())
-            });
+            wait_for(
+                "the warm-up terminals to close",
+                Duration::from_secs(30),
+                || (raw::fds(pid) <= fds_idle + 2).then_some(()),
+            );
             held.lock().unwrap().clear();
             std::thread::sleep(Duration::from_secs(1));
             let (rss_before, fds_before) = (raw::rss_kib(pid), raw::fds(pid));
@@ -192,7 +195,11 @@ fn main() {
                 })
                 .count();
             let f = Figure {
-                path: if path == "own" { "own tunnel" } else { "Pingora's path" },
+                path: if path == "own" {
+                    "own tunnel"
+                } else {
+                    "Pingora's path"
+                },
                 count,
                 rss_before,
                 rss_after,

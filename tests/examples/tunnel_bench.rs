@@ -39,7 +39,11 @@ impl Ws {
             assert_eq!(conn.read(&mut b).unwrap(), 1, "closed during the upgrade");
             answer.push(b[0]);
         }
-        assert!(answer.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&answer));
+        assert!(
+            answer.starts_with(b"HTTP/1.1 101"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
         let mut ws = Ws {
             conn,
             pending: Vec::new(),
@@ -183,7 +187,10 @@ fn main() {
 
     // Bulk output: BULK_MIB MiB of text from the shell; interleaved rounds.
     let mut bulk: [Vec<f64>; 3] = Default::default();
-    let cmd = format!("head -c {} /dev/zero | tr '\\0' a; echo TG-$((40+4))END\r", bulk_mib << 20);
+    let cmd = format!(
+        "head -c {} /dev/zero | tr '\\0' a; echo TG-$((40+4))END\r",
+        bulk_mib << 20
+    );
     for _ in 0..bulk_rounds {
         for (k, t) in terms.iter_mut().enumerate() {
             let start = Instant::now();
@@ -193,7 +200,9 @@ fn main() {
         }
     }
 
-    println!("| path | keystroke round trip p50 | p99 | bulk output (MiB/s, median of {bulk_rounds}) |");
+    println!(
+        "| path | keystroke round trip p50 | p99 | bulk output (MiB/s, median of {bulk_rounds}) |"
+    );
     println!("|---|---|---|---|");
     for k in 0..3 {
         bulk[k].sort_by(|a, b| a.total_cmp(b));

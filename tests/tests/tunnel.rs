@@ -73,10 +73,12 @@ fn run(env: &[(&str, &str)], count: usize) -> Run {
     // Pingora's path ends nearly every terminal under the delay, so there the loading
     // terminals go through the first gateway (its own tunnel, no hook) instead.
     let pingora_path = env.contains(&("TERMGATE_TEST_PINGORA_TUNNEL", "1"));
-    let load_addr: std::net::SocketAddr =
-        format!("127.0.0.1:{}", stack.gateways[if pingora_path { 0 } else { n }].port)
-            .parse()
-            .unwrap();
+    let load_addr: std::net::SocketAddr = format!(
+        "127.0.0.1:{}",
+        stack.gateways[if pingora_path { 0 } else { n }].port
+    )
+    .parse()
+    .unwrap();
 
     let stop = AtomicBool::new(false);
     let next = AtomicUsize::new(0);
@@ -162,7 +164,10 @@ fn no_terminal_ends_right_after_its_101_while_others_stream() {
         r.ended_after_101,
         r.elapsed.as_secs_f64()
     );
-    assert_eq!(r.ended_after_101, 0, "terminals ended right after their 101");
+    assert_eq!(
+        r.ended_after_101, 0,
+        "terminals ended right after their 101"
+    );
     assert_eq!(r.opened, count);
 }
 
