@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use e2e::stack::{http, GatewayStack};
 use e2e::term::{ConnectError, Target, Terminal};
 use e2e::ttyd::TtydPool;
+use e2e::upstream::RecordingUpstream;
 use serde_json::json;
 
 /// Upgrades each run makes.
@@ -192,4 +193,61 @@ fn pingora_s_upgrade_path_does_end_terminals_after_their_101() {
         r.ended_after_101 > 0,
         "the race did not show on Pingora's path"
     );
+}
+
+#[test]
+fn a_ttyd_refusing_the_upgrade_is_answered_as_it_came_and_frees_the_slot() {
+    let mut stack = GatewayStack::start("");
+    let upstream = RecordingUpstream::unix();
+    upstream.answer_status(403);
+    let admin = stack.control.token("root", true);
+    let a = http(
+        "POST",
+        &stack.url(0, "/api/targets"),
+        Some(&admin),
+        Some(&json!({
+            "name": "refusing",
+            "upstream": format!("unix:{}", upstream.socket_path().unwrap().display()),
+            "users": ["alice"],
+        })),
+    )
+    .unwrap();
+    assert_eq!(a.status, 201, "register: {}", a.text);
+    let id = a.body["id"].as_str().unwrap().to_owned();
+    // One terminal per user: a refused upgrade that kept its slot would make the next
+    // one a 429.
+    let n = stack.spawn_gateway(&[("TERMGATE__GATEWAY__MAX_TERMINALS_PER_USER", "1")]);
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", stack.gateways[n].port)
+        .parse()
+        .unwrap();
+    let bearer = format!("Bearer {}", stack.control.token("alice", false));
+    for _ in 0..3 {
+        let refused = Terminal::connect(
+            Target::Tcp(addr),
+            &format!("/s/{id}/ws"),
+            &[("Authorization", &bearer)],
+        )
+        .err()
+        .expect("the upgrade is refused");
+        let ConnectError::Refused {
+            status,
+            headers,
+            body,
+        } = refused
+        else {
+            panic!("not an HTTP refusal: {refused:?}");
+        };
+        assert_eq!(status, 403, "{body}");
+        assert!(
+            body.contains("recording-upstream"),
+            "the ttyd's own body: {body}"
+        );
+        assert!(
+            headers.iter().any(|(k, _)| k == "x-request-id"),
+            "the gateway's headers: {headers:?}"
+        );
+    }
+    let recorded = upstream.requests();
+    assert_eq!(recorded.len(), 3);
+    assert!(recorded.iter().all(|r| r.target == "/ws" && r.is_upgrade()));
 }

@@ -192,6 +192,21 @@ async fn read_answer(up: &Socket) -> io::Result<Answer> {
     })
 }
 
+/// Reads from `up` until `buf` holds `n` bytes or the ttyd closes.
+async fn read_more(up: &Socket, buf: &mut Vec<u8>, n: usize) -> io::Result<()> {
+    let mut chunk = [0u8; 2048];
+    while buf.len() < n {
+        up.readable().await?;
+        match up.try_read(&mut chunk[..(n - buf.len()).min(2048)]) {
+            Ok(0) => break,
+            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 fn up_error(etype: ErrorType, why: &'static str, e: io::Error) -> Box<Error> {
     let mut err = Error::because(etype, why, e);
     err.esource = pingora::ErrorSource::Upstream;
@@ -279,16 +294,25 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
     }
     super::decorate(&mut resp, ctx)?;
     if answer.status != 101 {
-        // Not upgraded: Pingora answers it, with the body the ttyd sent with its head
-        // (ttyd's refusals are short and whole).
+        // Not upgraded: Pingora answers it, with the body the ttyd sent (its length
+        // as declared, bounded; ttyd's refusals are short).
+        let mut body = answer.rest;
+        let declared = answer
+            .headers
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse::<usize>().ok())
+            .filter(|n| *n <= MAX_HEAD);
+        if let Some(n) = declared {
+            let _ = tokio::time::timeout(answer_timeout, read_more(&up, &mut body, n)).await;
+            body.truncate(n);
+        }
         resp.remove_header("transfer-encoding");
-        resp.insert_header("Content-Length", answer.rest.len().to_string())?;
+        resp.insert_header("Content-Length", body.len().to_string())?;
         resp.insert_header("Connection", "close")?;
         session.set_keepalive(None);
         session.write_response_header(Box::new(resp), false).await?;
-        session
-            .write_response_body(Some(answer.rest.into()), true)
-            .await?;
+        session.write_response_body(Some(body.into()), true).await?;
         return Ok(());
     }
 
