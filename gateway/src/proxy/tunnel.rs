@@ -37,7 +37,9 @@ use crate::head_deadline::HeadDeadline;
 use crate::state::Gateway;
 
 /// Bytes read from a socket at a time.
-const SCRATCH: usize = 16 * 1024;
+const SCRATCH: usize = 64 * 1024;
+/// Full reads of bulk output passed on per wake-up before the task yields.
+const READS_PER_WAKE: usize = 8;
 /// Largest response head accepted from a ttyd.
 const MAX_HEAD: usize = 16 * 1024;
 
@@ -323,6 +325,9 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
         status: 101,
     };
     let mut ctx = std::mem::replace(ctx, p.new_ctx_tunnelled());
+    // Not needed past the upgrade (enforcement keys on its hash): not kept for the
+    // terminal's life.
+    ctx.token = None;
     let fail = |mut ctx: Ctx, why: String| {
         log(&g.metrics, &line, Some(&why), &ctx);
         ctx.ticket = None;
@@ -503,21 +508,29 @@ fn pump_up(
     })
 }
 
-/// ttyd → browser: one read, written on.
+/// ttyd → browser: reads written on at once, while the ttyd has more (a full read)
+/// and the browser takes it all, at most [`READS_PER_WAKE`] times.
 fn pump_down(ctx: &mut Ctx, flow: &mut Flow, down: &Socket, up: &Socket) -> Result<(), Failure> {
     SCRATCH_BUF.with(|scratch| {
         let mut scratch = scratch.borrow_mut();
-        let n = match up.try_read(&mut scratch) {
-            Ok(0) => {
-                flow.up_eof = true;
-                return Ok(());
+        for _ in 0..READS_PER_WAKE {
+            let n = match up.try_read(&mut scratch) {
+                Ok(0) => {
+                    flow.up_eof = true;
+                    return Ok(());
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(format!("ttyd: {e}")),
+            };
+            ctx.bytes_down += n as u64;
+            send(down, &scratch[..n], &mut flow.down_pending)
+                .map_err(|e| format!("browser: {e}"))?;
+            if n < scratch.len() || !flow.down_pending.is_empty() {
+                break;
             }
-            Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-            Err(e) => return Err(format!("ttyd: {e}")),
-        };
-        ctx.bytes_down += n as u64;
-        send(down, &scratch[..n], &mut flow.down_pending).map_err(|e| format!("browser: {e}"))
+        }
+        Ok(())
     })
 }
 
