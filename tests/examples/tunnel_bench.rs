@@ -5,6 +5,8 @@
 //! ```sh
 //! cargo build --workspace --bins --examples --locked
 //! target/debug/examples/tunnel_bench       # KEYSTROKES=500 BULK_MIB=32 BULK_ROUNDS=5
+//! # release gateway (no test hooks, so no Pingora's path):
+//! TERMGATE_BIN_DIR=target/release BENCH_PINGORA=0 target/debug/examples/tunnel_bench
 //! ```
 //!
 //! The client is a minimal websocket client of ttyd's protocol on a blocking socket,
@@ -175,8 +177,17 @@ fn main() {
         }
         reopened += 1;
     };
-    let names = ["own tunnel", "Pingora's path", "direct to ttyd"];
-    let mut terms = [alive(&|| via(0)), alive(&|| via(pingora)), alive(&direct)];
+    // A release gateway has no test hooks: `BENCH_PINGORA=0` leaves that path out.
+    let with_pingora = std::env::var("BENCH_PINGORA").map_or(true, |v| v != "0");
+    let mut names = vec!["own tunnel"];
+    let mut terms = vec![alive(&|| via(0))];
+    if with_pingora {
+        names.push("Pingora's path");
+        terms.push(alive(&|| via(pingora)));
+    }
+    names.push("direct to ttyd");
+    terms.push(alive(&direct));
+    let paths = terms.len();
     println!("terminals reopened after closing right after their 101: {reopened}");
     for t in terms.iter_mut() {
         // A quiet prompt, so each keystroke's echo is the only output.
@@ -185,7 +196,7 @@ fn main() {
     }
 
     // Keystroke round trip: one byte typed, its echo back; interleaved.
-    let mut rtt: [Vec<Duration>; 3] = Default::default();
+    let mut rtt: Vec<Vec<Duration>> = vec![Vec::new(); paths];
     for i in 0..keystrokes {
         for (k, t) in terms.iter_mut().enumerate() {
             let c = [b'a' + (i % 26) as u8];
@@ -202,8 +213,8 @@ fn main() {
     }
 
     // Bulk output: BULK_MIB MiB of text from the shell; interleaved rounds.
-    let mut bulk: [Vec<f64>; 3] = Default::default();
-    let mut lost = [false; 3];
+    let mut bulk: Vec<Vec<f64>> = vec![Vec::new(); paths];
+    let mut lost = vec![false; paths];
     let cmd = format!(
         "head -c {} /dev/zero | tr '\\0' a; echo TG-$((40+4))END\r",
         bulk_mib << 20
@@ -231,7 +242,7 @@ fn main() {
         "| path | keystroke round trip p50 | p99 | bulk output (MiB/s, median of {bulk_rounds}) |"
     );
     println!("|---|---|---|---|");
-    for k in 0..3 {
+    for k in 0..paths {
         bulk[k].sort_by(|a, b| a.total_cmp(b));
         let median = bulk[k]
             .get(bulk[k].len() / 2)
