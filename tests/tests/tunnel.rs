@@ -222,13 +222,13 @@ fn a_ttyd_refusing_the_upgrade_is_answered_as_it_came_and_frees_the_slot() {
         .unwrap();
     let bearer = format!("Bearer {}", stack.control.token("alice", false));
     for _ in 0..3 {
-        let refused = Terminal::connect(
+        let Err(refused) = Terminal::connect(
             Target::Tcp(addr),
             &format!("/s/{id}/ws"),
             &[("Authorization", &bearer)],
-        )
-        .err()
-        .expect("the upgrade is refused");
+        ) else {
+            panic!("the upgrade was not refused");
+        };
         let ConnectError::Refused {
             status,
             headers,
