@@ -897,8 +897,28 @@ impl Store {
     /// first, or the write is refused with what the disk says now.
     fn write_lock(&self) -> Result<MutexGuard<'_, ()>> {
         let guard = self.lock();
+        self.refuse_if_read_only()?;
         self.reopen_if_poisoned()?;
         Ok(guard)
+    }
+
+    /// A filesystem that the kernel has turned read-only (an ext4 error with
+    /// `errors=remount-ro`, a remount) is refused before sled is handed the write:
+    /// sled keeps the first I/O error for good and, caught between a failed log write
+    /// and a flush, can wait for a stable log position that never comes. One
+    /// `statvfs` per write; the poisoned path then reopens once the directory takes
+    /// writes again.
+    fn refuse_if_read_only(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        match rustix::fs::statvfs(&self.path) {
+            Ok(fs) if fs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY) => {
+                self.note(Err(StoreError::Unavailable(rustix::io::Errno::ROFS.into())))
+            }
+            // The write itself will say what is wrong with a directory statvfs cannot read.
+            _ => Ok(()),
+        }
     }
 
     /// The current opening of the database.
