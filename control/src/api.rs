@@ -20,6 +20,7 @@ use policy::{Principal, SessionId};
 use serde::Serialize;
 use tokio::net::TcpListener;
 
+use crate::audit::{AuditEntry, AuditQuery};
 use crate::error::ApiError;
 use crate::service::{
     Control, CreateRequest, ListedTarget, RedrawRequest, SessionView, TargetPatch, TargetRequest,
@@ -131,6 +132,43 @@ async fn read_json<T: serde::de::DeserializeOwned>(
 fn session_id(seg: &str) -> Result<SessionId, ApiError> {
     // A malformed id cannot name anyone's session: the same 404 as an unknown one.
     SessionId::parse(seg).map_err(|_| ApiError::NOT_FOUND)
+}
+
+#[derive(Serialize)]
+struct AuditLines {
+    lines: Vec<AuditEntry>,
+}
+
+#[derive(Serialize)]
+struct Users {
+    locked: Vec<String>,
+}
+
+/// Audit lines an admin asks for; `sub` and `session` are form-encoded (a `sub` may
+/// hold any character).
+fn audit_query(query: &str) -> Result<AuditQuery, ApiError> {
+    let mut q = AuditQuery {
+        limit: 100,
+        ..AuditQuery::default()
+    };
+    let number = |name: &str, v: &str| {
+        v.parse::<u64>()
+            .map_err(|_| ApiError::INVALID_QUERY.with_message(format!("{name} must be a number")))
+    };
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        match &*k {
+            "sub" if !v.is_empty() => q.sub = Some(v.into_owned()),
+            "session" if !v.is_empty() => q.session = Some(v.into_owned()),
+            "before_ms" => q.before_ms = Some(number("before_ms", &v)?),
+            "limit" => {
+                q.limit = usize::try_from(number("limit", &v)?)
+                    .unwrap_or(usize::MAX)
+                    .clamp(1, 1_000);
+            }
+            _ => {}
+        }
+    }
+    Ok(q)
 }
 
 #[derive(Serialize)]
@@ -395,6 +433,23 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 }
                 _ => Err(not_allowed()),
             }
+        }
+        ["audit"] => {
+            let who = authenticate(&control, &req)?;
+            if method != Method::GET {
+                return Err(not_allowed());
+            }
+            let query = audit_query(req.uri().query().unwrap_or(""))?;
+            let lines = control.audit(&who, &query)?;
+            Ok(json(200, &AuditLines { lines }))
+        }
+        ["users"] => {
+            let who = authenticate(&control, &req)?;
+            if method != Method::GET {
+                return Err(not_allowed());
+            }
+            let locked = control.locked_users(&who)?;
+            Ok(json(200, &Users { locked }))
         }
         ["users", sub, "lock"] => {
             let who = authenticate(&control, &req)?;

@@ -11,6 +11,7 @@ use policy::{Action, Decision, Principal, QuotaLimits, SessionId, Sub, TokenErro
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
+use crate::audit::{AuditEntry, AuditQuery};
 use crate::docker::{ContainerRequest, Docker, DockerError};
 use crate::error::ApiError;
 use crate::hosts::Hosts;
@@ -650,7 +651,7 @@ impl Control {
         failpoint("delete:after_stopping");
         self.refresh_gauges();
         self.finish_stopping(&s, reason).await?;
-        tracing::info!(target: "audit", session = %id, sub = %by, reason, "session ended");
+        tracing::info!(target: "audit", session = %id, sub = %by, owner = %s.owner, reason, "session ended");
         Ok(())
     }
 
@@ -743,6 +744,36 @@ impl Control {
         tokio::time::sleep(Duration::from_millis(self.config.control.redraw_pause_ms)).await;
         docker.resize(&container, req.cols, req.rows).await?;
         Ok(())
+    }
+
+    /// Audit lines matching `q`, newest first; admin only.
+    pub fn audit(&self, who: &Principal, q: &AuditQuery) -> Result<Vec<AuditEntry>, ApiError> {
+        if !who.admin {
+            return Err(
+                ApiError::ADMIN_REQUIRED.with_message("only an admin may read the audit trail")
+            );
+        }
+        Ok(self.store.audit(q)?)
+    }
+
+    /// Appends audit lines to the store (the audit writer's one call).
+    pub fn append_audit(&self, lines: &[AuditEntry]) -> Result<(), StoreError> {
+        self.store.append_audit(lines)
+    }
+
+    /// Keeps the newest `keep` audit lines.
+    pub fn prune_audit(&self, keep: usize) -> Result<usize, StoreError> {
+        self.store.prune_audit(keep)
+    }
+
+    /// The locked users; admin only.
+    pub fn locked_users(&self, who: &Principal) -> Result<Vec<String>, ApiError> {
+        if !who.admin {
+            return Err(
+                ApiError::ADMIN_REQUIRED.with_message("only an admin may list locked users")
+            );
+        }
+        Ok(self.store.locked_users()?)
     }
 
     /// Locks (`true`) or unlocks a user; admin only. Published on the route feed.

@@ -115,6 +115,7 @@ async function showSessions(me) {
   $("ended-rows").replaceChildren();
   $("no-sessions").hidden = true;
   $("who-name").textContent = me.sub + (me.admin ? " (admin)" : "");
+  $("admin-link").hidden = !me.admin;
   $("who").hidden = false;
   $("sign-in").hidden = true;
   $("terminal").hidden = true;

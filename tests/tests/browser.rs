@@ -31,7 +31,12 @@ fn ok<T>(step: &str, r: anyhow::Result<T>) -> T {
 /// Opens a sign-in link for `sub` and waits for the sessions list to be shown and
 /// loaded (rows, or the "No sessions yet." line).
 fn sign_in_by_link(b: &mut Browser, stack: &GatewayStack, sub: &str) {
-    let token = stack.control.token(sub, false);
+    sign_in_by_link_as(b, stack, sub, false);
+}
+
+/// [`sign_in_by_link`] with a token that is an admin's when `admin`.
+fn sign_in_by_link_as(b: &mut Browser, stack: &GatewayStack, sub: &str, admin: bool) {
+    let token = stack.control.token(sub, admin);
     ok(
         "open the sign-in link",
         b.navigate(&stack.url(0, &format!("/#token={token}"))),
@@ -42,7 +47,7 @@ fn sign_in_by_link(b: &mut Browser, stack: &GatewayStack, sub: &str) {
             &format!(
                 "!document.getElementById('sessions').hidden \
                  && document.getElementById('profile').options.length > 0 \
-                 && document.getElementById('who-name').textContent === {} \
+                 && document.getElementById('who-name').textContent.split(' (')[0] === {} \
                  && (document.querySelectorAll('#session-rows tr').length > 0 \
                      || !document.getElementById('no-sessions').hidden)",
                 json!(sub)
@@ -527,5 +532,186 @@ fn a_target_with_a_password_opens_from_the_sessions_page_without_the_password_in
     assert!(
         !seen.to_string().contains(secret) && !seen.to_string().contains(encoded),
         "{seen}"
+    );
+}
+
+/// Runs `js` in the page and fails naming `step` unless it returns `true`.
+fn check_js(b: &mut Browser, step: &str, js: &str) {
+    assert_eq!(ok(step, b.eval(js)), json!(true), "{step}");
+}
+
+#[test]
+fn the_admin_console_shows_every_session_ends_one_locks_a_user_and_searches_the_audit() {
+    let stack = GatewayStack::start("");
+    let c = &stack.control;
+    let (alice, bob) = (c.token("alice", false), c.token("bob", false));
+    let alices = c.create(&alice)["id"].as_str().unwrap().to_owned();
+    let bobs = c.create(&bob)["id"].as_str().unwrap().to_owned();
+
+    // Anyone but an admin gets the page of an unknown path: nothing says it exists.
+    let unknown = http("GET", &stack.url(0, "/no-such-page"), Some(&bob), None).unwrap();
+    for who in [Some(bob.as_str()), None, Some("not-a-token")] {
+        let r = http("GET", &stack.url(0, "/admin"), who, None).unwrap();
+        assert_eq!(
+            (r.status, &r.text),
+            (404, &unknown.text),
+            "/admin as {who:?}"
+        );
+    }
+
+    let mut b = launch();
+    ok("a laptop viewport", b.set_viewport(1280, 800, false));
+    sign_in_by_link_as(&mut b, &stack, "root", true);
+    check_js(
+        &mut b,
+        "the sessions page links the console for an admin",
+        "!document.getElementById('admin-link').hidden",
+    );
+    ok("open the console", b.navigate(&stack.url(0, "/admin")));
+    ok(
+        "both users' sessions listed",
+        b.wait_js(
+            &format!(
+                "['{alices}', '{bobs}'].every((id) => \
+                   !!document.querySelector(`#active-rows tr[data-id=\"${{id}}\"]`))"
+            ),
+            T,
+            "rows of alice's and bob's sessions",
+        ),
+    );
+    check_js(
+        &mut b,
+        "owner and host are shown",
+        &format!(
+            "(() => {{ const cells = [...document.querySelector('#active-rows tr[data-id=\"{alices}\"]').cells].map((c) => c.textContent); \
+               return cells[0] === 'alice' && cells[2] === 'local' && cells[3] === 'running'; }})()"
+        ),
+    );
+    ok(
+        "admin-console.png",
+        b.screenshot(&artifact("admin-console.png")),
+    );
+
+    // End alice's session from the console: gone from the list, ended by root.
+    check_js(
+        &mut b,
+        "click End on alice's row",
+        &format!(
+            "(() => {{ const r = document.querySelector('#active-rows tr[data-id=\"{alices}\"]'); \
+               const btn = r && [...r.querySelectorAll('button')].find((x) => x.textContent === 'End'); \
+               if (!btn) return false; btn.click(); return true; }})()"
+        ),
+    );
+    ok(
+        "alice's session listed as ended by root",
+        b.wait_js(
+            &format!(
+                "(() => {{ const r = document.querySelector('#ended-rows tr[data-id=\"{alices}\"]'); \
+                   return !document.querySelector('#active-rows tr[data-id=\"{alices}\"]') \
+                     && !!r && r.cells[4].textContent === 'root'; }})()"
+            ),
+            T,
+            "the ended row",
+        ),
+    );
+    let gone = c.call("GET", &format!("/v1/sessions/{alices}"), Some(&alice), None);
+    assert_eq!(
+        (gone.body["state"].as_str(), gone.body["ended_by"].as_str()),
+        (Some("terminated"), Some("root")),
+        "{}",
+        gone.text
+    );
+
+    // Lock bob with the keyboard: type the name, Enter submits the form.
+    check_js(
+        &mut b,
+        "focus the user field",
+        "(() => { const i = document.getElementById('lock-sub'); i.focus(); return document.activeElement === i; })()",
+    );
+    ok("type bob", b.insert_text("bob"));
+    ok("submit with Enter", b.press_enter());
+    ok(
+        "bob listed as locked",
+        b.wait_js(
+            "!!document.querySelector('#locked-list li[data-sub=\"bob\"]')",
+            T,
+            "bob in the locked list",
+        ),
+    );
+    let refused = c.call(
+        "POST",
+        "/v1/sessions",
+        Some(&bob),
+        Some(json!({"profile": "default"})),
+    );
+    assert_eq!(
+        (refused.status, refused.body["error"]["code"].as_str()),
+        (403, Some("user_locked")),
+        "{}",
+        refused.text
+    );
+
+    // The audit trail of alice: her create, and root's end of her session.
+    check_js(
+        &mut b,
+        "search alice's audit lines",
+        "(() => { document.getElementById('audit-sub').value = 'alice'; \
+           document.getElementById('audit-form').requestSubmit(); return true; })()",
+    );
+    let lines = ok(
+        "alice's audit lines",
+        b.wait_js(
+            &format!(
+                "(() => {{ const rows = [...document.querySelectorAll('#audit-rows tr')].map((r) => r.textContent); \
+                   const created = rows.some((t) => t.includes('session created') && t.includes('{alices}')); \
+                   const ended = rows.some((t) => t.includes('session ended') && t.includes('{alices}') && t.includes('sub=root')); \
+                   return created && ended && rows.every((t) => t.includes('alice')) ? rows.length : 0; }})()"
+            ),
+            T,
+            "the create and the end of alice's session, and only lines about alice",
+        ),
+    );
+    assert!(lines.as_u64().unwrap_or(0) >= 2, "{lines}");
+    ok(
+        "admin-console-audit.png",
+        b.screenshot(&artifact("admin-console-audit.png")),
+    );
+
+    // Unlock from the list; bob may create again.
+    check_js(
+        &mut b,
+        "click Unlock next to bob",
+        "(() => { const li = document.querySelector('#locked-list li[data-sub=\"bob\"]'); \
+           const btn = li && li.querySelector('button'); if (!btn) return false; btn.click(); return true; })()",
+    );
+    ok(
+        "nobody locked",
+        b.wait_js(
+            "!document.getElementById('no-locked').hidden",
+            T,
+            "the empty locked list",
+        ),
+    );
+    let again = c.call(
+        "POST",
+        "/v1/sessions",
+        Some(&bob),
+        Some(json!({"profile": "default"})),
+    );
+    assert_eq!(again.status, 201, "{}", again.text);
+
+    ok("a phone viewport", b.set_viewport(390, 844, true));
+    ok("reload the console", b.navigate(&stack.url(0, "/admin")));
+    ok(
+        "the console on a phone",
+        b.wait_js(
+            "document.querySelectorAll('#active-rows tr').length > 0",
+            T,
+            "rows",
+        ),
+    );
+    ok(
+        "admin-console-phone.png",
+        b.screenshot(&artifact("admin-console-phone.png")),
     );
 }

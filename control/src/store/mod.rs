@@ -29,6 +29,7 @@
 //!
 //! [`keys`] holds the byte layouts, [`tx`] the transaction helper.
 
+mod audit;
 mod keys;
 #[cfg(test)]
 mod tests;
@@ -49,8 +50,8 @@ use crate::model::{
 };
 use keys::{
     decode_u32, decode_u64, history_key, owner_key, owner_prefix, parse_history_key,
-    parse_owner_key, user_count_key, CHANGES, COUNTS, GLOBAL_COUNT_KEY, HISTORY, HISTORY_BY_OWNER,
-    LOCKS, META, OWNERS, REV_KEY, SESSIONS, TARGETS,
+    parse_owner_key, user_count_key, AUDIT, CHANGES, COUNTS, GLOBAL_COUNT_KEY, HISTORY,
+    HISTORY_BY_OWNER, LOCKS, META, OWNERS, REV_KEY, SESSIONS, TARGETS,
 };
 use tx::{abort, encode};
 
@@ -181,6 +182,7 @@ struct Opened {
     changes: Tree,
     locks: Tree,
     targets: Tree,
+    audit: Tree,
     /// This opening's feed epoch (see [`FeedPage::epoch`]).
     epoch: String,
     /// sled's log file, for [`Opened::sync`].
@@ -215,6 +217,7 @@ impl Opened {
             changes: open(CHANGES)?,
             locks: open(LOCKS)?,
             targets: open(TARGETS)?,
+            audit: open(AUDIT)?,
             epoch: new_epoch()?,
             log: std::fs::File::open(path.join("db")).map_err(StoreError::Unavailable)?,
             db,

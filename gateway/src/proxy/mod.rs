@@ -81,6 +81,8 @@ enum Next {
     Reply(Json),
     /// Is answered with an embedded asset of the sessions page.
     Asset(String),
+    /// Is answered with the admin console's page.
+    AdminPage,
 }
 
 /// Per-request state.
@@ -198,6 +200,7 @@ impl Proxy {
                 next: Next::Asset(name.to_owned()),
             }),
             PublicRoute::AuthSession => api::auth_session(g, session, ctx).await,
+            PublicRoute::Admin => admission::admin_page(g, session, ctx).await,
             PublicRoute::Api(rest) => api::api(g, session, ctx, rest).await,
             PublicRoute::Terminal { id, part } => {
                 ctx.terminal_request = true;
@@ -278,6 +281,9 @@ impl ProxyHttp for Proxy {
             Next::Reply(json) => reply::json(session, json).await?,
             Next::Asset(name) => {
                 ui::serve(session, &name).await?;
+            }
+            Next::AdminPage => {
+                ui::serve_admin(session).await?;
             }
         }
         Ok(true)
