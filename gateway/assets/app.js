@@ -261,13 +261,22 @@ function watchTerminal(s) {
   }, 2000);
 }
 
+// The connection's state in the terminal's bar, in words.
+function terminalState(text, kind) {
+  const el = $("terminal-state");
+  el.textContent = text;
+  el.className = kind || "";
+}
+
+let shown = null;
+
 function openTerminal(s) {
   const url = "/s/" + s.id + "/";
-  $("terminal-title").textContent = "Terminal: " + s.name;
+  shown = s;
+  $("terminal-title").textContent = s.name;
+  terminalState("Connecting…", "warn");
   $("terminal-link").href = url;
-  const frame = $("terminal-frame");
-  frame.addEventListener("load", () => terminalLoaded(s, frame), { once: true });
-  frame.src = url;
+  loadFrame(s, $("terminal-frame"));
   $("sessions").hidden = true;
   $("terminal").hidden = false;
   frame.focus();
@@ -295,9 +304,87 @@ function terminalLoaded(s, frame) {
     closeTerminal();
     return;
   }
+  followConnection(frame);
   // A reattach replays nothing; nudge the program to repaint once the terminal is up
   // (unless it was closed meanwhile: a closed frame has no size to send).
   setTimeout(() => { if (frame.isConnected) redraw(s, frame); }, 800);
+}
+
+function loadFrame(s, frame) {
+  frame.addEventListener("load", () => terminalLoaded(s, frame), { once: true });
+  frame.src = "/s/" + s.id + "/";
+}
+
+// After a drop, the terminal is loaded again once the session answers as running:
+// ttyd's page retries once by itself and, if the gateway was not back yet, waits for
+// Enter. The new page attaches to the same shell. An ended session is the watcher's.
+let reconnecting = null;
+
+function stopReconnecting() {
+  if (reconnecting) clearTimeout(reconnecting);
+  reconnecting = null;
+}
+
+function reconnect(s, delay) {
+  stopReconnecting();
+  reconnecting = setTimeout(async () => {
+    reconnecting = null;
+    if ($("terminal").hidden || shown !== s) return;
+    let running = false;
+    try {
+      running = (await call("GET", "/api/sessions/" + s.id)).state === "running";
+    } catch (e) { running = false; }
+    if (!running) { reconnect(s, Math.min(delay * 2, 5000)); return; }
+    const old = $("terminal-frame");
+    const fresh = document.createElement("iframe");
+    fresh.id = old.id;
+    fresh.title = old.title;
+    old.replaceWith(fresh);
+    terminalState("Reconnecting…", "warn");
+    loadFrame(s, fresh);
+  }, delay);
+}
+
+// ttyd's page says on its console when its websocket opens and closes; the bar
+// follows it. Its window title is set once the first connection is open.
+function followConnection(frame) {
+  const s = shown;
+  let win = null;
+  try { win = frame.contentWindow; } catch (e) { win = null; }
+  if (!win || !win.console) return;
+  const log = win.console.log.bind(win.console);
+  win.console.log = (...args) => {
+    const line = String(args[0]);
+    if (line.startsWith("[ttyd] websocket connection opened")) {
+      stopReconnecting();
+      terminalState("Connected");
+    } else if (line.startsWith("[ttyd] websocket connection closed") && frame.isConnected) {
+      const code = Number((line.match(/code: (\d+)/) || [])[1]);
+      if (code === 1000) {
+        terminalState("Disconnected: press Enter in the terminal to reconnect", "error");
+      } else {
+        terminalState("Connection lost: reconnecting…", "warn");
+        if (!reconnecting) reconnect(s, 1000);
+      }
+    }
+    log(...args);
+  };
+  // The first open may come before this hook: ttyd then has retitled its window, or
+  // the shell has written something.
+  let before = "";
+  try { before = frame.contentDocument.title; } catch (e) { before = ""; }
+  const opened = () => {
+    if (!frame.isConnected || !["Connecting…", "Reconnecting…"].includes($("terminal-state").textContent)) return;
+    let title = before, written = false;
+    try {
+      title = frame.contentDocument.title;
+      const b = win.term && win.term.buffer.active;
+      written = !!b && b.getLine(0) && b.getLine(0).translateToString(true) !== "";
+    } catch (e) { /* not up yet */ }
+    if (title !== before || written) terminalState("Connected");
+    else setTimeout(opened, 200);
+  };
+  opened();
 }
 
 // Navigating the frame away from ttyd's page makes ttyd ask "Leave site?" (its
@@ -305,6 +392,7 @@ function terminalLoaded(s, frame) {
 // disconnects the terminal without that prompt.
 function closeFrame() {
   stopWatching();
+  stopReconnecting();
   const old = $("terminal-frame");
   if (!old.getAttribute("src")) return;
   const fresh = document.createElement("iframe");
@@ -364,6 +452,14 @@ async function start() {
   $("close-terminal").addEventListener("click", () => {
     say("");
     closeTerminal();
+  });
+  $("end-terminal").addEventListener("click", async () => {
+    const s = shown;
+    if (!s) return;
+    closeFrame();
+    $("terminal").hidden = true;
+    $("sessions").hidden = false;
+    await endSession(s);
   });
 
   // A sign-in link opened in a tab that already shows this page changes only the

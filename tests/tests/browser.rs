@@ -147,6 +147,22 @@ fn a_user_signs_in_by_link_creates_types_and_ends_a_session_in_a_browser() {
         ),
     );
     ok(
+        "the bar says connected",
+        b.wait_js(
+            "document.getElementById('terminal-state').textContent === 'Connected'",
+            T,
+            "Connected in the terminal's bar",
+        ),
+    );
+    check_js(
+        &mut b,
+        "the terminal fills the window under its bar",
+        "(() => { const f = document.getElementById('terminal-frame').getBoundingClientRect(); \
+           const bar = document.getElementById('terminal-bar').getBoundingClientRect(); \
+           return f.width === window.innerWidth && bar.height < 48 \
+             && Math.abs(f.bottom - window.innerHeight) < 1 && Math.abs(f.top - bar.bottom) < 2; })()",
+    );
+    ok(
         "focus the terminal",
         b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
     );
@@ -713,5 +729,105 @@ fn the_admin_console_shows_every_session_ends_one_locks_a_user_and_searches_the_
     ok(
         "admin-console-phone.png",
         b.screenshot(&artifact("admin-console-phone.png")),
+    );
+}
+
+#[test]
+fn a_dropped_connection_is_shown_in_the_bar_and_the_terminal_comes_back_by_itself() {
+    let mut stack = GatewayStack::start("");
+    let mut b = launch();
+    ok("a laptop viewport", b.set_viewport(1280, 800, false));
+    sign_in_by_link(&mut b, &stack, "alice");
+    let id = create_in_page(&mut b, "");
+    click_row_button(&mut b, &id, "Open");
+    ok(
+        "connected",
+        b.wait_js(
+            "document.getElementById('terminal-state').textContent === 'Connected' \
+             && !!document.getElementById('terminal-frame').contentWindow.term",
+            T,
+            "Connected in the terminal's bar",
+        ),
+    );
+    ok(
+        "focus the terminal",
+        b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
+    );
+    ok(
+        "type",
+        b.insert_text("export MARK=kept-$((2*21)); echo set-$((1+1))"),
+    );
+    ok("press Enter", b.press_enter());
+    ok(
+        "the shell took it",
+        b.wait_js(
+            &format!("(() => {{ const s = {TERMINAL_TEXT}; return s.includes('set-2'); }})()"),
+            T,
+            "set-2 in the terminal",
+        ),
+    );
+
+    // The network drops: the gateway goes away without a close frame.
+    let (port, admin_port) = (stack.gateways[0].port, stack.gateways[0].admin_port);
+    stack.gateways[0].kill9();
+    let lost = ok(
+        "the bar says the connection is lost",
+        b.wait_js(
+            "(() => { const t = document.getElementById('terminal-state').textContent; \
+               return t.startsWith('Connection lost') ? t : ''; })()",
+            T,
+            "Connection lost in the terminal's bar",
+        ),
+    );
+    assert_eq!(lost, json!("Connection lost: reconnecting…"));
+    assert!(
+        !ok(
+            "still on the terminal",
+            b.eval("document.getElementById('terminal').hidden")
+        )
+        .as_bool()
+        .unwrap_or(true),
+        "a drop is not an end: the terminal view stays"
+    );
+    ok(
+        "terminal-reconnecting.png",
+        b.screenshot(&artifact("terminal-reconnecting.png")),
+    );
+
+    // The gateway is back on the same address: ttyd's page reconnects by itself, to
+    // the same shell.
+    stack.spawn_gateway_on(port, admin_port, &[], &[], true);
+    ok(
+        "connected again",
+        b.wait_js(
+            "document.getElementById('terminal-state').textContent === 'Connected'",
+            Duration::from_secs(30),
+            "Connected again",
+        ),
+    );
+    ok(
+        "focus the terminal again",
+        b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
+    );
+    ok("type", b.insert_text("echo \"$MARK\""));
+    ok("press Enter", b.press_enter());
+    ok(
+        "the shell kept its state",
+        b.wait_js(
+            &format!("(() => {{ const s = {TERMINAL_TEXT}; return s.includes('kept-42'); }})()"),
+            T,
+            "kept-42 in the terminal",
+        ),
+    );
+    ok("a phone viewport", b.set_viewport(390, 844, true));
+    check_js(
+        &mut b,
+        "the terminal fills the phone's window too",
+        "(() => { const f = document.getElementById('terminal-frame').getBoundingClientRect(); \
+           return f.width === window.innerWidth && Math.abs(f.bottom - window.innerHeight) < 1; })()",
+    );
+    ok(
+        "terminal-phone.png",
+        b.screenshot(&artifact("terminal-phone.png")),
     );
 }
