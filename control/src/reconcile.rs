@@ -141,6 +141,7 @@ impl Reconciler {
                             ended_at: None,
                             ended_by: None,
                             end_reason: None,
+                            last_input: None,
                         })
                     }),
             );
@@ -595,9 +596,12 @@ impl Reconciler {
     }
 
     /// Runs, until `shutdown` fires: each host's event listener, the probe of each
-    /// configured host, and the periodic pass.
+    /// configured host, the culler ([`crate::cull`]) and the periodic pass.
     pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-        let mut tasks = Vec::new();
+        let mut tasks = vec![tokio::spawn(crate::cull::run(
+            Arc::clone(&self.control),
+            shutdown.clone(),
+        ))];
         for host in self.control.hosts().iter() {
             tasks.push(tokio::spawn(self.clone().listen_events(Arc::clone(host))));
             if host.is_monitored() {
