@@ -95,6 +95,9 @@ pub struct SessionView<'a> {
     /// for an active session whose profile limits either.
     #[serde(skip_serializing_if = "Option::is_none")]
     ends_at: Option<u64>,
+    /// What ends it then: `idle` or `max_lifetime`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ends_because: Option<&'static str>,
 }
 
 impl<'a> From<&'a Session> for SessionView<'a> {
@@ -115,6 +118,7 @@ impl<'a> From<&'a Session> for SessionView<'a> {
             end_reason: s.end_reason.as_deref(),
             last_input: s.last_input,
             ends_at: None,
+            ends_because: None,
         }
     }
 }
@@ -595,7 +599,10 @@ impl Control {
     /// `s` as the API shows it, with its deadline.
     pub fn view<'a>(&self, s: &'a Session) -> SessionView<'a> {
         let mut v = SessionView::from(s);
-        v.ends_at = self.deadline(s).map(|d| d.at);
+        if let Some(d) = self.deadline(s) {
+            v.ends_at = Some(d.at);
+            v.ends_because = Some(d.cause.as_str());
+        }
         v
     }
 
