@@ -682,8 +682,14 @@ fn a_profile_may_name_only_hosts_the_configuration_has() {
 #[test]
 fn idle_timeout_and_max_lifetime_out_of_range_are_refused_naming_the_key() {
     for (extra, key) in [
-        ("idle_timeout_seconds = 0", "profiles.evil.idle_timeout_seconds"),
-        ("max_lifetime_seconds = 0", "profiles.evil.max_lifetime_seconds"),
+        (
+            "idle_timeout_seconds = 0",
+            "profiles.evil.idle_timeout_seconds",
+        ),
+        (
+            "max_lifetime_seconds = 0",
+            "profiles.evil.max_lifetime_seconds",
+        ),
         (
             "max_lifetime_seconds = 999999999999",
             "profiles.evil.max_lifetime_seconds",
@@ -693,8 +699,14 @@ fn idle_timeout_and_max_lifetime_out_of_range_are_refused_naming_the_key() {
         assert!(e.mentions(key, "must be between 1 and"), "{extra}: {e}");
     }
     for (extra, key) in [
-        ("idle_timeout_seconds = -5", "profiles.evil.idle_timeout_seconds"),
-        ("max_lifetime_seconds = \"1h\"", "profiles.evil.max_lifetime_seconds"),
+        (
+            "idle_timeout_seconds = -5",
+            "profiles.evil.idle_timeout_seconds",
+        ),
+        (
+            "max_lifetime_seconds = \"1h\"",
+            "profiles.evil.max_lifetime_seconds",
+        ),
     ] {
         let e = load_text(&example_with_profile(extra), &[]).unwrap_err();
         assert!(
@@ -703,7 +715,10 @@ fn idle_timeout_and_max_lifetime_out_of_range_are_refused_naming_the_key() {
         );
     }
     let e = load_text(EXAMPLE, &[("TERMGATE__GATEWAY__ACTIVITY_REPORT_MS", "10")]).unwrap_err();
-    assert!(e.mentions("gateway.activity_report_ms", "between 100 and 60000"), "{e}");
+    assert!(
+        e.mentions("gateway.activity_report_ms", "between 100 and 60000"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -633,11 +633,11 @@ impl Control {
             };
             let reason = match cause {
                 EndCause::Idle => format!(
-                    "idle: no input for {} s (the profile's idle_timeout_seconds)",
+                    "idle: no input on any of its terminals for {} s",
                     limits.idle_timeout.unwrap_or(0)
                 ),
                 EndCause::MaxLifetime => format!(
-                    "max_lifetime: {} s since it was created (the profile's max_lifetime_seconds)",
+                    "max_lifetime: {} s since it was created",
                     limits.max_lifetime.unwrap_or(0)
                 ),
             };

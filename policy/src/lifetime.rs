@@ -54,9 +54,7 @@ impl LifetimeLimits {
     /// tie the lifetime, which no input can move. `None` when no limit is set.
     pub fn deadline(&self, created_at: u64, last_input: Option<u64>) -> Option<Deadline> {
         let idle = self.idle_timeout.map(|t| Deadline {
-            at: created_at
-                .max(last_input.unwrap_or(0))
-                .saturating_add(t),
+            at: created_at.max(last_input.unwrap_or(0)).saturating_add(t),
             cause: EndCause::Idle,
         });
         let lifetime = self.max_lifetime.map(|t| Deadline {
@@ -152,10 +150,7 @@ mod tests {
                 cause: EndCause::MaxLifetime
             })
         );
-        assert_eq!(
-            l.deadline(T0, Some(T0 + 250)).map(|d| d.at),
-            Some(T0 + 300)
-        );
+        assert_eq!(l.deadline(T0, Some(T0 + 250)).map(|d| d.at), Some(T0 + 300));
     }
 
     #[test]

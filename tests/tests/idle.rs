@@ -66,9 +66,7 @@ fn wait_ended(stack: &GatewayStack, sub: &str, id: &str, deadline: Duration) -> 
 }
 
 fn u(v: &Value, key: &str) -> u64 {
-    v[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{key} in {v}"))
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} in {v}"))
 }
 
 fn assert_ended_by(s: &Value, cause: &str) {
@@ -76,7 +74,10 @@ fn assert_ended_by(s: &Value, cause: &str) {
     assert_eq!(s["ended_by"], "termgate", "{s}");
     let reason = s["end_reason"].as_str().unwrap_or_default();
     assert!(reason.starts_with(&format!("{cause}: ")), "{s}");
-    assert!(s.get("ends_at").is_none(), "an ended session has no deadline: {s}");
+    assert!(
+        s.get("ends_at").is_none(),
+        "an ended session has no deadline: {s}"
+    );
 }
 
 /// The session's container is gone (stopped and removed the normal way).
@@ -112,7 +113,10 @@ fn output_alone_does_not_keep_a_session_alive() {
         s.get("last_input").and_then(Value::as_u64).map(|_| s)
     });
     let last_input = u(&reported, "last_input");
-    assert!(last_input >= typed - 1 && last_input <= typed + 1, "{reported}");
+    assert!(
+        last_input >= typed - 1 && last_input <= typed + 1,
+        "{reported}"
+    );
     assert_eq!(u(&reported, "ends_at"), last_input + IDLE, "{reported}");
     assert_eq!(reported["ends_because"], "idle");
 
@@ -163,9 +167,10 @@ fn output_alone_does_not_keep_a_session_alive() {
     assert_ended_by(&row, "idle");
     let log = stack.control.log_text();
     assert!(
-        log.lines().any(|l| l.contains("session ended by its profile's limits")
-            && l.contains(id)
-            && l.contains("idle")),
+        log.lines()
+            .any(|l| l.contains("session ended by its profile's limits")
+                && l.contains(id)
+                && l.contains("idle")),
         "audit line: {log}"
     );
 }
@@ -295,7 +300,12 @@ fn activity_reports_need_the_service_token_and_a_bounded_body() {
     let big: Vec<Value> = (0..1600)
         .map(|_| serde_json::json!({"session": "aaaaaaaaaaaaaaaa", "last_input": 1}))
         .collect();
-    let a = stack.call("POST", "/v1/activity", Some(&service), Some(Value::Array(big)));
+    let a = stack.call(
+        "POST",
+        "/v1/activity",
+        Some(&service),
+        Some(Value::Array(big)),
+    );
     assert_eq!(a.status, 413, "{}", a.text);
     let a = stack.call(
         "POST",
@@ -335,4 +345,69 @@ fn bad_idle_timeout_or_max_lifetime_stops_both_binaries_naming_the_key() {
             assert!(e.contains(key), "{bin} {extra}: {e}");
         }
     }
+}
+
+#[test]
+fn the_page_warns_in_the_last_minute_and_says_why_the_session_ended() {
+    const IDLE: u64 = 15;
+    let stack = stack(Some(IDLE), None);
+    let id = create(&stack, "frank")["id"].as_str().unwrap().to_owned();
+    let mut b = e2e::browser::Browser::launch()
+        .unwrap_or_else(|e| panic!("cannot start the browser: {e:#}"));
+    let token = stack.control.token("frank", false);
+    b.navigate(&stack.url(0, &format!("/#token={token}")))
+        .expect("open the sign-in link");
+    // Within a minute of its idle deadline from the start: the list warns.
+    let warning = b
+        .wait_js(
+            &format!(
+                "(() => {{ const r = document.querySelector('#session-rows tr[data-session=\"{id}\"]'); \
+                 const w = r && r.querySelector('.ending'); return w ? w.textContent : ''; }})()"
+            ),
+            T,
+            "the warning in the session's row",
+        )
+        .expect("the list warns");
+    assert!(
+        warning.as_str().unwrap().contains("without input"),
+        "{warning}"
+    );
+    b.eval(&format!(
+        "[...document.querySelectorAll('#session-rows tr[data-session=\"{id}\"] button')]\
+         .find((x) => x.textContent === 'Open').click()"
+    ))
+    .expect("click Open");
+    let alert = b
+        .wait_js(
+            "(() => { const e = document.getElementById('ending'); \
+              return !document.getElementById('terminal').hidden && !e.hidden ? e.textContent : ''; })()",
+            T,
+            "the warning above the terminal",
+        )
+        .expect("the terminal view warns");
+    assert!(alert.as_str().unwrap().starts_with("Ends in "), "{alert}");
+    // Nobody types: the session ends idle and the page says so in words.
+    let status = b
+        .wait_js(
+            "(() => { const s = document.getElementById('status').textContent; \
+              return document.getElementById('terminal').hidden \
+                && s.startsWith('This session was ended') ? s : ''; })()",
+            Duration::from_secs(IDLE + 15),
+            "the ended message",
+        )
+        .expect("the page says the session ended");
+    assert!(
+        status
+            .as_str()
+            .unwrap()
+            .contains("(idle: no input on any of its terminals for 15 s)"),
+        "{status}"
+    );
+    assert!(
+        b.eval("document.getElementById('ending').hidden")
+            .unwrap()
+            .as_bool()
+            .unwrap(),
+        "no warning once it ended"
+    );
 }

@@ -834,22 +834,41 @@ fn input_times_only_move_forward_skip_unknown_ids_and_never_bump_the_revision() 
     // Two reports of one session in a batch: the later time wins; an unknown id and a
     // time from the future (clamped to now) are harmless.
     let moved = store
-        .record_input(&[(id(1), 2000), (id(1), 1990), (id(9), 2000), (id(2), 9999)], 3000)
+        .record_input(
+            &[(id(1), 2000), (id(1), 1990), (id(9), 2000), (id(2), 9999)],
+            3000,
+        )
         .unwrap();
     assert_eq!(moved, 2);
     assert_eq!(store.get(&id(1)).unwrap().unwrap().last_input, Some(2000));
     assert_eq!(store.get(&id(2)).unwrap().unwrap().last_input, Some(3000));
     // Not forward: nothing written.
-    assert_eq!(store.record_input(&[(id(1), 2000), (id(1), 1500)], 3000).unwrap(), 0);
+    assert_eq!(
+        store
+            .record_input(&[(id(1), 2000), (id(1), 1500)], 3000)
+            .unwrap(),
+        0
+    );
     assert_eq!(store.get(&id(1)).unwrap().unwrap().last_input, Some(2000));
-    assert_eq!(store.rev(), rev, "gateways have nothing to learn from input times");
+    assert_eq!(
+        store.rev(),
+        rev,
+        "gateways have nothing to learn from input times"
+    );
 
     // Ended sessions keep their last input in history and take no more.
     store
-        .end(&id(1), &ending(SessionState::Terminated, "termgate", "idle: x", 2500), 10)
+        .end(
+            &id(1),
+            &ending(SessionState::Terminated, "termgate", "idle: x", 2500),
+            10,
+        )
         .unwrap();
     assert_eq!(store.record_input(&[(id(1), 2600)], 3000).unwrap(), 0);
-    assert_eq!(store.get_ended(&id(1)).unwrap().unwrap().last_input, Some(2000));
+    assert_eq!(
+        store.get_ended(&id(1)).unwrap().unwrap().last_input,
+        Some(2000)
+    );
     drop(store);
     let store = open(dir.path());
     assert_eq!(store.get(&id(2)).unwrap().unwrap().last_input, Some(3000));
