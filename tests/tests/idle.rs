@@ -149,6 +149,10 @@ fn output_alone_does_not_keep_a_session_alive() {
         ended_at >= last_input + IDLE && ended_at <= last_input + IDLE + 4,
         "{ended}"
     );
+    eprintln!(
+        "idle deadline {} → ended_at {ended_at}, terminal closed at {closed}",
+        last_input + IDLE
+    );
     assert_no_container(&stack, id);
     // History shows why, and the audit line says it.
     let history = stack.control.call(
@@ -221,6 +225,7 @@ fn a_session_with_nothing_open_and_no_input_ends_on_time() {
     let ended = wait_ended(&stack, "carol", id, Duration::from_secs(IDLE + 10));
     assert_ended_by(&ended, "idle");
     let ended_at = u(&ended, "ended_at");
+    eprintln!("idle deadline {} → ended_at {ended_at}", created + IDLE);
     assert!(
         ended_at >= created + IDLE && ended_at <= created + IDLE + 4,
         "{ended}"
@@ -253,6 +258,7 @@ fn max_lifetime_ends_a_session_however_busy() {
         "typed until the end: {ended}"
     );
     let ended_at = u(&ended, "ended_at");
+    eprintln!("lifetime deadline {} → ended_at {ended_at}", created + MAX);
     assert!(
         ended_at >= created + MAX && ended_at <= created + MAX + 4,
         "{ended}"
