@@ -7,6 +7,10 @@
 //! reported in between keeps it. Each end runs on its own task: a slow container stop
 //! never delays the next look. When no profile sets either limit the culler does not
 //! run at all.
+//!
+//! It starts looking two report intervals (`gateway.activity_report_ms`) after control
+//! starts: gateways send again what a control that was down did not take, and a
+//! session typed into meanwhile must not be judged on the stale time first.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +29,19 @@ pub async fn run(control: Arc<Control>, mut shutdown: tokio::sync::watch::Receiv
         .any(|p| p.lifetime_limits().is_limited())
     {
         return;
+    }
+    // Reports that gateways could not deliver while control was down arrive within
+    // one report interval of its start: none is judged idle before they can.
+    let grace = Duration::from_millis(
+        control
+            .config()
+            .gateway
+            .activity_report_ms
+            .saturating_mul(2),
+    ) + INTERVAL;
+    tokio::select! {
+        _ = tokio::time::sleep(grace) => {}
+        _ = shutdown.changed() => return,
     }
     let mut tick = tokio::time::interval(INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

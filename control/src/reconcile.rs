@@ -106,6 +106,7 @@ impl Reconciler {
             return Ok(0);
         }
         let mut sessions = Vec::new();
+        let rebuilt_at = now();
         for host in c.hosts().iter().filter(|h| h.is_up()) {
             let listed = match host.docker() {
                 Ok(d) => d.list_managed(&c.config().instance).await,
@@ -141,7 +142,9 @@ impl Reconciler {
                             ended_at: None,
                             ended_by: None,
                             end_reason: None,
-                            last_input: None,
+                            // Unknown: counted from now, so that a rebuild never ends
+                            // a session someone was using for being idle.
+                            last_input: Some(rebuilt_at),
                         })
                     }),
             );

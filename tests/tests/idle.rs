@@ -267,20 +267,26 @@ fn max_lifetime_ends_a_session_however_busy() {
 }
 
 #[test]
-fn terminals_keep_working_while_control_is_down_and_reports_resume_after() {
-    let mut stack = stack(Some(300), None);
+fn input_typed_while_control_is_down_reaches_it_before_the_culler_judges() {
+    const IDLE: u64 = 6;
+    let mut stack = stack(Some(IDLE), None);
     let s = create(&stack, "erin");
     let id = s["id"].as_str().unwrap().to_owned();
+    let created = u(&s, "created_at");
     let cookie = stack.sign_in("erin");
     let t = stack.open_as(0, &id, &cookie).unwrap();
     stack.control.kill9();
+    // The session's idle deadline (nobody typed since its creation) passes while
+    // control is down; then its user types, and control comes back.
+    while now() <= created + IDLE + 1 {
+        std::thread::sleep(Duration::from_millis(200));
+    }
     t.send_input(b"echo still-$((6*7))\r").unwrap();
     t.read_until("still-42", T)
         .expect("typing works while control is down");
     let typed = now();
-    std::thread::sleep(Duration::from_secs(2));
     stack.control.spawn(&[]);
-    // The report that control missed is sent again.
+    // The report control missed is sent again, before the culler's first look.
     let s = wait_for("the missed report to arrive", T, || {
         let s = session(&stack, "erin", &id);
         s.get("last_input")
@@ -288,7 +294,11 @@ fn terminals_keep_working_while_control_is_down_and_reports_resume_after() {
             .filter(|l| *l + 1 >= typed)
             .map(|_| s)
     });
-    assert_eq!(s["state"], "running");
+    assert_eq!(s["state"], "running", "{s}");
+    std::thread::sleep(Duration::from_secs(3));
+    let s = session(&stack, "erin", &id);
+    assert_eq!(s["state"], "running", "judged on the reported input: {s}");
+    assert!(!t.is_closed());
 }
 
 #[test]
@@ -416,4 +426,43 @@ fn the_page_warns_in_the_last_minute_and_says_why_the_session_ended() {
             .unwrap(),
         "no warning once it ended"
     );
+}
+
+#[test]
+fn a_store_rebuilt_from_labels_counts_idleness_from_the_rebuild() {
+    const IDLE: u64 = 5;
+    let mut control = e2e::stack::ControlStack::prepare("");
+    control.set_env(
+        "TERMGATE__PROFILES__DEFAULT__IDLE_TIMEOUT_SECONDS",
+        &IDLE.to_string(),
+    );
+    control.spawn(&[]);
+    let alice = control.token("alice", false);
+    let s = control.create(&alice);
+    let id = s["id"].as_str().unwrap().to_owned();
+    let created = u(&s, "created_at");
+    control.kill9();
+    std::fs::remove_dir_all(control.dir.dir.path().join("store")).unwrap();
+    // Its idle deadline passes while the store is gone; nobody knows when it was last
+    // typed into.
+    while now() <= created + IDLE + 1 {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let restarted = now();
+    control.spawn(&[]);
+    assert!(control.log_text().contains("rebuilt from container labels"));
+    let got = control.call("GET", &format!("/v1/sessions/{id}"), Some(&alice), None);
+    assert_eq!(got.body["state"], "running", "{}", got.text);
+    let last_input = u(&got.body, "last_input");
+    assert!(last_input >= restarted, "{}", got.text);
+    assert_eq!(u(&got.body, "ends_at"), last_input + IDLE);
+    std::thread::sleep(Duration::from_secs(3));
+    let got = control.call("GET", &format!("/v1/sessions/{id}"), Some(&alice), None);
+    assert_eq!(got.body["state"], "running", "{}", got.text);
+    let ended = wait_for("the rebuilt session to end idle", T, || {
+        let s = control.call("GET", &format!("/v1/sessions/{id}"), Some(&alice), None);
+        (s.body["state"] == "terminated").then_some(s.body)
+    });
+    assert_ended_by(&ended, "idle");
+    assert!(u(&ended, "ended_at") >= last_input + IDLE, "{ended}");
 }
