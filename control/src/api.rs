@@ -27,6 +27,16 @@ use crate::service::{
     TargetView,
 };
 
+/// One entry of `POST /v1/activity`: when a user last typed into a session's
+/// terminals on the reporting gateway.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputReport {
+    session: SessionId,
+    /// Seconds since the Unix epoch.
+    last_input: u64,
+}
+
 type Reply = Response<Full<Bytes>>;
 
 /// Longest a feed poller may ask to wait, seconds.
@@ -288,6 +298,19 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
             let lookup = control.route(&id)?.ok_or(ApiError::NOT_FOUND)?;
             Ok(json(200, &lookup))
         }
+        ["activity"] => {
+            authenticate_service(&control, &req)?;
+            if method != Method::POST {
+                return Err(not_allowed());
+            }
+            let reports: Vec<InputReport> = read_json(req, limit).await?;
+            let inputs: Vec<(SessionId, u64)> = reports
+                .into_iter()
+                .map(|r| (r.session, r.last_input))
+                .collect();
+            control.record_input(&inputs)?;
+            Ok(empty(204))
+        }
         ["profiles"] => {
             authenticate(&control, &req)?;
             if method != Method::GET {
@@ -316,7 +339,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                     };
                     let mut sessions: Vec<Listed<'_>> = list
                         .iter()
-                        .map(|s| Listed::Session(SessionView::from(s)))
+                        .map(|s| Listed::Session(control.view(s)))
                         .collect();
                     sessions.extend(
                         targets
@@ -328,7 +351,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 Method::POST => {
                     let body: CreateRequest = read_json(req, limit).await?;
                     let (s, timing) = control.create(&who, body).await?;
-                    let mut reply = json(201, &SessionView::from(&s));
+                    let mut reply = json(201, &control.view(&s));
                     // Server-Timing lets clients (and the benchmarks) split control's own
                     // time from Docker's.
                     let header = format!(
@@ -355,7 +378,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
             Ok(json(
                 200,
                 &Sessions {
-                    sessions: list.iter().map(SessionView::from).collect(),
+                    sessions: list.iter().map(|s| control.view(s)).collect(),
                 },
             ))
         }
@@ -368,7 +391,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                         return Ok(json(200, &ListedTarget::from(&t)));
                     }
                     let s = control.get(&who, &id)?;
-                    Ok(json(200, &SessionView::from(&s)))
+                    Ok(json(200, &control.view(&s)))
                 }
                 Method::DELETE => {
                     control.end(&who, &id).await?;

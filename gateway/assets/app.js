@@ -185,10 +185,19 @@ async function refresh() {
     if (s.state === "running") actions.append(button("Open", () => openTerminal(s), "Open terminal of " + s.name));
     // A target is a ttyd that runs elsewhere: it can be opened, not ended, from here.
     if (s.kind !== "external") actions.append(button("End", () => endSession(s), "End session " + s.name));
-    tr.append(cell(s.name), cell(s.profile), cell(s.state), cell(when(s.created_at)), actions);
+    const state = cell(s.state);
+    const warning = endingSoon(s);
+    if (warning) {
+      const w = document.createElement("strong");
+      w.className = "ending";
+      w.textContent = " " + warning;
+      state.append(w);
+    }
+    tr.append(cell(s.name), cell(s.profile), state, cell(when(s.created_at)), actions);
     return tr;
   });
   $("session-rows").replaceChildren(...rows);
+  refreshForWarnings(active.sessions);
   $("no-sessions").hidden = rows.length > 0;
   $("ended-rows").replaceChildren(...ended.sessions.map((s) => {
     const tr = document.createElement("tr");
@@ -227,6 +236,36 @@ async function endSession(s) {
   await refresh().catch((e) => say(e.message, true));
 }
 
+// A session whose profile ends it by itself (no input for its idle timeout, or its
+// maximum lifetime) has `ends_at`; within a minute of it the page warns.
+const WARN_SECONDS = 60;
+
+function endingSoon(s) {
+  if (!s.ends_at) return null;
+  const left = Math.max(0, Math.round(s.ends_at - Date.now() / 1000));
+  if (left > WARN_SECONDS) return null;
+  return s.ends_because === "max_lifetime"
+    ? "Ends in " + left + " s: it reaches its maximum lifetime."
+    : "Ends in " + left + " s without input: type in its terminal to keep it.";
+}
+
+// The list is loaded again when a session enters its warning minute, and once it is due.
+let warningTimer = null;
+
+function refreshForWarnings(sessions) {
+  if (warningTimer) clearTimeout(warningTimer);
+  warningTimer = null;
+  const now = Date.now() / 1000;
+  const times = sessions.filter((s) => s.ends_at)
+    .flatMap((s) => [s.ends_at - WARN_SECONDS, s.ends_at + 2])
+    .filter((t) => t > now && t - now < 3600);
+  if (times.length === 0) return;
+  warningTimer = setTimeout(() => {
+    warningTimer = null;
+    if (!$("sessions").hidden) refresh().catch((e) => say(e.message, true));
+  }, (Math.min(...times) - now) * 1000);
+}
+
 // While a terminal is shown, its session is checked every two seconds: when it ends
 // (or access to it does), the page says so in words instead of leaving ttyd's page
 // to its reconnect prompt.
@@ -235,6 +274,7 @@ let watching = null;
 function stopWatching() {
   if (watching) clearInterval(watching);
   watching = null;
+  $("ending").hidden = true;
 }
 
 function watchTerminal(s) {
@@ -249,6 +289,9 @@ function watchTerminal(s) {
       if (!["running", "stopping", "unreachable"].includes(now.state)) {
         ended = "This session was ended" + (now.end_reason ? " (" + now.end_reason + ")" : "") + ".";
       }
+      const warning = endingSoon(now);
+      $("ending").textContent = warning || "";
+      $("ending").hidden = !warning;
     } catch (e) {
       if (e.code === "session_not_found") ended = "This session was ended.";
       else if (e.code === "user_locked") ended = "This session was ended (" + MESSAGES.user_locked + ")";
@@ -279,7 +322,7 @@ function openTerminal(s) {
   loadFrame(s, $("terminal-frame"));
   $("sessions").hidden = true;
   $("terminal").hidden = false;
-  frame.focus();
+  $("terminal-frame").focus();
   watchTerminal(s);
 }
 

@@ -441,6 +441,44 @@ impl Store {
         Ok(new)
     }
 
+    /// Records when users last typed into sessions, as a gateway reports it: each
+    /// active session whose `last_input` moves forward (by a second at least: times
+    /// are whole seconds) is rewritten, all in one transaction and without a revision
+    /// bump (gateways have nothing to learn from it). Ids that name no active session
+    /// are skipped; a time after `now` counts as `now`. Returns how many records moved;
+    /// flushed when any did.
+    pub fn record_input(&self, inputs: &[(SessionId, u64)], now: u64) -> Result<usize> {
+        let mut latest = std::collections::BTreeMap::<SessionId, u64>::new();
+        for (id, at) in inputs {
+            let e = latest.entry(*id).or_default();
+            *e = (*e).max((*at).min(now));
+        }
+        let _guard = self.write_lock()?;
+        let mut moved = Vec::new();
+        for (id, at) in latest {
+            // Safe to read outside the transaction: every writer holds the mutex.
+            let Some(mut s) = self.get(&id)? else {
+                continue;
+            };
+            if s.last_input.is_some_and(|l| at <= l) {
+                continue;
+            }
+            s.last_input = Some(at);
+            moved.push(s);
+        }
+        if moved.is_empty() {
+            return Ok(0);
+        }
+        self.transact(|tx| {
+            for s in &moved {
+                tx.sessions.insert(s.id.as_str().as_bytes(), encode(s)?)?;
+            }
+            Ok(())
+        })?;
+        self.note(self.flush_durably())?;
+        Ok(moved.len())
+    }
+
     /// End an active session, but only if it is still in one of `ending.from` (the
     /// states the caller's decision was based on; otherwise `StateChanged` and nothing
     /// is written): set state (must be an ended state: Terminated/Exited/Gone/Failed,

@@ -270,10 +270,14 @@ impl ProxyHttp for Proxy {
                 }
                 if let Upstream::Ttyd(TtydRequest {
                     part: TerminalPart::Ws,
+                    arg,
                     ..
                 }) = &upstream
                 {
-                    ctx.frames = Some(ws_frames::FrameSizes::default());
+                    // A Docker session's typing keeps it alive (idle_timeout_seconds).
+                    let clock = arg.as_ref().and(ctx.session);
+                    let clock = clock.map(|id| self.g.activity.clock(id));
+                    ctx.frames = Some(ws_frames::FrameSizes::new(clock));
                 }
                 ctx.upstream = Some(upstream);
                 return Ok(false);
