@@ -27,6 +27,23 @@ use crate::service::{
     TargetView,
 };
 
+/// `POST /v1/terminals`: the terminals one gateway has open, per session (a zero for
+/// one that had some at its previous report), sent every `every_ms`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TerminalsReport {
+    gateway: String,
+    every_ms: u64,
+    open: Vec<OpenTerminals>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpenTerminals {
+    session: SessionId,
+    open: u32,
+}
+
 /// One entry of `POST /v1/activity`: when a user last typed into a session's
 /// terminals on the reporting gateway.
 #[derive(Debug, serde::Deserialize)]
@@ -309,6 +326,26 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 .map(|r| (r.session, r.last_input))
                 .collect();
             control.record_input(&inputs)?;
+            Ok(empty(204))
+        }
+        ["terminals"] => {
+            authenticate_service(&control, &req)?;
+            if method != Method::POST {
+                return Err(not_allowed());
+            }
+            let report: TerminalsReport = read_json(req, limit).await?;
+            if report.gateway.is_empty() || report.gateway.len() > 64 {
+                return Err(
+                    ApiError::INVALID_JSON.with_message("gateway must be 1 to 64 characters")
+                );
+            }
+            let every = Duration::from_millis(report.every_ms.clamp(100, 60_000));
+            let counts: Vec<(SessionId, u32)> = report
+                .open
+                .into_iter()
+                .map(|o| (o.session, o.open))
+                .collect();
+            control.record_terminals(&report.gateway, every, &counts);
             Ok(empty(204))
         }
         ["profiles"] => {

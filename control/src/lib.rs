@@ -12,6 +12,7 @@ pub mod docker;
 pub mod error;
 pub mod hosts;
 pub mod labels;
+pub mod live;
 pub mod metrics;
 pub mod model;
 pub mod reconcile;

@@ -99,6 +99,10 @@ pub struct SessionView<'a> {
     /// What ends it then: `idle` or `max_lifetime`.
     #[serde(skip_serializing_if = "Option::is_none")]
     ends_because: Option<&'static str>,
+    /// Terminals open on it now over every gateway that reports (absent: no gateway
+    /// has reported lately).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    terminals: Option<u32>,
 }
 
 impl<'a> From<&'a Session> for SessionView<'a> {
@@ -120,6 +124,7 @@ impl<'a> From<&'a Session> for SessionView<'a> {
             last_input: s.last_input,
             ends_at: None,
             ends_because: None,
+            terminals: None,
         }
     }
 }
@@ -177,6 +182,8 @@ pub struct Control {
     /// Sessions whose container is being removed right now, so that the API and the
     /// reconciler never race to remove the same container.
     ending: InFlight,
+    /// Terminals open on each session now, as the gateways report them.
+    live: crate::live::LiveTerminals,
 }
 
 /// Whose sessions a listing shows.
@@ -234,6 +241,7 @@ impl Control {
             redraw_locks: Mutex::new(HashMap::new()),
             creating: InFlight::default(),
             ending: InFlight::default(),
+            live: crate::live::LiveTerminals::default(),
         }
     }
 
@@ -600,11 +608,17 @@ impl Control {
     /// `s` as the API shows it, with its deadline.
     pub fn view<'a>(&self, s: &'a Session) -> SessionView<'a> {
         let mut v = SessionView::from(s);
+        v.terminals = self.live.count(&s.id);
         if let Some(d) = self.deadline(s) {
             v.ends_at = Some(d.at);
             v.ends_because = Some(d.cause.as_str());
         }
         v
+    }
+
+    /// Records a gateway's report of the terminals it has open, per session.
+    pub fn record_terminals(&self, gateway: &str, every: Duration, counts: &[(SessionId, u32)]) {
+        self.live.record(gateway, every, counts);
     }
 
     /// Records the input times a gateway reported; returns how many sessions moved.

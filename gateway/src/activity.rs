@@ -13,7 +13,7 @@
 //! batches). A report control does not take is tried again at the next interval; a
 //! control that is down never holds up a terminal.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -129,11 +129,19 @@ impl BackgroundService for ActivityReporter {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
+        // Names this process in its terminal reports (a restarted gateway is another).
+        let mut random = [0u8; 8];
+        let me: String = match getrandom::getrandom(&mut random) {
+            Ok(()) => random.iter().map(|b| format!("{b:02x}")).collect(),
+            Err(_) => format!("pid-{}", std::process::id()),
+        };
+        let mut had: HashSet<SessionId> = HashSet::new();
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = shutdown.changed() => return,
             }
+            had = report_terminals(g, &me, every, had).await;
             let pending = g.activity.pending();
             for batch in pending.chunks(MAX_BATCH) {
                 match g.control.report_input(batch).await {
@@ -154,6 +162,31 @@ impl BackgroundService for ActivityReporter {
             }
         }
     }
+}
+
+/// Sends the open terminals per session, and a zero for each session that had some at
+/// the previous report; returns the sessions reported open (all of the previous ones
+/// again when control did not take the report, so their zeros are sent later).
+async fn report_terminals(
+    g: &Gateway,
+    me: &str,
+    every: Duration,
+    had: HashSet<SessionId>,
+) -> HashSet<SessionId> {
+    let now = g.terminals.per_session();
+    let mut counts: Vec<(SessionId, u32)> = now.iter().map(|(id, n)| (*id, *n)).collect();
+    counts.extend(
+        had.iter()
+            .filter(|id| !now.contains_key(id))
+            .map(|id| (*id, 0)),
+    );
+    for batch in counts.chunks(MAX_BATCH) {
+        if let Err(e) = g.control.report_terminals(me, every, batch).await {
+            tracing::debug!(error = %e, "terminal counts not reported");
+            return had.into_iter().chain(now.into_keys()).collect();
+        }
+    }
+    now.into_keys().collect()
 }
 
 #[cfg(test)]

@@ -118,6 +118,40 @@ impl ControlClient {
         Ok(())
     }
 
+    /// Reports the terminals this gateway (`gateway`, reporting every `every`) has
+    /// open per session, for the admin console.
+    pub async fn report_terminals(
+        &self,
+        gateway: &str,
+        every: std::time::Duration,
+        counts: &[(SessionId, u32)],
+    ) -> Result<(), Unavailable> {
+        #[derive(serde::Serialize)]
+        struct Open<'a> {
+            session: &'a SessionId,
+            open: u32,
+        }
+        let body = serde_json::json!({
+            "gateway": gateway,
+            "every_ms": u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
+            "open": counts
+                .iter()
+                .map(|(session, open)| Open { session, open: *open })
+                .collect::<Vec<_>>(),
+        });
+        let body = serde_json::to_vec(&body).map_err(|e| Unavailable(e.to_string()))?;
+        let req = Request::post(format!("{}/v1/terminals", self.base))
+            .header(AUTHORIZATION, &self.bearer)
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| Unavailable(e.to_string()))?;
+        let (status, _) = self.send(req, self.timeout).await?;
+        if status != StatusCode::NO_CONTENT {
+            return Err(Unavailable(format!("terminals report answered {status}")));
+        }
+        Ok(())
+    }
+
     /// Long-polls the feed for changes after `after` (a revision of `epoch`, when one
     /// is known), waiting up to `wait`.
     pub async fn feed(

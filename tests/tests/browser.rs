@@ -603,9 +603,40 @@ fn the_admin_console_shows_every_session_ends_one_locks_a_user_and_searches_the_
                return cells[0] === 'alice' && cells[2] === 'local' && cells[3] === 'running'; }})()"
         ),
     );
+    // Bob opens a terminal and types: the console shows it open and his last input
+    // (gateways report both every few seconds).
+    let cookie = stack.sign_in("bob");
+    let t = stack
+        .open_as(0, &bobs, &cookie)
+        .expect("bob opens his terminal");
+    t.send_input(b"echo typed-$((3*3))\r").unwrap();
+    t.read_until("typed-9", T).unwrap();
+    ok(
+        "one terminal open and the last input on bob's row",
+        b.wait_js(
+            &format!(
+                "(() => {{ const r = document.querySelector('#active-rows tr[data-id=\"{bobs}\"]'); \
+                   return !!r && r.cells[6].textContent === '1' && r.cells[5].textContent.endsWith(' ago'); }})()"
+            ),
+            Duration::from_secs(30),
+            "Terminals 1 and a last input on bob's row",
+        ),
+    );
     ok(
         "admin-console.png",
         b.screenshot(&artifact("admin-console.png")),
+    );
+    drop(t);
+    ok(
+        "no terminal open on bob's row once he closed it",
+        b.wait_js(
+            &format!(
+                "(() => {{ const r = document.querySelector('#active-rows tr[data-id=\"{bobs}\"]'); \
+                   return !!r && r.cells[6].textContent === '0'; }})()"
+            ),
+            Duration::from_secs(30),
+            "Terminals 0 on bob's row",
+        ),
     );
 
     // End alice's session from the console: gone from the list, ended by root.
