@@ -178,6 +178,10 @@ pub struct GatewayConfig {
     /// Route lookups at control (cache misses) allowed per user per minute.
     #[serde(default = "defaults::lookup_misses")]
     pub lookup_misses_per_minute: u32,
+    /// How often the gateway reports to control when each session was last typed
+    /// into, milliseconds (one batched call; profiles' `idle_timeout_seconds`).
+    #[serde(default = "defaults::activity_report_ms")]
+    pub activity_report_ms: u64,
     /// Unix socket over which a new gateway process takes the listeners of the old one
     /// (zero-downtime upgrade: start the new one with `--upgrade`, then SIGQUIT the old).
     #[serde(default = "defaults::upgrade_socket")]
@@ -424,6 +428,13 @@ pub struct Profile {
     /// Names of the Docker hosts this profile's sessions may run on; empty: any.
     #[serde(default)]
     pub hosts: Vec<String>,
+    /// End a session after this long without input on any of its terminals, seconds
+    /// (output does not count); unset: never.
+    #[serde(default)]
+    pub idle_timeout_seconds: Option<u64>,
+    /// End a session this long after its creation, however busy, seconds; unset: never.
+    #[serde(default)]
+    pub max_lifetime_seconds: Option<u64>,
 }
 
 /// One `[[targets]]` entry: a ttyd that already runs, opened by the users and roles
@@ -609,6 +620,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("gateway.trusted_proxies", "[]"),
     ("gateway.negative_cache_ms", "2000"),
     ("gateway.lookup_misses_per_minute", "120"),
+    ("gateway.activity_report_ms", "5000"),
     ("gateway.upgrade_socket", "\"gateway-upgrade.sock\""),
     ("gateway.pid_file", "\"gateway.pid\""),
     ("control.listen", "\"127.0.0.1:7070\""),
@@ -665,6 +677,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ("profiles.<name>.uts_mode", ""),
     ("targets", "[]"),
     ("profiles.<name>.hosts", "[]"),
+    ("profiles.<name>.idle_timeout_seconds", ""),
+    ("profiles.<name>.max_lifetime_seconds", ""),
 ];
 
 mod defaults {
@@ -729,6 +743,9 @@ mod defaults {
     }
     pub fn lookup_misses() -> u32 {
         120
+    }
+    pub fn activity_report_ms() -> u64 {
+        5000
     }
     pub fn upgrade_socket() -> PathBuf {
         "gateway-upgrade.sock".into()

@@ -20,13 +20,29 @@ pub fn load_or_refuse(binary: &str, path: &Path) -> Result<Config, ExitCode> {
 /// Logs to stderr, one line per event, at `RUST_LOG` (default `info`); colours only on a
 /// terminal. A second call keeps the first subscriber.
 pub fn init_tracing() {
+    init_tracing_with(tracing_subscriber::layer::Identity::new());
+}
+
+/// [`init_tracing`] with one more layer beside the log on stderr (control keeps its
+/// audit lines with one). The `RUST_LOG` filter is the stderr log's own, so `extra`
+/// sees what it asks for whatever the log shows.
+pub fn init_tracing_with<L>(extra: L)
+where
+    L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
+{
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let log = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr)
+        .with_filter(filter);
+    let _ = tracing_subscriber::registry()
+        .with(extra)
+        .with(log)
         .try_init();
 }
 

@@ -190,6 +190,13 @@ pub(crate) fn validate(c: &mut Config, errors: &mut Vec<ConfigError>) {
         &mut err,
     );
     within(
+        "gateway.activity_report_ms",
+        g.activity_report_ms as usize,
+        100,
+        60_000,
+        &mut err,
+    );
+    within(
         "gateway.max_ws_frame_bytes",
         g.max_ws_frame_bytes as usize,
         4096,
@@ -473,6 +480,19 @@ fn validate_profile(name: &str, p: &Profile, err: &mut impl FnMut(&str, String))
     if p.tmp_size_mb == 0 {
         err(&format!("{key}.tmp_size_mb"), "must be positive".into());
     }
+    for (k, v) in [
+        ("idle_timeout_seconds", p.idle_timeout_seconds),
+        ("max_lifetime_seconds", p.max_lifetime_seconds),
+    ] {
+        if let Some(v) = v {
+            if !(1..=MAX_LIFETIME_LIMIT).contains(&v) {
+                err(
+                    &format!("{key}.{k}"),
+                    format!("must be between 1 and {MAX_LIFETIME_LIMIT} seconds (leave it out for no limit), got {v}"),
+                );
+            }
+        }
+    }
     for env in p.env.keys() {
         if !is_env_name(env) {
             err(
@@ -571,7 +591,18 @@ fn validate_profile(name: &str, p: &Profile, err: &mut impl FnMut(&str, String))
     }
 }
 
+/// The longest idle timeout or lifetime a profile may set: ten years, seconds.
+const MAX_LIFETIME_LIMIT: u64 = 10 * 366 * 86_400;
+
 impl Profile {
+    /// When this profile's sessions end by themselves.
+    pub fn lifetime_limits(&self) -> policy::LifetimeLimits {
+        policy::LifetimeLimits {
+            idle_timeout: self.idle_timeout_seconds,
+            max_lifetime: self.max_lifetime_seconds,
+        }
+    }
+
     /// The container this profile describes, as the sandbox rules see it. `home_volume`
     /// is the user's home volume name when the profile has `home`.
     pub fn sandbox_spec(&self, home_volume: Option<&str>) -> ContainerSpec {

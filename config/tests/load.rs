@@ -678,3 +678,58 @@ fn a_profile_may_name_only_hosts_the_configuration_has() {
         "{e}"
     );
 }
+
+#[test]
+fn idle_timeout_and_max_lifetime_out_of_range_are_refused_naming_the_key() {
+    for (extra, key) in [
+        (
+            "idle_timeout_seconds = 0",
+            "profiles.evil.idle_timeout_seconds",
+        ),
+        (
+            "max_lifetime_seconds = 0",
+            "profiles.evil.max_lifetime_seconds",
+        ),
+        (
+            "max_lifetime_seconds = 999999999999",
+            "profiles.evil.max_lifetime_seconds",
+        ),
+    ] {
+        let e = load_text(&example_with_profile(extra), &[]).unwrap_err();
+        assert!(e.mentions(key, "must be between 1 and"), "{extra}: {e}");
+    }
+    for (extra, key) in [
+        (
+            "idle_timeout_seconds = -5",
+            "profiles.evil.idle_timeout_seconds",
+        ),
+        (
+            "max_lifetime_seconds = \"1h\"",
+            "profiles.evil.max_lifetime_seconds",
+        ),
+    ] {
+        let e = load_text(&example_with_profile(extra), &[]).unwrap_err();
+        assert!(
+            e.to_string().contains(key.rsplit('.').next().unwrap()),
+            "{extra}: {e}"
+        );
+    }
+    let e = load_text(EXAMPLE, &[("TERMGATE__GATEWAY__ACTIVITY_REPORT_MS", "10")]).unwrap_err();
+    assert!(
+        e.mentions("gateway.activity_report_ms", "between 100 and 60000"),
+        "{e}"
+    );
+}
+
+#[test]
+fn idle_timeout_and_max_lifetime_are_optional_and_read_as_limits() {
+    let c = load_text(
+        &example_with_profile("idle_timeout_seconds = 600\nmax_lifetime_seconds = 7200"),
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let l = c.profiles["evil"].lifetime_limits();
+    assert_eq!((l.idle_timeout, l.max_lifetime), (Some(600), Some(7200)));
+    assert!(!c.profiles["default"].lifetime_limits().is_limited());
+    assert_eq!(c.gateway.activity_report_ms, 5000);
+}

@@ -26,6 +26,7 @@ fn session(n: u32, owner: &str) -> Session {
         ended_at: None,
         ended_by: None,
         end_reason: None,
+        last_input: None,
     }
 }
 

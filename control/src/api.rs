@@ -20,11 +20,39 @@ use policy::{Principal, SessionId};
 use serde::Serialize;
 use tokio::net::TcpListener;
 
+use crate::audit::{AuditEntry, AuditQuery};
 use crate::error::ApiError;
 use crate::service::{
     Control, CreateRequest, ListedTarget, RedrawRequest, SessionView, TargetPatch, TargetRequest,
     TargetView,
 };
+
+/// `POST /v1/terminals`: the terminals one gateway has open, per session (a zero for
+/// one that had some at its previous report), sent every `every_ms`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TerminalsReport {
+    gateway: String,
+    every_ms: u64,
+    open: Vec<OpenTerminals>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpenTerminals {
+    session: SessionId,
+    open: u32,
+}
+
+/// One entry of `POST /v1/activity`: when a user last typed into a session's
+/// terminals on the reporting gateway.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputReport {
+    session: SessionId,
+    /// Seconds since the Unix epoch.
+    last_input: u64,
+}
 
 type Reply = Response<Full<Bytes>>;
 
@@ -131,6 +159,43 @@ async fn read_json<T: serde::de::DeserializeOwned>(
 fn session_id(seg: &str) -> Result<SessionId, ApiError> {
     // A malformed id cannot name anyone's session: the same 404 as an unknown one.
     SessionId::parse(seg).map_err(|_| ApiError::NOT_FOUND)
+}
+
+#[derive(Serialize)]
+struct AuditLines {
+    lines: Vec<AuditEntry>,
+}
+
+#[derive(Serialize)]
+struct Users {
+    locked: Vec<String>,
+}
+
+/// Audit lines an admin asks for; `sub` and `session` are form-encoded (a `sub` may
+/// hold any character).
+fn audit_query(query: &str) -> Result<AuditQuery, ApiError> {
+    let mut q = AuditQuery {
+        limit: 100,
+        ..AuditQuery::default()
+    };
+    let number = |name: &str, v: &str| {
+        v.parse::<u64>()
+            .map_err(|_| ApiError::INVALID_QUERY.with_message(format!("{name} must be a number")))
+    };
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        match &*k {
+            "sub" if !v.is_empty() => q.sub = Some(v.into_owned()),
+            "session" if !v.is_empty() => q.session = Some(v.into_owned()),
+            "before_ms" => q.before_ms = Some(number("before_ms", &v)?),
+            "limit" => {
+                q.limit = usize::try_from(number("limit", &v)?)
+                    .unwrap_or(usize::MAX)
+                    .clamp(1, 1_000);
+            }
+            _ => {}
+        }
+    }
+    Ok(q)
 }
 
 #[derive(Serialize)]
@@ -250,6 +315,39 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
             let lookup = control.route(&id)?.ok_or(ApiError::NOT_FOUND)?;
             Ok(json(200, &lookup))
         }
+        ["activity"] => {
+            authenticate_service(&control, &req)?;
+            if method != Method::POST {
+                return Err(not_allowed());
+            }
+            let reports: Vec<InputReport> = read_json(req, limit).await?;
+            let inputs: Vec<(SessionId, u64)> = reports
+                .into_iter()
+                .map(|r| (r.session, r.last_input))
+                .collect();
+            control.record_input(&inputs)?;
+            Ok(empty(204))
+        }
+        ["terminals"] => {
+            authenticate_service(&control, &req)?;
+            if method != Method::POST {
+                return Err(not_allowed());
+            }
+            let report: TerminalsReport = read_json(req, limit).await?;
+            if report.gateway.is_empty() || report.gateway.len() > 64 {
+                return Err(
+                    ApiError::INVALID_JSON.with_message("gateway must be 1 to 64 characters")
+                );
+            }
+            let every = Duration::from_millis(report.every_ms.clamp(100, 60_000));
+            let counts: Vec<(SessionId, u32)> = report
+                .open
+                .into_iter()
+                .map(|o| (o.session, o.open))
+                .collect();
+            control.record_terminals(&report.gateway, every, &counts);
+            Ok(empty(204))
+        }
         ["profiles"] => {
             authenticate(&control, &req)?;
             if method != Method::GET {
@@ -278,7 +376,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                     };
                     let mut sessions: Vec<Listed<'_>> = list
                         .iter()
-                        .map(|s| Listed::Session(SessionView::from(s)))
+                        .map(|s| Listed::Session(control.view(s)))
                         .collect();
                     sessions.extend(
                         targets
@@ -290,7 +388,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 Method::POST => {
                     let body: CreateRequest = read_json(req, limit).await?;
                     let (s, timing) = control.create(&who, body).await?;
-                    let mut reply = json(201, &SessionView::from(&s));
+                    let mut reply = json(201, &control.view(&s));
                     // Server-Timing lets clients (and the benchmarks) split control's own
                     // time from Docker's.
                     let header = format!(
@@ -317,7 +415,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
             Ok(json(
                 200,
                 &Sessions {
-                    sessions: list.iter().map(SessionView::from).collect(),
+                    sessions: list.iter().map(|s| control.view(s)).collect(),
                 },
             ))
         }
@@ -330,7 +428,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                         return Ok(json(200, &ListedTarget::from(&t)));
                     }
                     let s = control.get(&who, &id)?;
-                    Ok(json(200, &SessionView::from(&s)))
+                    Ok(json(200, &control.view(&s)))
                 }
                 Method::DELETE => {
                     control.end(&who, &id).await?;
@@ -395,6 +493,23 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 }
                 _ => Err(not_allowed()),
             }
+        }
+        ["audit"] => {
+            let who = authenticate(&control, &req)?;
+            if method != Method::GET {
+                return Err(not_allowed());
+            }
+            let query = audit_query(req.uri().query().unwrap_or(""))?;
+            let lines = control.audit(&who, &query)?;
+            Ok(json(200, &AuditLines { lines }))
+        }
+        ["users"] => {
+            let who = authenticate(&control, &req)?;
+            if method != Method::GET {
+                return Err(not_allowed());
+            }
+            let locked = control.locked_users(&who)?;
+            Ok(json(200, &Users { locked }))
         }
         ["users", sub, "lock"] => {
             let who = authenticate(&control, &req)?;

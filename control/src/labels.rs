@@ -181,6 +181,7 @@ mod tests {
             ended_at: None,
             ended_by: None,
             end_reason: None,
+            last_input: None,
         }
     }
 

@@ -2,14 +2,17 @@
 //!
 //! It decides who may have which session (through `policy`), makes sessions real on
 //! Docker (`docker`), keeps its books in sled (`store`), repairs drift (`reconcile`)
-//! and tells gateways what exists (the route feed in `api`). It never carries terminal
+//! ends sessions whose profile's limits ran out (`cull`) and tells gateways what exists (the route feed in `api`). It never carries terminal
 //! bytes.
 
 pub mod api;
+pub mod audit;
+pub mod cull;
 pub mod docker;
 pub mod error;
 pub mod hosts;
 pub mod labels;
+pub mod live;
 pub mod metrics;
 pub mod model;
 pub mod reconcile;

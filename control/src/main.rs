@@ -85,7 +85,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         None => {
-            config::telemetry::init_tracing();
+            config::telemetry::init_tracing_with(control::audit::layer());
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -181,6 +181,7 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
 
     let control = Arc::new(Control::new(Arc::clone(&config), store, hosts, verifier));
     control.metrics().seccomp_enforced.set(i64::from(seccomp));
+    control::audit::start(Arc::clone(&control)).context("starting the audit writer")?;
     let targets = control
         .apply_config_targets()
         .map_err(|e| anyhow::anyhow!("targets: {}", e.message))?;

@@ -89,9 +89,14 @@ pub struct Session {
     /// Who ended it: a `sub`, or `termgate` for the reconciler.
     #[serde(default)]
     pub ended_by: Option<String>,
-    /// Why it ended, in words.
+    /// Why it ended, in words; the first word is stable (`idle`, `max_lifetime`, `oom`
+    /// or a sentence for the others).
     #[serde(default)]
     pub end_reason: Option<String>,
+    /// When a user last typed into one of its terminals (seconds since the Unix epoch),
+    /// as gateways report it; output does not count. `None`: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_input: Option<u64>,
 }
 
 fn local_host() -> String {

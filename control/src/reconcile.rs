@@ -106,6 +106,7 @@ impl Reconciler {
             return Ok(0);
         }
         let mut sessions = Vec::new();
+        let rebuilt_at = now();
         for host in c.hosts().iter().filter(|h| h.is_up()) {
             let listed = match host.docker() {
                 Ok(d) => d.list_managed(&c.config().instance).await,
@@ -141,6 +142,9 @@ impl Reconciler {
                             ended_at: None,
                             ended_by: None,
                             end_reason: None,
+                            // Unknown: counted from now, so that a rebuild never ends
+                            // a session someone was using for being idle.
+                            last_input: Some(rebuilt_at),
                         })
                     }),
             );
@@ -595,9 +599,12 @@ impl Reconciler {
     }
 
     /// Runs, until `shutdown` fires: each host's event listener, the probe of each
-    /// configured host, and the periodic pass.
+    /// configured host, the culler ([`crate::cull`]) and the periodic pass.
     pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-        let mut tasks = Vec::new();
+        let mut tasks = vec![tokio::spawn(crate::cull::run(
+            Arc::clone(&self.control),
+            shutdown.clone(),
+        ))];
         for host in self.control.hosts().iter() {
             tasks.push(tokio::spawn(self.clone().listen_events(Arc::clone(host))));
             if host.is_monitored() {

@@ -7,10 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use config::{Config, Profile};
-use policy::{Action, Decision, Principal, QuotaLimits, SessionId, Sub, TokenError, Verifier};
+use policy::{
+    Action, Decision, EndCause, Principal, QuotaLimits, SessionId, Sub, TokenError, Verifier,
+};
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
+use crate::audit::{AuditEntry, AuditQuery};
 use crate::docker::{ContainerRequest, Docker, DockerError};
 use crate::error::ApiError;
 use crate::hosts::Hosts;
@@ -86,6 +89,20 @@ pub struct SessionView<'a> {
     ended_by: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     end_reason: Option<&'a str>,
+    /// When a user last typed into one of its terminals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_input: Option<u64>,
+    /// When it will end by itself (the earlier of its idle and lifetime deadlines),
+    /// for an active session whose profile limits either.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ends_at: Option<u64>,
+    /// What ends it then: `idle` or `max_lifetime`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ends_because: Option<&'static str>,
+    /// Terminals open on it now over every gateway that reports (absent: no gateway
+    /// has reported lately).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    terminals: Option<u32>,
 }
 
 impl<'a> From<&'a Session> for SessionView<'a> {
@@ -104,6 +121,10 @@ impl<'a> From<&'a Session> for SessionView<'a> {
             ended_at: s.ended_at,
             ended_by: s.ended_by.as_deref(),
             end_reason: s.end_reason.as_deref(),
+            last_input: s.last_input,
+            ends_at: None,
+            ends_because: None,
+            terminals: None,
         }
     }
 }
@@ -161,6 +182,8 @@ pub struct Control {
     /// Sessions whose container is being removed right now, so that the API and the
     /// reconciler never race to remove the same container.
     ending: InFlight,
+    /// Terminals open on each session now, as the gateways report them.
+    live: crate::live::LiveTerminals,
 }
 
 /// Whose sessions a listing shows.
@@ -218,6 +241,7 @@ impl Control {
             redraw_locks: Mutex::new(HashMap::new()),
             creating: InFlight::default(),
             ending: InFlight::default(),
+            live: crate::live::LiveTerminals::default(),
         }
     }
 
@@ -389,6 +413,7 @@ impl Control {
             ended_at: None,
             ended_by: None,
             end_reason: None,
+            last_input: None,
         };
         // Marked before the record exists, so no reconcile pass ever sees this record
         // without the mark while this process works on it.
@@ -567,6 +592,92 @@ impl Control {
         }
     }
 
+    /// When `s` will end by itself under its profile's limits, if it is active and
+    /// its profile has any.
+    pub fn deadline(&self, s: &Session) -> Option<policy::Deadline> {
+        if !s.state.is_active() {
+            return None;
+        }
+        self.config
+            .profiles
+            .get(&s.profile)?
+            .lifetime_limits()
+            .deadline(s.created_at, s.last_input)
+    }
+
+    /// `s` as the API shows it, with its deadline.
+    pub fn view<'a>(&self, s: &'a Session) -> SessionView<'a> {
+        let mut v = SessionView::from(s);
+        v.terminals = self.live.count(&s.id);
+        if let Some(d) = self.deadline(s) {
+            v.ends_at = Some(d.at);
+            v.ends_because = Some(d.cause.as_str());
+        }
+        v
+    }
+
+    /// Records a gateway's report of the terminals it has open, per session.
+    pub fn record_terminals(&self, gateway: &str, every: Duration, counts: &[(SessionId, u32)]) {
+        self.live.record(gateway, every, counts);
+    }
+
+    /// Records the input times a gateway reported; returns how many sessions moved.
+    pub fn record_input(&self, inputs: &[(SessionId, u64)]) -> Result<usize, ApiError> {
+        Ok(self.store.record_input(inputs, now())?)
+    }
+
+    /// Ends session `id` if its profile's limits say it is due now (`idle` or
+    /// `max_lifetime`), the way any end goes: recorded `stopping` by `termgate` with
+    /// its reason, container stopped and removed, record ended `terminated`; gateways
+    /// close its terminals when its route goes. Decided again inside the store's write,
+    /// so an input reported since the caller looked keeps the session. Returns the
+    /// cause when this call ended it.
+    pub async fn end_if_due(&self, id: &SessionId) -> Result<Option<EndCause>, ApiError> {
+        let t = now();
+        let mut decided = None;
+        let s = self.store.update(id, |s| {
+            if s.state != SessionState::Running {
+                return;
+            }
+            let Some(p) = self.config.profiles.get(&s.profile) else {
+                return;
+            };
+            let limits = p.lifetime_limits();
+            let Some(cause) = limits.due(s.created_at, s.last_input, t) else {
+                return;
+            };
+            let reason = match cause {
+                EndCause::Idle => format!(
+                    "idle: no input on any of its terminals for {} s",
+                    limits.idle_timeout.unwrap_or(0)
+                ),
+                EndCause::MaxLifetime => format!(
+                    "max_lifetime: {} s since it was created",
+                    limits.max_lifetime.unwrap_or(0)
+                ),
+            };
+            s.state = SessionState::Stopping;
+            s.ended_by = Some(SYSTEM.into());
+            // Kept on the stopping record, so an end the reconciler finishes says why.
+            s.end_reason = Some(reason);
+            decided = Some(cause);
+        });
+        let s = match s {
+            Ok(s) => s,
+            Err(StoreError::NotFound) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let Some(cause) = decided else {
+            return Ok(None);
+        };
+        self.refresh_gauges();
+        let reason = s.end_reason.clone().unwrap_or_default();
+        tracing::info!(target: "audit", session = %s.id, sub = %s.owner, reason = cause.as_str(), detail = %reason, last_input = ?s.last_input, created_at = s.created_at, "session ended by its profile's limits");
+        self.metrics.reconciled(cause.as_str());
+        self.finish_stopping(&s, &reason).await?;
+        Ok(Some(cause))
+    }
+
     /// Active sessions of `who`, or (admin) of `owner`, or (admin, `all`) of everyone.
     pub fn list(
         &self,
@@ -650,7 +761,7 @@ impl Control {
         failpoint("delete:after_stopping");
         self.refresh_gauges();
         self.finish_stopping(&s, reason).await?;
-        tracing::info!(target: "audit", session = %id, sub = %by, reason, "session ended");
+        tracing::info!(target: "audit", session = %id, sub = %by, owner = %s.owner, reason, "session ended");
         Ok(())
     }
 
@@ -686,6 +797,9 @@ impl Control {
         }
         failpoint("delete:after_remove");
         let by = s.ended_by.clone().unwrap_or_else(|| SYSTEM.into());
+        // An end decided with its reason (idle, max_lifetime) keeps it, also when the
+        // reconciler finishes it.
+        let reason = s.end_reason.as_deref().unwrap_or(reason);
         self.end_record(
             &s.id,
             &[SessionState::Stopping],
@@ -743,6 +857,36 @@ impl Control {
         tokio::time::sleep(Duration::from_millis(self.config.control.redraw_pause_ms)).await;
         docker.resize(&container, req.cols, req.rows).await?;
         Ok(())
+    }
+
+    /// Audit lines matching `q`, newest first; admin only.
+    pub fn audit(&self, who: &Principal, q: &AuditQuery) -> Result<Vec<AuditEntry>, ApiError> {
+        if !who.admin {
+            return Err(
+                ApiError::ADMIN_REQUIRED.with_message("only an admin may read the audit trail")
+            );
+        }
+        Ok(self.store.audit(q)?)
+    }
+
+    /// Appends audit lines to the store (the audit writer's one call).
+    pub fn append_audit(&self, lines: &[AuditEntry]) -> Result<(), StoreError> {
+        self.store.append_audit(lines)
+    }
+
+    /// Keeps the newest `keep` audit lines.
+    pub fn prune_audit(&self, keep: usize) -> Result<usize, StoreError> {
+        self.store.prune_audit(keep)
+    }
+
+    /// The locked users; admin only.
+    pub fn locked_users(&self, who: &Principal) -> Result<Vec<String>, ApiError> {
+        if !who.admin {
+            return Err(
+                ApiError::ADMIN_REQUIRED.with_message("only an admin may list locked users")
+            );
+        }
+        Ok(self.store.locked_users()?)
     }
 
     /// Locks (`true`) or unlocks a user; admin only. Published on the route feed.

@@ -115,6 +115,7 @@ async function showSessions(me) {
   $("ended-rows").replaceChildren();
   $("no-sessions").hidden = true;
   $("who-name").textContent = me.sub + (me.admin ? " (admin)" : "");
+  $("admin-link").hidden = !me.admin;
   $("who").hidden = false;
   $("sign-in").hidden = true;
   $("terminal").hidden = true;
@@ -184,10 +185,19 @@ async function refresh() {
     if (s.state === "running") actions.append(button("Open", () => openTerminal(s), "Open terminal of " + s.name));
     // A target is a ttyd that runs elsewhere: it can be opened, not ended, from here.
     if (s.kind !== "external") actions.append(button("End", () => endSession(s), "End session " + s.name));
-    tr.append(cell(s.name), cell(s.profile), cell(s.state), cell(when(s.created_at)), actions);
+    const state = cell(s.state);
+    const warning = endingSoon(s);
+    if (warning) {
+      const w = document.createElement("strong");
+      w.className = "ending";
+      w.textContent = " " + warning;
+      state.append(w);
+    }
+    tr.append(cell(s.name), cell(s.profile), state, cell(when(s.created_at)), actions);
     return tr;
   });
   $("session-rows").replaceChildren(...rows);
+  refreshForWarnings(active.sessions);
   $("no-sessions").hidden = rows.length > 0;
   $("ended-rows").replaceChildren(...ended.sessions.map((s) => {
     const tr = document.createElement("tr");
@@ -226,6 +236,36 @@ async function endSession(s) {
   await refresh().catch((e) => say(e.message, true));
 }
 
+// A session whose profile ends it by itself (no input for its idle timeout, or its
+// maximum lifetime) has `ends_at`; within a minute of it the page warns.
+const WARN_SECONDS = 60;
+
+function endingSoon(s) {
+  if (!s.ends_at) return null;
+  const left = Math.max(0, Math.round(s.ends_at - Date.now() / 1000));
+  if (left > WARN_SECONDS) return null;
+  return s.ends_because === "max_lifetime"
+    ? "Ends in " + left + " s: it reaches its maximum lifetime."
+    : "Ends in " + left + " s without input: type in its terminal to keep it.";
+}
+
+// The list is loaded again when a session enters its warning minute, and once it is due.
+let warningTimer = null;
+
+function refreshForWarnings(sessions) {
+  if (warningTimer) clearTimeout(warningTimer);
+  warningTimer = null;
+  const now = Date.now() / 1000;
+  const times = sessions.filter((s) => s.ends_at)
+    .flatMap((s) => [s.ends_at - WARN_SECONDS, s.ends_at + 2])
+    .filter((t) => t > now && t - now < 3600);
+  if (times.length === 0) return;
+  warningTimer = setTimeout(() => {
+    warningTimer = null;
+    if (!$("sessions").hidden) refresh().catch((e) => say(e.message, true));
+  }, (Math.min(...times) - now) * 1000);
+}
+
 // While a terminal is shown, its session is checked every two seconds: when it ends
 // (or access to it does), the page says so in words instead of leaving ttyd's page
 // to its reconnect prompt.
@@ -234,6 +274,7 @@ let watching = null;
 function stopWatching() {
   if (watching) clearInterval(watching);
   watching = null;
+  $("ending").hidden = true;
 }
 
 function watchTerminal(s) {
@@ -248,6 +289,9 @@ function watchTerminal(s) {
       if (!["running", "stopping", "unreachable"].includes(now.state)) {
         ended = "This session was ended" + (now.end_reason ? " (" + now.end_reason + ")" : "") + ".";
       }
+      const warning = endingSoon(now);
+      $("ending").textContent = warning || "";
+      $("ending").hidden = !warning;
     } catch (e) {
       if (e.code === "session_not_found") ended = "This session was ended.";
       else if (e.code === "user_locked") ended = "This session was ended (" + MESSAGES.user_locked + ")";
@@ -260,16 +304,25 @@ function watchTerminal(s) {
   }, 2000);
 }
 
+// The connection's state in the terminal's bar, in words.
+function terminalState(text, kind) {
+  const el = $("terminal-state");
+  el.textContent = text;
+  el.className = kind || "";
+}
+
+let shown = null;
+
 function openTerminal(s) {
   const url = "/s/" + s.id + "/";
-  $("terminal-title").textContent = "Terminal: " + s.name;
+  shown = s;
+  $("terminal-title").textContent = s.name;
+  terminalState("Connecting…", "warn");
   $("terminal-link").href = url;
-  const frame = $("terminal-frame");
-  frame.addEventListener("load", () => terminalLoaded(s, frame), { once: true });
-  frame.src = url;
+  loadFrame(s, $("terminal-frame"));
   $("sessions").hidden = true;
   $("terminal").hidden = false;
-  frame.focus();
+  $("terminal-frame").focus();
   watchTerminal(s);
 }
 
@@ -294,9 +347,87 @@ function terminalLoaded(s, frame) {
     closeTerminal();
     return;
   }
+  followConnection(frame);
   // A reattach replays nothing; nudge the program to repaint once the terminal is up
   // (unless it was closed meanwhile: a closed frame has no size to send).
   setTimeout(() => { if (frame.isConnected) redraw(s, frame); }, 800);
+}
+
+function loadFrame(s, frame) {
+  frame.addEventListener("load", () => terminalLoaded(s, frame), { once: true });
+  frame.src = "/s/" + s.id + "/";
+}
+
+// After a drop, the terminal is loaded again once the session answers as running:
+// ttyd's page retries once by itself and, if the gateway was not back yet, waits for
+// Enter. The new page attaches to the same shell. An ended session is the watcher's.
+let reconnecting = null;
+
+function stopReconnecting() {
+  if (reconnecting) clearTimeout(reconnecting);
+  reconnecting = null;
+}
+
+function reconnect(s, delay) {
+  stopReconnecting();
+  reconnecting = setTimeout(async () => {
+    reconnecting = null;
+    if ($("terminal").hidden || shown !== s) return;
+    let running = false;
+    try {
+      running = (await call("GET", "/api/sessions/" + s.id)).state === "running";
+    } catch (e) { running = false; }
+    if (!running) { reconnect(s, Math.min(delay * 2, 5000)); return; }
+    const old = $("terminal-frame");
+    const fresh = document.createElement("iframe");
+    fresh.id = old.id;
+    fresh.title = old.title;
+    old.replaceWith(fresh);
+    terminalState("Reconnecting…", "warn");
+    loadFrame(s, fresh);
+  }, delay);
+}
+
+// ttyd's page says on its console when its websocket opens and closes; the bar
+// follows it. Its window title is set once the first connection is open.
+function followConnection(frame) {
+  const s = shown;
+  let win = null;
+  try { win = frame.contentWindow; } catch (e) { win = null; }
+  if (!win || !win.console) return;
+  const log = win.console.log.bind(win.console);
+  win.console.log = (...args) => {
+    const line = String(args[0]);
+    if (line.startsWith("[ttyd] websocket connection opened")) {
+      stopReconnecting();
+      terminalState("Connected");
+    } else if (line.startsWith("[ttyd] websocket connection closed") && frame.isConnected) {
+      const code = Number((line.match(/code: (\d+)/) || [])[1]);
+      if (code === 1000) {
+        terminalState("Disconnected: press Enter in the terminal to reconnect", "error");
+      } else {
+        terminalState("Connection lost: reconnecting…", "warn");
+        if (!reconnecting) reconnect(s, 1000);
+      }
+    }
+    log(...args);
+  };
+  // The first open may come before this hook: ttyd then has retitled its window, or
+  // the shell has written something.
+  let before = "";
+  try { before = frame.contentDocument.title; } catch (e) { before = ""; }
+  const opened = () => {
+    if (!frame.isConnected || !["Connecting…", "Reconnecting…"].includes($("terminal-state").textContent)) return;
+    let title = before, written = false;
+    try {
+      title = frame.contentDocument.title;
+      const b = win.term && win.term.buffer.active;
+      written = !!b && b.getLine(0) && b.getLine(0).translateToString(true) !== "";
+    } catch (e) { /* not up yet */ }
+    if (title !== before || written) terminalState("Connected");
+    else setTimeout(opened, 200);
+  };
+  opened();
 }
 
 // Navigating the frame away from ttyd's page makes ttyd ask "Leave site?" (its
@@ -304,6 +435,7 @@ function terminalLoaded(s, frame) {
 // disconnects the terminal without that prompt.
 function closeFrame() {
   stopWatching();
+  stopReconnecting();
   const old = $("terminal-frame");
   if (!old.getAttribute("src")) return;
   const fresh = document.createElement("iframe");
@@ -363,6 +495,14 @@ async function start() {
   $("close-terminal").addEventListener("click", () => {
     say("");
     closeTerminal();
+  });
+  $("end-terminal").addEventListener("click", async () => {
+    const s = shown;
+    if (!s) return;
+    closeFrame();
+    $("terminal").hidden = true;
+    $("sessions").hidden = false;
+    await endSession(s);
   });
 
   // A sign-in link opened in a tab that already shows this page changes only the

@@ -1,10 +1,11 @@
-//! The gateway's calls to control: one-off route lookups and the route feed.
+//! The gateway's calls to control: one-off route lookups, the route feed and the
+//! input-time reports.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper::header::AUTHORIZATION;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Request, StatusCode};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -20,7 +21,7 @@ pub struct Unavailable(pub String);
 /// A client for control's internal API.
 #[derive(Clone)]
 pub struct ControlClient {
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: Client<HttpConnector, Full<Bytes>>,
     base: String,
     bearer: String,
     timeout: Duration,
@@ -46,8 +47,16 @@ impl ControlClient {
     async fn get(&self, path: &str, timeout: Duration) -> Result<(StatusCode, Bytes), Unavailable> {
         let req = Request::get(format!("{}{path}", self.base))
             .header(AUTHORIZATION, &self.bearer)
-            .body(Empty::new())
+            .body(Full::default())
             .map_err(|e| Unavailable(e.to_string()))?;
+        self.send(req, timeout).await
+    }
+
+    async fn send(
+        &self,
+        req: Request<Full<Bytes>>,
+        timeout: Duration,
+    ) -> Result<(StatusCode, Bytes), Unavailable> {
         let call = async {
             let resp = self
                 .client
@@ -79,6 +88,68 @@ impl ControlClient {
             StatusCode::NOT_FOUND => Ok(None),
             s => Err(Unavailable(format!("lookup answered {s}"))),
         }
+    }
+
+    /// Reports when users last typed into sessions (`POST /v1/activity`): a JSON list
+    /// of `{session, last_input}`.
+    pub async fn report_input(&self, inputs: &[(SessionId, u64)]) -> Result<(), Unavailable> {
+        #[derive(serde::Serialize)]
+        struct Entry<'a> {
+            session: &'a SessionId,
+            last_input: u64,
+        }
+        let body: Vec<Entry<'_>> = inputs
+            .iter()
+            .map(|(session, last_input)| Entry {
+                session,
+                last_input: *last_input,
+            })
+            .collect();
+        let body = serde_json::to_vec(&body).map_err(|e| Unavailable(e.to_string()))?;
+        let req = Request::post(format!("{}/v1/activity", self.base))
+            .header(AUTHORIZATION, &self.bearer)
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| Unavailable(e.to_string()))?;
+        let (status, _) = self.send(req, self.timeout).await?;
+        if status != StatusCode::NO_CONTENT {
+            return Err(Unavailable(format!("activity report answered {status}")));
+        }
+        Ok(())
+    }
+
+    /// Reports the terminals this gateway (`gateway`, reporting every `every`) has
+    /// open per session, for the admin console.
+    pub async fn report_terminals(
+        &self,
+        gateway: &str,
+        every: std::time::Duration,
+        counts: &[(SessionId, u32)],
+    ) -> Result<(), Unavailable> {
+        #[derive(serde::Serialize)]
+        struct Open<'a> {
+            session: &'a SessionId,
+            open: u32,
+        }
+        let body = serde_json::json!({
+            "gateway": gateway,
+            "every_ms": u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
+            "open": counts
+                .iter()
+                .map(|(session, open)| Open { session, open: *open })
+                .collect::<Vec<_>>(),
+        });
+        let body = serde_json::to_vec(&body).map_err(|e| Unavailable(e.to_string()))?;
+        let req = Request::post(format!("{}/v1/terminals", self.base))
+            .header(AUTHORIZATION, &self.bearer)
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| Unavailable(e.to_string()))?;
+        let (status, _) = self.send(req, self.timeout).await?;
+        if status != StatusCode::NO_CONTENT {
+            return Err(Unavailable(format!("terminals report answered {status}")));
+        }
+        Ok(())
     }
 
     /// Long-polls the feed for changes after `after` (a revision of `epoch`, when one

@@ -3,6 +3,7 @@
 //! route cache fed by control, keeps serving known sessions when control is down, and
 //! closes live terminals whose access ended.
 
+pub mod activity;
 pub mod admin;
 pub mod control_client;
 pub mod feed;

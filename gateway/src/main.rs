@@ -132,6 +132,10 @@ fn run(config: config::Config, upgrade: bool) -> anyhow::Result<()> {
         FeedFollower(Arc::clone(&state)),
     ));
     server.add_service(background_service(
+        "input reports",
+        gateway::activity::ActivityReporter(Arc::clone(&state)),
+    ));
+    server.add_service(background_service(
         "token expiry",
         ExpirySweeper(Arc::clone(&state)),
     ));

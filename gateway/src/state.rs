@@ -33,6 +33,8 @@ pub struct Gateway {
     pub routes: RouteCache,
     /// Open terminals.
     pub terminals: Arc<Terminals>,
+    /// When each session was last typed into here.
+    pub activity: crate::activity::Activity,
     /// Control's internal API.
     pub control: ControlClient,
     /// Metrics.
@@ -70,6 +72,7 @@ impl Gateway {
             routes: RouteCache::new(Duration::from_millis(g.negative_cache_ms)),
             terminals: Terminals::new(g.max_terminals_per_user, g.max_terminals_per_session),
             control,
+            activity: Default::default(),
             metrics: Metrics::default(),
             auth_failures: Rate::new(Duration::from_secs(60)),
             lookups: Rate::new(Duration::from_secs(60)),

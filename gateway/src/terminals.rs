@@ -185,6 +185,16 @@ impl Terminals {
         self.lock().live.len()
     }
 
+    /// Open terminals per session (sessions with none are left out).
+    pub fn per_session(&self) -> HashMap<SessionId, u32> {
+        self.lock()
+            .per_session
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(id, n)| (*id, *n))
+            .collect()
+    }
+
     fn close_where(&self, reason: CloseReason, pred: impl Fn(&Live) -> bool) -> usize {
         let mut inner = self.lock();
         let mut n = 0;

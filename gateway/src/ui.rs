@@ -27,7 +27,19 @@ const ASSETS: &[Asset] = &[
         content_type: "text/css; charset=utf-8",
         body: include_bytes!("../assets/app.css"),
     },
+    Asset {
+        name: "admin.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../assets/admin.js"),
+    },
 ];
+
+/// The admin console's page: served at `/admin` to admins only, never as an asset.
+const ADMIN_PAGE: Asset = Asset {
+    name: "admin",
+    content_type: "text/html; charset=utf-8",
+    body: include_bytes!("../assets/admin.html"),
+};
 
 /// Content-Security-Policy of the page: no inline script, nothing from elsewhere.
 pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
@@ -45,6 +57,15 @@ pub async fn serve(session: &mut Session, name: &str) -> Result<bool> {
             .await?;
         return Ok(true);
     };
+    write(session, asset).await
+}
+
+/// Serves the admin console's page (the caller checked that the user is an admin).
+pub async fn serve_admin(session: &mut Session) -> Result<bool> {
+    write(session, &ADMIN_PAGE).await
+}
+
+async fn write(session: &mut Session, asset: &Asset) -> Result<bool> {
     let mut h = ResponseHeader::build(200, Some(8))?;
     h.insert_header("Content-Type", asset.content_type)?;
     h.insert_header("Content-Length", asset.body.len().to_string())?;

@@ -12,6 +12,7 @@ pub mod client_addr;
 pub mod error;
 pub mod feed;
 pub mod identity;
+pub mod lifetime;
 pub mod origin;
 pub mod path;
 pub mod quota;
@@ -29,6 +30,7 @@ pub use identity::{
     KeyError, KeyMaterial, PemKey, Principal, Signer, Sub, TokenClaims, TokenError, Verifier,
     VerifierSettings,
 };
+pub use lifetime::{Deadline, EndCause, LifetimeLimits};
 pub use origin::{CredentialSource, Origin, OriginDenied, OriginPolicy};
 pub use path::{classify, PathError, PublicRoute, TerminalPart};
 pub use quota::{QuotaExceeded, QuotaLimits, QuotaScope};

@@ -39,6 +39,9 @@ pub enum PublicRoute<'a> {
     Asset(&'a str),
     /// `/auth/session`.
     AuthSession,
+    /// `/admin`: the admin console, for admins only (everyone else gets the 404 of
+    /// an unknown path).
+    Admin,
     /// `/api/<rest>`: forwarded to control as `/v1/<rest>`.
     Api(&'a str),
     /// `/s/<id>/…`.
@@ -99,6 +102,7 @@ pub fn classify(raw: &[u8]) -> Result<PublicRoute<'_>, PathError> {
         "/healthz" => return Ok(PublicRoute::Health),
         "/" => return Ok(PublicRoute::Asset("")),
         "/auth/session" => return Ok(PublicRoute::AuthSession),
+        "/admin" => return Ok(PublicRoute::Admin),
         _ => {}
     }
     if let Some(name) = path.strip_prefix("/assets/") {
@@ -157,6 +161,8 @@ mod tests {
             Ok(PublicRoute::Asset("app.js"))
         );
         assert_eq!(classify(b"/auth/session"), Ok(PublicRoute::AuthSession));
+        assert_eq!(classify(b"/admin"), Ok(PublicRoute::Admin));
+        assert_eq!(classify(b"/admin/"), Err(PathError::NotFound));
         assert_eq!(classify(b"/api/sessions"), Ok(PublicRoute::Api("sessions")));
         for internal in [
             "/api/routes",

@@ -264,6 +264,11 @@ impl Terminal {
         self.send(Message::Binary(frame.into()))
     }
 
+    /// Sends a websocket ping carrying `payload`. Err when the websocket is closed.
+    pub fn ping(&self, payload: &[u8]) -> Result<(), String> {
+        self.send(Message::Ping(payload.to_vec().into()))
+    }
+
     /// Waits until the output so far contains `needle` and returns all of it; Err with
     /// the output so far (and why) on timeout or when the websocket closed first.
     pub fn read_until(&self, needle: &str, deadline: Duration) -> Result<String, String> {

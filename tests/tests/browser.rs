@@ -31,7 +31,12 @@ fn ok<T>(step: &str, r: anyhow::Result<T>) -> T {
 /// Opens a sign-in link for `sub` and waits for the sessions list to be shown and
 /// loaded (rows, or the "No sessions yet." line).
 fn sign_in_by_link(b: &mut Browser, stack: &GatewayStack, sub: &str) {
-    let token = stack.control.token(sub, false);
+    sign_in_by_link_as(b, stack, sub, false);
+}
+
+/// [`sign_in_by_link`] with a token that is an admin's when `admin`.
+fn sign_in_by_link_as(b: &mut Browser, stack: &GatewayStack, sub: &str, admin: bool) {
+    let token = stack.control.token(sub, admin);
     ok(
         "open the sign-in link",
         b.navigate(&stack.url(0, &format!("/#token={token}"))),
@@ -42,7 +47,7 @@ fn sign_in_by_link(b: &mut Browser, stack: &GatewayStack, sub: &str) {
             &format!(
                 "!document.getElementById('sessions').hidden \
                  && document.getElementById('profile').options.length > 0 \
-                 && document.getElementById('who-name').textContent === {} \
+                 && document.getElementById('who-name').textContent.split(' (')[0] === {} \
                  && (document.querySelectorAll('#session-rows tr').length > 0 \
                      || !document.getElementById('no-sessions').hidden)",
                 json!(sub)
@@ -140,6 +145,22 @@ fn a_user_signs_in_by_link_creates_types_and_ends_a_session_in_a_browser() {
             T,
             "ttyd's window title (its websocket is open)",
         ),
+    );
+    ok(
+        "the bar says connected",
+        b.wait_js(
+            "document.getElementById('terminal-state').textContent === 'Connected'",
+            T,
+            "Connected in the terminal's bar",
+        ),
+    );
+    check_js(
+        &mut b,
+        "the terminal fills the window under its bar",
+        "(() => { const f = document.getElementById('terminal-frame').getBoundingClientRect(); \
+           const bar = document.getElementById('terminal-bar').getBoundingClientRect(); \
+           return f.width === window.innerWidth && bar.height < 48 \
+             && Math.abs(f.bottom - window.innerHeight) < 1 && Math.abs(f.top - bar.bottom) < 2; })()",
     );
     ok(
         "focus the terminal",
@@ -527,5 +548,317 @@ fn a_target_with_a_password_opens_from_the_sessions_page_without_the_password_in
     assert!(
         !seen.to_string().contains(secret) && !seen.to_string().contains(encoded),
         "{seen}"
+    );
+}
+
+/// Runs `js` in the page and fails naming `step` unless it returns `true`.
+fn check_js(b: &mut Browser, step: &str, js: &str) {
+    assert_eq!(ok(step, b.eval(js)), json!(true), "{step}");
+}
+
+#[test]
+fn the_admin_console_shows_every_session_ends_one_locks_a_user_and_searches_the_audit() {
+    let stack = GatewayStack::start("");
+    let c = &stack.control;
+    let (alice, bob) = (c.token("alice", false), c.token("bob", false));
+    let alices = c.create(&alice)["id"].as_str().unwrap().to_owned();
+    let bobs = c.create(&bob)["id"].as_str().unwrap().to_owned();
+
+    // Anyone but an admin gets the page of an unknown path: nothing says it exists.
+    let unknown = http("GET", &stack.url(0, "/no-such-page"), Some(&bob), None).unwrap();
+    for who in [Some(bob.as_str()), None, Some("not-a-token")] {
+        let r = http("GET", &stack.url(0, "/admin"), who, None).unwrap();
+        assert_eq!(
+            (r.status, &r.text),
+            (404, &unknown.text),
+            "/admin as {who:?}"
+        );
+    }
+
+    let mut b = launch();
+    ok("a laptop viewport", b.set_viewport(1280, 800, false));
+    sign_in_by_link_as(&mut b, &stack, "root", true);
+    check_js(
+        &mut b,
+        "the sessions page links the console for an admin",
+        "!document.getElementById('admin-link').hidden",
+    );
+    ok("open the console", b.navigate(&stack.url(0, "/admin")));
+    ok(
+        "both users' sessions listed",
+        b.wait_js(
+            &format!(
+                "['{alices}', '{bobs}'].every((id) => \
+                   !!document.querySelector(`#active-rows tr[data-id=\"${{id}}\"]`))"
+            ),
+            T,
+            "rows of alice's and bob's sessions",
+        ),
+    );
+    check_js(
+        &mut b,
+        "owner and host are shown",
+        &format!(
+            "(() => {{ const cells = [...document.querySelector('#active-rows tr[data-id=\"{alices}\"]').cells].map((c) => c.textContent); \
+               return cells[0] === 'alice' && cells[2] === 'local' && cells[3] === 'running'; }})()"
+        ),
+    );
+    // Bob opens a terminal and types: the console shows it open and his last input
+    // (gateways report both every few seconds).
+    let cookie = stack.sign_in("bob");
+    let t = stack
+        .open_as(0, &bobs, &cookie)
+        .expect("bob opens his terminal");
+    t.send_input(b"echo typed-$((3*3))\r").unwrap();
+    t.read_until("typed-9", T).unwrap();
+    ok(
+        "one terminal open and the last input on bob's row",
+        b.wait_js(
+            &format!(
+                "(() => {{ const r = document.querySelector('#active-rows tr[data-id=\"{bobs}\"]'); \
+                   return !!r && r.cells[6].textContent === '1' && r.cells[5].textContent.endsWith(' ago'); }})()"
+            ),
+            Duration::from_secs(30),
+            "Terminals 1 and a last input on bob's row",
+        ),
+    );
+    ok(
+        "admin-console.png",
+        b.screenshot(&artifact("admin-console.png")),
+    );
+    drop(t);
+    ok(
+        "no terminal open on bob's row once he closed it",
+        b.wait_js(
+            &format!(
+                "(() => {{ const r = document.querySelector('#active-rows tr[data-id=\"{bobs}\"]'); \
+                   return !!r && r.cells[6].textContent === '0'; }})()"
+            ),
+            Duration::from_secs(30),
+            "Terminals 0 on bob's row",
+        ),
+    );
+
+    // End alice's session from the console: gone from the list, ended by root.
+    check_js(
+        &mut b,
+        "click End on alice's row",
+        &format!(
+            "(() => {{ const r = document.querySelector('#active-rows tr[data-id=\"{alices}\"]'); \
+               const btn = r && [...r.querySelectorAll('button')].find((x) => x.textContent === 'End'); \
+               if (!btn) return false; btn.click(); return true; }})()"
+        ),
+    );
+    ok(
+        "alice's session listed as ended by root",
+        b.wait_js(
+            &format!(
+                "(() => {{ const r = document.querySelector('#ended-rows tr[data-id=\"{alices}\"]'); \
+                   return !document.querySelector('#active-rows tr[data-id=\"{alices}\"]') \
+                     && !!r && r.cells[4].textContent === 'root'; }})()"
+            ),
+            T,
+            "the ended row",
+        ),
+    );
+    let gone = c.call("GET", &format!("/v1/sessions/{alices}"), Some(&alice), None);
+    assert_eq!(
+        (gone.body["state"].as_str(), gone.body["ended_by"].as_str()),
+        (Some("terminated"), Some("root")),
+        "{}",
+        gone.text
+    );
+
+    // Lock bob with the keyboard: type the name, Enter submits the form.
+    check_js(
+        &mut b,
+        "focus the user field",
+        "(() => { const i = document.getElementById('lock-sub'); i.focus(); return document.activeElement === i; })()",
+    );
+    ok("type bob", b.insert_text("bob"));
+    ok("submit with Enter", b.press_enter());
+    ok(
+        "bob listed as locked",
+        b.wait_js(
+            "!!document.querySelector('#locked-list li[data-sub=\"bob\"]')",
+            T,
+            "bob in the locked list",
+        ),
+    );
+    let refused = c.call(
+        "POST",
+        "/v1/sessions",
+        Some(&bob),
+        Some(json!({"profile": "default"})),
+    );
+    assert_eq!(
+        (refused.status, refused.body["error"]["code"].as_str()),
+        (403, Some("user_locked")),
+        "{}",
+        refused.text
+    );
+
+    // The audit trail of alice: her create, and root's end of her session.
+    check_js(
+        &mut b,
+        "search alice's audit lines",
+        "(() => { document.getElementById('audit-sub').value = 'alice'; \
+           document.getElementById('audit-form').requestSubmit(); return true; })()",
+    );
+    let lines = ok(
+        "alice's audit lines",
+        b.wait_js(
+            &format!(
+                "(() => {{ const rows = [...document.querySelectorAll('#audit-rows tr')].map((r) => r.textContent); \
+                   const created = rows.some((t) => t.includes('session created') && t.includes('{alices}')); \
+                   const ended = rows.some((t) => t.includes('session ended') && t.includes('{alices}') && t.includes('sub=root')); \
+                   return created && ended && rows.every((t) => t.includes('alice')) ? rows.length : 0; }})()"
+            ),
+            T,
+            "the create and the end of alice's session, and only lines about alice",
+        ),
+    );
+    assert!(lines.as_u64().unwrap_or(0) >= 2, "{lines}");
+    ok(
+        "admin-console-audit.png",
+        b.screenshot(&artifact("admin-console-audit.png")),
+    );
+
+    // Unlock from the list; bob may create again.
+    check_js(
+        &mut b,
+        "click Unlock next to bob",
+        "(() => { const li = document.querySelector('#locked-list li[data-sub=\"bob\"]'); \
+           const btn = li && li.querySelector('button'); if (!btn) return false; btn.click(); return true; })()",
+    );
+    ok(
+        "nobody locked",
+        b.wait_js(
+            "!document.getElementById('no-locked').hidden",
+            T,
+            "the empty locked list",
+        ),
+    );
+    let again = c.call(
+        "POST",
+        "/v1/sessions",
+        Some(&bob),
+        Some(json!({"profile": "default"})),
+    );
+    assert_eq!(again.status, 201, "{}", again.text);
+
+    ok("a phone viewport", b.set_viewport(390, 844, true));
+    ok("reload the console", b.navigate(&stack.url(0, "/admin")));
+    ok(
+        "the console on a phone",
+        b.wait_js(
+            "document.querySelectorAll('#active-rows tr').length > 0",
+            T,
+            "rows",
+        ),
+    );
+    ok(
+        "admin-console-phone.png",
+        b.screenshot(&artifact("admin-console-phone.png")),
+    );
+}
+
+#[test]
+fn a_dropped_connection_is_shown_in_the_bar_and_the_terminal_comes_back_by_itself() {
+    let mut stack = GatewayStack::start("");
+    let mut b = launch();
+    ok("a laptop viewport", b.set_viewport(1280, 800, false));
+    sign_in_by_link(&mut b, &stack, "alice");
+    let id = create_in_page(&mut b, "");
+    click_row_button(&mut b, &id, "Open");
+    ok(
+        "connected",
+        b.wait_js(
+            "document.getElementById('terminal-state').textContent === 'Connected' \
+             && !!document.getElementById('terminal-frame').contentWindow.term",
+            T,
+            "Connected in the terminal's bar",
+        ),
+    );
+    ok(
+        "focus the terminal",
+        b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
+    );
+    ok(
+        "type",
+        b.insert_text("export MARK=kept-$((2*21)); echo set-$((1+1))"),
+    );
+    ok("press Enter", b.press_enter());
+    ok(
+        "the shell took it",
+        b.wait_js(
+            &format!("(() => {{ const s = {TERMINAL_TEXT}; return s.includes('set-2'); }})()"),
+            T,
+            "set-2 in the terminal",
+        ),
+    );
+
+    // The network drops: the gateway goes away without a close frame.
+    let (port, admin_port) = (stack.gateways[0].port, stack.gateways[0].admin_port);
+    stack.gateways[0].kill9();
+    let lost = ok(
+        "the bar says the connection is lost",
+        b.wait_js(
+            "(() => { const t = document.getElementById('terminal-state').textContent; \
+               return t.startsWith('Connection lost') ? t : ''; })()",
+            T,
+            "Connection lost in the terminal's bar",
+        ),
+    );
+    assert_eq!(lost, json!("Connection lost: reconnecting…"));
+    assert!(
+        !ok(
+            "still on the terminal",
+            b.eval("document.getElementById('terminal').hidden")
+        )
+        .as_bool()
+        .unwrap_or(true),
+        "a drop is not an end: the terminal view stays"
+    );
+    ok(
+        "terminal-reconnecting.png",
+        b.screenshot(&artifact("terminal-reconnecting.png")),
+    );
+
+    // The gateway is back on the same address: ttyd's page reconnects by itself, to
+    // the same shell.
+    stack.spawn_gateway_on(port, admin_port, &[], &[], true);
+    ok(
+        "connected again",
+        b.wait_js(
+            "document.getElementById('terminal-state').textContent === 'Connected'",
+            Duration::from_secs(30),
+            "Connected again",
+        ),
+    );
+    ok(
+        "focus the terminal again",
+        b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
+    );
+    ok("type", b.insert_text("echo \"$MARK\""));
+    ok("press Enter", b.press_enter());
+    ok(
+        "the shell kept its state",
+        b.wait_js(
+            &format!("(() => {{ const s = {TERMINAL_TEXT}; return s.includes('kept-42'); }})()"),
+            T,
+            "kept-42 in the terminal",
+        ),
+    );
+    ok("a phone viewport", b.set_viewport(390, 844, true));
+    check_js(
+        &mut b,
+        "the terminal fills the phone's window too",
+        "(() => { const f = document.getElementById('terminal-frame').getBoundingClientRect(); \
+           return f.width === window.innerWidth && Math.abs(f.bottom - window.innerHeight) < 1; })()",
+    );
+    ok(
+        "terminal-phone.png",
+        b.screenshot(&artifact("terminal-phone.png")),
     );
 }

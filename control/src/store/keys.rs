@@ -24,6 +24,8 @@ pub(super) const CHANGES: &str = "changes";
 pub(super) const LOCKS: &str = "locks";
 /// target id → the target.
 pub(super) const TARGETS: &str = "targets";
+/// `at_ms sequence` (big-endian) → an audit line (JSON).
+pub(super) const AUDIT: &str = "audit";
 
 /// The revision's key in `meta`.
 pub(super) const REV_KEY: &[u8] = b"rev";

@@ -29,6 +29,7 @@
 //!
 //! [`keys`] holds the byte layouts, [`tx`] the transaction helper.
 
+mod audit;
 mod keys;
 #[cfg(test)]
 mod tests;
@@ -49,8 +50,8 @@ use crate::model::{
 };
 use keys::{
     decode_u32, decode_u64, history_key, owner_key, owner_prefix, parse_history_key,
-    parse_owner_key, user_count_key, CHANGES, COUNTS, GLOBAL_COUNT_KEY, HISTORY, HISTORY_BY_OWNER,
-    LOCKS, META, OWNERS, REV_KEY, SESSIONS, TARGETS,
+    parse_owner_key, user_count_key, AUDIT, CHANGES, COUNTS, GLOBAL_COUNT_KEY, HISTORY,
+    HISTORY_BY_OWNER, LOCKS, META, OWNERS, REV_KEY, SESSIONS, TARGETS,
 };
 use tx::{abort, encode};
 
@@ -181,6 +182,7 @@ struct Opened {
     changes: Tree,
     locks: Tree,
     targets: Tree,
+    audit: Tree,
     /// This opening's feed epoch (see [`FeedPage::epoch`]).
     epoch: String,
     /// sled's log file, for [`Opened::sync`].
@@ -215,6 +217,7 @@ impl Opened {
             changes: open(CHANGES)?,
             locks: open(LOCKS)?,
             targets: open(TARGETS)?,
+            audit: open(AUDIT)?,
             epoch: new_epoch()?,
             log: std::fs::File::open(path.join("db")).map_err(StoreError::Unavailable)?,
             db,
@@ -436,6 +439,44 @@ impl Store {
         })?;
         self.settle()?;
         Ok(new)
+    }
+
+    /// Records when users last typed into sessions, as a gateway reports it: each
+    /// active session whose `last_input` moves forward (by a second at least: times
+    /// are whole seconds) is rewritten, all in one transaction and without a revision
+    /// bump (gateways have nothing to learn from it). Ids that name no active session
+    /// are skipped; a time after `now` counts as `now`. Returns how many records moved;
+    /// flushed when any did.
+    pub fn record_input(&self, inputs: &[(SessionId, u64)], now: u64) -> Result<usize> {
+        let mut latest = std::collections::BTreeMap::<SessionId, u64>::new();
+        for (id, at) in inputs {
+            let e = latest.entry(*id).or_default();
+            *e = (*e).max((*at).min(now));
+        }
+        let _guard = self.write_lock()?;
+        let mut moved = Vec::new();
+        for (id, at) in latest {
+            // Safe to read outside the transaction: every writer holds the mutex.
+            let Some(mut s) = self.get(&id)? else {
+                continue;
+            };
+            if s.last_input.is_some_and(|l| at <= l) {
+                continue;
+            }
+            s.last_input = Some(at);
+            moved.push(s);
+        }
+        if moved.is_empty() {
+            return Ok(0);
+        }
+        self.transact(|tx| {
+            for s in &moved {
+                tx.sessions.insert(s.id.as_str().as_bytes(), encode(s)?)?;
+            }
+            Ok(())
+        })?;
+        self.note(self.flush_durably())?;
+        Ok(moved.len())
     }
 
     /// End an active session, but only if it is still in one of `ending.from` (the
@@ -897,8 +938,28 @@ impl Store {
     /// first, or the write is refused with what the disk says now.
     fn write_lock(&self) -> Result<MutexGuard<'_, ()>> {
         let guard = self.lock();
+        self.refuse_if_read_only()?;
         self.reopen_if_poisoned()?;
         Ok(guard)
+    }
+
+    /// A filesystem that the kernel has turned read-only (an ext4 error with
+    /// `errors=remount-ro`, a remount) is refused before sled is handed the write:
+    /// sled keeps the first I/O error for good and, caught between a failed log write
+    /// and a flush, can wait for a stable log position that never comes. One
+    /// `statvfs` per write; the poisoned path then reopens once the directory takes
+    /// writes again.
+    fn refuse_if_read_only(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        match rustix::fs::statvfs(&self.path) {
+            Ok(fs) if fs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY) => {
+                self.note(Err(StoreError::Unavailable(rustix::io::Errno::ROFS.into())))
+            }
+            // The write itself will say what is wrong with a directory statvfs cannot read.
+            _ => Ok(()),
+        }
     }
 
     /// The current opening of the database.

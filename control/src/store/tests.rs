@@ -34,6 +34,7 @@ fn session(n: u32, owner: &str) -> Session {
         ended_at: None,
         ended_by: None,
         end_reason: None,
+        last_input: None,
     }
 }
 
@@ -819,4 +820,56 @@ fn unreachable_sessions_stay_active_and_publish_an_unreachable_route_to_their_po
         .unwrap();
     let r = store.route_of(&run(&store, 2, "c2")).unwrap();
     assert_eq!((r.host.as_deref(), r.upstream), (Some("local"), None));
+}
+
+#[test]
+fn input_times_only_move_forward_skip_unknown_ids_and_never_bump_the_revision() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store.insert_creating(&session(1, "alice"), ROOMY).unwrap();
+    store.insert_creating(&session(2, "bob"), ROOMY).unwrap();
+    run(&store, 1, "c1");
+    let rev = store.rev();
+
+    // Two reports of one session in a batch: the later time wins; an unknown id and a
+    // time from the future (clamped to now) are harmless.
+    let moved = store
+        .record_input(
+            &[(id(1), 2000), (id(1), 1990), (id(9), 2000), (id(2), 9999)],
+            3000,
+        )
+        .unwrap();
+    assert_eq!(moved, 2);
+    assert_eq!(store.get(&id(1)).unwrap().unwrap().last_input, Some(2000));
+    assert_eq!(store.get(&id(2)).unwrap().unwrap().last_input, Some(3000));
+    // Not forward: nothing written.
+    assert_eq!(
+        store
+            .record_input(&[(id(1), 2000), (id(1), 1500)], 3000)
+            .unwrap(),
+        0
+    );
+    assert_eq!(store.get(&id(1)).unwrap().unwrap().last_input, Some(2000));
+    assert_eq!(
+        store.rev(),
+        rev,
+        "gateways have nothing to learn from input times"
+    );
+
+    // Ended sessions keep their last input in history and take no more.
+    store
+        .end(
+            &id(1),
+            &ending(SessionState::Terminated, "termgate", "idle: x", 2500),
+            10,
+        )
+        .unwrap();
+    assert_eq!(store.record_input(&[(id(1), 2600)], 3000).unwrap(), 0);
+    assert_eq!(
+        store.get_ended(&id(1)).unwrap().unwrap().last_input,
+        Some(2000)
+    );
+    drop(store);
+    let store = open(dir.path());
+    assert_eq!(store.get(&id(2)).unwrap().unwrap().last_input, Some(3000));
 }

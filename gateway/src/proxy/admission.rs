@@ -98,6 +98,33 @@ pub(super) async fn terminal(
     })
 }
 
+/// The admin console's page, for an admin's credential; anyone else (no credential,
+/// a refused one, a user who is not an admin) gets the 404 of an unknown path, so the
+/// console's existence tells them nothing. Its data comes from the API, which checks
+/// the admin role again on every call.
+pub(super) async fn admin_page(
+    g: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+) -> Result<Allowed, Refusal> {
+    bodiless_get(session.req_header()).map_err(|_| Refusal::PAGE_NOT_FOUND)?;
+    let Some(presented) = credential(session.req_header(), &g.config.auth.cookie_name) else {
+        return Err(Refusal::PAGE_NOT_FOUND);
+    };
+    let (principal, _) = authenticate(g, session, ctx, Some(presented))
+        .await
+        .map_err(|_| Refusal::PAGE_NOT_FOUND)?;
+    let admin = principal.admin && !g.routes.is_locked(principal.sub.as_str());
+    ctx.principal = Some(principal);
+    if !admin {
+        return Err(Refusal::PAGE_NOT_FOUND);
+    }
+    Ok(Allowed {
+        reason: "admin",
+        next: Next::AdminPage,
+    })
+}
+
 /// Terminals take GET (and HEAD) without a body: ttyd never needs one, so nothing
 /// unexpected is relayed to it.
 fn bodiless_get(req: &RequestHeader) -> Result<(), Refusal> {

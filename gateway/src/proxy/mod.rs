@@ -113,6 +113,8 @@ enum Next {
     Reply(Json),
     /// Is answered with an embedded asset of the sessions page.
     Asset(String),
+    /// Is answered with the admin console's page.
+    AdminPage,
 }
 
 /// Per-request state.
@@ -283,6 +285,7 @@ impl Proxy {
                 next: Next::Asset(name.to_owned()),
             }),
             PublicRoute::AuthSession => api::auth_session(g, session, ctx).await,
+            PublicRoute::Admin => admission::admin_page(g, session, ctx).await,
             PublicRoute::Api(rest) => api::api(g, session, ctx, rest).await,
             PublicRoute::Terminal { id, part } => {
                 ctx.terminal_request = true;
@@ -359,8 +362,16 @@ impl ProxyHttp for Proxy {
                         ..
                     })
                 );
-                if ws {
-                    ctx.frames = Some(ws_frames::FrameSizes::default());
+                if let Upstream::Ttyd(TtydRequest {
+                    part: TerminalPart::Ws,
+                    arg,
+                    ..
+                }) = &upstream
+                {
+                    // A Docker session's typing keeps it alive (idle_timeout_seconds).
+                    let clock = arg.as_ref().and(ctx.session);
+                    let clock = clock.map(|id| self.g.activity.clock(id));
+                    ctx.frames = Some(ws_frames::FrameSizes::new(clock));
                 }
                 ctx.upstream = Some(upstream);
                 if ws && !self.hooks.pingora_tunnel && tunnel::eligible(session) {
@@ -377,6 +388,9 @@ impl ProxyHttp for Proxy {
             Next::Reply(json) => reply::json(session, json).await?,
             Next::Asset(name) => {
                 ui::serve(session, &name).await?;
+            }
+            Next::AdminPage => {
+                ui::serve_admin(session).await?;
             }
         }
         Ok(true)

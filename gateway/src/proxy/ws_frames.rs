@@ -5,6 +5,14 @@
 //! ttyd serves every terminal: one huge frame would grow the process all terminals
 //! share. The gateway reads only frame headers and skips payloads by their length, so
 //! the cost is per frame, not per byte, and nothing is copied but header bytes.
+//!
+//! The same reader tells input from the rest: the first payload byte of a ttyd client
+//! message is its command (`'0'` input, `'1'` resize, `'2'`/`'3'` pause/resume, `'{'`
+//! the first JSON message). For each input message it touches the session's
+//! [`InputClock`] (profiles' `idle_timeout_seconds`); control frames (pings) and
+//! continuations never count.
+
+use crate::activity::InputClock;
 
 /// Where the reader is in the stream of client frames.
 #[derive(Debug, Default)]
@@ -14,6 +22,10 @@ pub(super) struct FrameSizes {
     /// Bytes of a frame header received so far (at most 14: 2 + 8 length + 4 mask).
     head: [u8; 14],
     have: usize,
+    /// Touched on input; `None`: input is not recorded (a target's terminal).
+    clock: Option<InputClock>,
+    /// The mask of a data frame's first payload byte, while that byte is still to come.
+    command_mask: Option<u8>,
 }
 
 /// A frame whose payload is larger than the bound.
@@ -21,10 +33,33 @@ pub(super) struct FrameSizes {
 pub(super) struct TooLarge(pub u64);
 
 impl FrameSizes {
+    /// A reader that touches `clock` for each input message.
+    pub(super) fn new(clock: Option<InputClock>) -> Self {
+        FrameSizes {
+            clock,
+            ..FrameSizes::default()
+        }
+    }
+
     /// Reads the frame headers in `data`; refuses a frame with a payload over `max`.
-    pub(super) fn feed(&mut self, mut data: &[u8], max: u64) -> Result<(), TooLarge> {
+    /// Touches the clock (once per call) when an input message began in `data`.
+    pub(super) fn feed(&mut self, data: &[u8], max: u64) -> Result<(), TooLarge> {
+        let mut typed = false;
+        let r = self.read(data, max, &mut typed);
+        if typed {
+            if let Some(c) = &self.clock {
+                c.touch();
+            }
+        }
+        r
+    }
+
+    fn read(&mut self, mut data: &[u8], max: u64, typed: &mut bool) -> Result<(), TooLarge> {
         while !data.is_empty() {
             if self.skip > 0 {
+                if let Some(mask) = self.command_mask.take() {
+                    *typed |= data[0] ^ mask == b'0';
+                }
                 let n = self.skip.min(data.len() as u64);
                 self.skip -= n;
                 data = &data[n as usize..];
@@ -59,6 +94,10 @@ impl FrameSizes {
             }
             self.skip = len;
             self.have = 0;
+            // Text or binary, not a continuation: its first byte is ttyd's command.
+            let opcode = self.head[0] & 0x0f;
+            self.command_mask = (self.clock.is_some() && len > 0 && matches!(opcode, 1 | 2))
+                .then(|| if masked { self.head[2 + len_bytes] } else { 0 });
         }
         Ok(())
     }
@@ -69,7 +108,13 @@ mod tests {
     use super::*;
 
     fn frame(len: usize) -> Vec<u8> {
-        let mut f = vec![0x82];
+        framed(0x82, &vec![b'x'; len])
+    }
+
+    /// A masked client frame with first byte `b0` and `payload`.
+    fn framed(b0: u8, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len();
+        let mut f = vec![b0];
         match len {
             0..=125 => f.push(0x80 | len as u8),
             126..=65535 => {
@@ -81,9 +126,54 @@ mod tests {
                 f.extend_from_slice(&(len as u64).to_be_bytes());
             }
         }
-        f.extend_from_slice(&[1, 2, 3, 4]);
-        f.extend(std::iter::repeat_n(b'x', len));
+        let mask = [0x37, 0xfa, 0x21, 0x3d];
+        f.extend_from_slice(&mask);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
         f
+    }
+
+    /// Feeds `stream` in chunks of `chunk`; whether the clock was touched.
+    fn touched(stream: &[u8], chunk: usize) -> bool {
+        let clock = InputClock::default();
+        let mut f = FrameSizes::new(Some(clock.clone()));
+        for c in stream.chunks(chunk) {
+            assert_eq!(f.feed(c, 1 << 20), Ok(()));
+        }
+        clock.last() != 0
+    }
+
+    #[test]
+    fn only_ttyd_input_messages_touch_the_clock_in_any_split() {
+        let mut quiet = Vec::new();
+        quiet.extend(framed(0x82, br#"{"AuthToken":"","columns":80,"rows":24}"#));
+        quiet.extend(framed(0x82, br#"1{"columns":100,"rows":30}"#));
+        quiet.extend(framed(0x82, b"2"));
+        quiet.extend(framed(0x82, b"3"));
+        quiet.extend(framed(0x89, b"0ping")); // a ping whose payload looks like input
+        quiet.extend(framed(0x8a, b"0pong"));
+        quiet.extend(framed(0x82, b""));
+        // A fragmented resize whose continuation begins with '0'.
+        quiet.extend(framed(0x02, b"1{"));
+        quiet.extend(framed(0x80, b"0}"));
+        let mut typed = quiet.clone();
+        typed.extend(framed(0x82, b"0ls\r"));
+        let mut text = quiet.clone();
+        text.extend(framed(0x81, b"0x"));
+        let mut long = quiet.clone();
+        long.extend(framed(0x82, &[b'0'; 70_000]));
+        for chunk in [1, 2, 3, 5, 7, 13, 4096, 1 << 20] {
+            assert!(!touched(&quiet, chunk), "chunks of {chunk}: no input");
+            assert!(touched(&typed, chunk), "chunks of {chunk}: input");
+            assert!(touched(&text, chunk), "chunks of {chunk}: input as text");
+            assert!(touched(&long, chunk), "chunks of {chunk}: long input");
+        }
+    }
+
+    #[test]
+    fn without_a_clock_nothing_is_recorded() {
+        let mut f = FrameSizes::new(None);
+        assert_eq!(f.feed(&framed(0x82, b"0ls"), 1 << 20), Ok(()));
+        assert_eq!(f.command_mask, None);
     }
 
     #[test]

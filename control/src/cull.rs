@@ -1,0 +1,80 @@
+//! The culler: ends running sessions whose profile's `idle_timeout_seconds` or
+//! `max_lifetime_seconds` has run out (design §4, lifecycle).
+//!
+//! Once a second it reads the active sessions from the store and asks
+//! `policy::lifetime` whether each running one is due; a due session is ended by
+//! [`Control::end_if_due`], which decides again inside the store's write, so an input
+//! reported in between keeps it. Each end runs on its own task: a slow container stop
+//! never delays the next look. When no profile sets either limit the culler does not
+//! run at all.
+//!
+//! It starts looking two report intervals (`gateway.activity_report_ms`) after control
+//! starts: gateways send again what a control that was down did not take, and a
+//! session typed into meanwhile must not be judged on the stale time first.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::model::SessionState;
+use crate::service::{now, Control};
+
+/// How often the culler looks. Deadlines are whole seconds.
+const INTERVAL: Duration = Duration::from_secs(1);
+
+/// Ends sessions whose profile's limits ran out, until `shutdown` fires.
+pub async fn run(control: Arc<Control>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    if !control
+        .profiles()
+        .values()
+        .any(|p| p.lifetime_limits().is_limited())
+    {
+        return;
+    }
+    // Reports that gateways could not deliver while control was down arrive within
+    // one report interval of its start: none is judged idle before they can.
+    let grace = Duration::from_millis(
+        control
+            .config()
+            .gateway
+            .activity_report_ms
+            .saturating_mul(2),
+    ) + INTERVAL;
+    tokio::select! {
+        _ = tokio::time::sleep(grace) => {}
+        _ = shutdown.changed() => return,
+    }
+    let mut tick = tokio::time::interval(INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => pass(&control),
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// One look: starts the end of every running session that is due now.
+fn pass(control: &Arc<Control>) {
+    let active = match control.store().list_active(None) {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!(error = %e, "cull: cannot read the store; the next look tries again");
+            return;
+        }
+    };
+    let t = now();
+    for s in active {
+        let due = s.state == SessionState::Running
+            && !control.is_being_ended(&s.id)
+            && control.deadline(&s).is_some_and(|d| t >= d.at);
+        if !due {
+            continue;
+        }
+        let c = Arc::clone(control);
+        tokio::spawn(async move {
+            if let Err(e) = c.end_if_due(&s.id).await {
+                tracing::warn!(session = %s.id, error = %e.message, "cull: the end failed; the reconciler finishes it");
+            }
+        });
+    }
+}

@@ -1,0 +1,170 @@
+// termgate admin console: every session, users' locks, ended sessions, the audit
+// trail. The API checks the admin role on every call; this page only shows it.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+
+function say(text, isError) {
+  const s = $("status");
+  s.textContent = text || "";
+  s.className = isError ? "error" : "";
+}
+
+async function call(method, path, body) {
+  const opts = { method, headers: {}, credentials: "same-origin" };
+  if (body !== undefined) {
+    opts.headers["Content-Type"] = "application/json";
+    opts.body = JSON.stringify(body);
+  }
+  let resp;
+  try {
+    resp = await fetch(path, opts);
+  } catch (e) {
+    throw { code: "network", message: "The gateway is not reachable." };
+  }
+  const text = await resp.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
+  if (!resp.ok) {
+    const code = data && data.error ? data.error.code : "http_" + resp.status;
+    const message = data && data.error ? data.error.message : "Request failed (" + resp.status + ").";
+    throw { code, message, status: resp.status };
+  }
+  return data;
+}
+
+function when(ts) {
+  return ts ? new Date(ts * 1000).toLocaleString() : "";
+}
+
+function age(ts) {
+  if (!ts) return "";
+  const s = Math.max(0, Math.floor(Date.now() / 1000 - ts));
+  if (s < 120) return s + " s";
+  if (s < 7200) return Math.floor(s / 60) + " min";
+  if (s < 172800) return Math.floor(s / 3600) + " h";
+  return Math.floor(s / 86400) + " d";
+}
+
+function cell(text) {
+  const td = document.createElement("td");
+  td.textContent = text === undefined || text === null ? "" : String(text);
+  return td;
+}
+
+function button(label, onClick, aria) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.textContent = label;
+  if (aria) b.setAttribute("aria-label", aria);
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+async function loadActive() {
+  const data = await call("GET", "/api/sessions?all=true");
+  const rows = data.sessions.map((s) => {
+    const tr = document.createElement("tr");
+    tr.dataset.id = s.id;
+    tr.append(
+      cell(s.owner), cell(s.name), cell(s.host), cell(s.state), cell(age(s.created_at)),
+      cell(s.last_input ? age(s.last_input) + " ago" : "—"),
+      cell(s.terminals === undefined ? "—" : s.terminals),
+    );
+    const actions = document.createElement("td");
+    actions.append(button("End", () => end(s), "End session " + s.name + " of " + s.owner));
+    tr.append(actions);
+    return tr;
+  });
+  $("active-rows").replaceChildren(...rows);
+  $("no-active").hidden = rows.length > 0;
+}
+
+async function loadLocked() {
+  const data = await call("GET", "/api/users");
+  const items = data.locked.map((sub) => {
+    const li = document.createElement("li");
+    li.dataset.sub = sub;
+    const name = document.createElement("span");
+    name.textContent = sub + " ";
+    li.append(name, button("Unlock", () => setLock(sub, false), "Unlock " + sub));
+    return li;
+  });
+  $("locked-list").replaceChildren(...items);
+  $("no-locked").hidden = items.length > 0;
+}
+
+async function loadEnded() {
+  const data = await call("GET", "/api/history?all=true");
+  $("ended-rows").replaceChildren(...data.sessions.map((s) => {
+    const tr = document.createElement("tr");
+    tr.dataset.id = s.id;
+    tr.append(cell(s.owner), cell(s.name), cell(s.state), cell(when(s.ended_at)), cell(s.ended_by), cell(s.end_reason));
+    return tr;
+  }));
+}
+
+async function search(event) {
+  if (event) event.preventDefault();
+  const q = new URLSearchParams();
+  const sub = $("audit-sub").value.trim();
+  const session = $("audit-session").value.trim();
+  if (sub) q.set("sub", sub);
+  if (session) q.set("session", session);
+  q.set("limit", "200");
+  try {
+    const data = await call("GET", "/api/audit?" + q.toString());
+    $("audit-rows").replaceChildren(...data.lines.map((l) => {
+      const tr = document.createElement("tr");
+      const details = Object.entries(l.fields).map(([k, v]) => k + "=" + v).join(" ");
+      tr.append(cell(new Date(l.at_ms).toLocaleString()), cell(l.level), cell(l.message), cell(details));
+      return tr;
+    }));
+    $("no-audit").hidden = data.lines.length > 0;
+  } catch (e) {
+    say(e.message, true);
+  }
+}
+
+async function end(s) {
+  try {
+    await call("DELETE", "/api/sessions/" + s.id);
+    say("Ended " + s.name + " of " + s.owner + ".");
+  } catch (e) {
+    say(e.message, true);
+  }
+  await refresh();
+}
+
+async function setLock(sub, lock) {
+  try {
+    await call(lock ? "POST" : "DELETE", "/api/users/" + encodeURIComponent(sub) + "/lock");
+    say((lock ? "Locked " : "Unlocked ") + sub + ".");
+  } catch (e) {
+    say(e.message, true);
+  }
+  await refresh();
+}
+
+async function refresh() {
+  try {
+    await Promise.all([loadActive(), loadLocked(), loadEnded()]);
+  } catch (e) {
+    say(e.message, true);
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("lock-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const sub = $("lock-sub").value.trim();
+    if (sub) setLock(sub, true);
+  });
+  $("unlock").addEventListener("click", () => {
+    const sub = $("lock-sub").value.trim();
+    if (sub) setLock(sub, false);
+  });
+  $("audit-form").addEventListener("submit", search);
+  refresh().then(() => search());
+  setInterval(refresh, 5000);
+});

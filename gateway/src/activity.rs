@@ -1,0 +1,230 @@
+//! When each session was last typed into on this gateway, and the batched reports of
+//! it to control (profiles' `idle_timeout_seconds`).
+//!
+//! Only input counts: the terminal's frame reader ([`crate::proxy`]'s `ws_frames`)
+//! touches the session's [`InputClock`] for each ttyd input message (command `'0'`),
+//! never for output, resizes, the first JSON message or pings. A touch is one relaxed
+//! atomic store of the current second: no lock, no allocation. The lock of
+//! [`Activity`] is taken once per terminal opened and once per report, never across
+//! an await.
+//!
+//! [`ActivityReporter`] sends what moved since the last report every
+//! `gateway.activity_report_ms` in one `POST /v1/activity` (split into bounded
+//! batches). A report control does not take is tried again at the next interval; a
+//! control that is down never holds up a terminal.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use policy::SessionId;
+
+use crate::state::{now, Gateway};
+
+/// Most entries in one report: well inside control's default body bound (64 KiB at
+/// about 50 bytes an entry).
+pub const MAX_BATCH: usize = 500;
+
+/// The time of a session's last input (seconds since the Unix epoch; 0: none yet),
+/// shared by its open terminals on this gateway.
+#[derive(Debug, Clone, Default)]
+pub struct InputClock(Arc<AtomicU64>);
+
+impl InputClock {
+    /// Records input now: one relaxed atomic store.
+    #[inline]
+    pub fn touch(&self) {
+        self.0.store(now(), Ordering::Relaxed);
+    }
+
+    /// The last input time, 0 when none.
+    pub fn last(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// One session's clock and what control was last told of it.
+struct Entry {
+    clock: InputClock,
+    reported: u64,
+}
+
+/// Every session's [`InputClock`] on this gateway.
+#[derive(Default)]
+pub struct Activity {
+    sessions: Mutex<HashMap<SessionId, Entry>>,
+}
+
+impl Activity {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Entry>> {
+        // Plain data: a panic elsewhere leaves nothing half-written.
+        self.sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The clock of session `id`, shared by all its terminals (taken once per terminal).
+    pub fn clock(&self, id: SessionId) -> InputClock {
+        self.lock()
+            .entry(id)
+            .or_insert_with(|| Entry {
+                clock: InputClock::default(),
+                reported: 0,
+            })
+            .clock
+            .clone()
+    }
+
+    /// The sessions whose last input moved since control last took a report, with
+    /// that time. Sessions with no open terminal and nothing left to report are
+    /// forgotten.
+    pub fn pending(&self) -> Vec<(SessionId, u64)> {
+        let mut sessions = self.lock();
+        let mut out = Vec::new();
+        sessions.retain(|id, e| {
+            let last = e.clock.last();
+            if last > e.reported {
+                out.push((*id, last));
+                return true;
+            }
+            // Only this map holds the clock: no terminal of the session is open here.
+            Arc::strong_count(&e.clock.0) > 1
+        });
+        out
+    }
+
+    /// Notes that control took these times.
+    pub fn reported(&self, sent: &[(SessionId, u64)]) {
+        let mut sessions = self.lock();
+        for (id, at) in sent {
+            if let Some(e) = sessions.get_mut(id) {
+                e.reported = e.reported.max(*at);
+            }
+        }
+    }
+
+    /// Sessions this gateway keeps a clock for.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether it keeps none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Reports input times to control every `gateway.activity_report_ms`.
+pub struct ActivityReporter(pub Arc<Gateway>);
+
+#[async_trait]
+impl BackgroundService for ActivityReporter {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let g = &self.0;
+        let every = Duration::from_millis(g.config.gateway.activity_report_ms);
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        // Names this process in its terminal reports (a restarted gateway is another).
+        let mut random = [0u8; 8];
+        let me: String = match getrandom::getrandom(&mut random) {
+            Ok(()) => random.iter().map(|b| format!("{b:02x}")).collect(),
+            Err(_) => format!("pid-{}", std::process::id()),
+        };
+        let mut had: HashSet<SessionId> = HashSet::new();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => return,
+            }
+            had = report_terminals(g, &me, every, had).await;
+            let pending = g.activity.pending();
+            for batch in pending.chunks(MAX_BATCH) {
+                match g.control.report_input(batch).await {
+                    Ok(()) => {
+                        g.activity.reported(batch);
+                        if std::mem::take(&mut failing) {
+                            tracing::info!("input reports reach control again");
+                        }
+                    }
+                    Err(e) => {
+                        // Kept as pending: the next interval sends them again.
+                        if !std::mem::replace(&mut failing, true) {
+                            tracing::warn!(error = %e, "cannot report input times to control; retrying every interval");
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sends the open terminals per session, and a zero for each session that had some at
+/// the previous report; returns the sessions reported open (all of the previous ones
+/// again when control did not take the report, so their zeros are sent later).
+async fn report_terminals(
+    g: &Gateway,
+    me: &str,
+    every: Duration,
+    had: HashSet<SessionId>,
+) -> HashSet<SessionId> {
+    let now = g.terminals.per_session();
+    let mut counts: Vec<(SessionId, u32)> = now.iter().map(|(id, n)| (*id, *n)).collect();
+    counts.extend(
+        had.iter()
+            .filter(|id| !now.contains_key(id))
+            .map(|id| (*id, 0)),
+    );
+    for batch in counts.chunks(MAX_BATCH) {
+        if let Err(e) = g.control.report_terminals(me, every, batch).await {
+            tracing::debug!(error = %e, "terminal counts not reported");
+            return had.into_iter().chain(now.into_keys()).collect();
+        }
+    }
+    now.into_keys().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u8) -> SessionId {
+        SessionId::from_random([n; 10])
+    }
+
+    #[test]
+    fn terminals_of_one_session_share_a_clock_and_only_moves_are_reported() {
+        let a = Activity::default();
+        let (t1, t2) = (a.clock(id(1)), a.clock(id(1)));
+        let _other = a.clock(id(2));
+        assert!(a.pending().is_empty(), "no input, nothing to report");
+        t2.touch();
+        assert_eq!(t1.last(), t2.last());
+        let p = a.pending();
+        assert_eq!(p, vec![(id(1), t1.last())]);
+        // Not taken by control: reported again.
+        assert_eq!(a.pending(), p);
+        a.reported(&p);
+        assert!(a.pending().is_empty());
+        assert_eq!(a.len(), 2);
+    }
+
+    #[test]
+    fn a_session_with_no_open_terminal_is_forgotten_after_its_last_report() {
+        let a = Activity::default();
+        let t = a.clock(id(1));
+        t.touch();
+        drop(t);
+        let p = a.pending();
+        assert_eq!(p.len(), 1, "the last input is still reported");
+        assert_eq!(a.len(), 1);
+        a.reported(&p);
+        assert!(a.pending().is_empty());
+        assert!(a.is_empty());
+    }
+}
