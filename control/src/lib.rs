@@ -6,6 +6,7 @@
 //! bytes.
 
 pub mod api;
+pub mod authz;
 pub mod docker;
 pub mod error;
 pub mod hosts;
