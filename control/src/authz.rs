@@ -94,8 +94,8 @@ impl Control {
         if req.method.is_some_and(|m| m != b"GET" && m != b"HEAD") {
             return Err(Refusal::METHOD_NOT_ALLOWED.with_message("terminals accept GET only"));
         }
-        let (token, source) = credential(req, &self.config().auth.cookie_name)
-            .ok_or(Refusal::UNAUTHENTICATED)?;
+        let (token, source) =
+            credential(req, &self.config().auth.cookie_name).ok_or(Refusal::UNAUTHENTICATED)?;
         let principal = self.verify(token).map_err(|e| {
             tracing::info!(target: "audit", session = %id, decision = "deny", reason = e.reason(), "authz: token refused");
             Refusal::from(&e)
@@ -121,12 +121,15 @@ impl Control {
         if route.unreachable {
             return Err(Refusal::HOST_UNAVAILABLE);
         }
-        if route.target.as_ref().is_some_and(|t| t.credential.is_some()) {
+        if route
+            .target
+            .as_ref()
+            .is_some_and(|t| t.credential.is_some())
+        {
             // A basic-auth target's token goes into the websocket's first message, which
             // only the gateway rewrites; a proxy cannot sign in to that ttyd.
-            return Err(Refusal::TARGET_MISCONFIGURED.with_message(
-                "this terminal's ttyd expects a credential only the gateway adds",
-            ));
+            return Err(Refusal::TARGET_MISCONFIGURED
+                .with_message("this terminal's ttyd expects a credential only the gateway adds"));
         }
         let upstream = self.upstream_of(route).ok_or_else(|| {
             tracing::error!(session = %id, "authz: the route names no usable ttyd address");
@@ -171,10 +174,7 @@ impl Control {
 /// The path and query sent to ttyd: its base path and the part's path, and for a
 /// Docker session's websocket `arg=<container>` — exactly what the gateway sends.
 fn ttyd_uri(route: &Route, part: TerminalPart) -> String {
-    let base = route
-        .upstream
-        .as_ref()
-        .map_or("", |a| a.base_path.as_str());
+    let base = route.upstream.as_ref().map_or("", |a| a.base_path.as_str());
     let path = part.upstream_path();
     match (part, route.arg()) {
         (TerminalPart::Ws, Some(arg)) => format!("{base}{path}?arg={arg}"),

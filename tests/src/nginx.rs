@@ -116,7 +116,11 @@ impl Nginx {
         let addr: SocketAddr = ([127, 0, 0, 1], self.port).into();
         let start = Instant::now();
         loop {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 panic!("nginx exited during start ({status}):\n{}", self.log_text());
             }
             if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
@@ -159,7 +163,10 @@ impl Nginx {
         let mut pids = vec![master];
         let children = format!("/proc/{master}/task/{master}/children");
         if let Ok(text) = std::fs::read_to_string(children) {
-            pids.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            pids.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
         }
         pids
     }

@@ -71,7 +71,11 @@ impl Stack {
     }
 
     /// Opens a websocket through nginx.
-    fn open(&self, path: &str, headers: &[(&str, &str)]) -> Result<Terminal, e2e::term::ConnectError> {
+    fn open(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<Terminal, e2e::term::ConnectError> {
         let addr: SocketAddr = ([127, 0, 0, 1], self.nginx.port()).into();
         Terminal::connect(Target::Tcp(addr), path, headers)
     }
@@ -120,12 +124,20 @@ fn the_owner_types_through_nginx_and_a_client_arg_never_chooses_the_container() 
             &format!("/s/{mine}/ws?arg={their_container}&arg=x"),
             &[("Cookie", &cookie), ("Origin", &origin)],
         )
-        .unwrap_or_else(|e| panic!("owner's upgrade through nginx: {e}\n{}", stack.nginx.log_text()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "owner's upgrade through nginx: {e}\n{}",
+                stack.nginx.log_text()
+            )
+        });
     t.send_input(b"echo host-$(hostname)-$((6*7))\r").unwrap();
     let out = t
         .read_until(&format!("host-{}-42", &my_container[..12]), T)
         .unwrap_or_else(|e| panic!("the echo from alice's own container: {e}"));
-    assert!(!out.contains(&their_container[..12]), "landed in bob's container: {out}");
+    assert!(
+        !out.contains(&their_container[..12]),
+        "landed in bob's container: {out}"
+    );
     assert!(
         stack.counter.connections() > before,
         "the terminal went through the counted ttyd socket"
@@ -135,10 +147,14 @@ fn the_owner_types_through_nginx_and_a_client_arg_never_chooses_the_container() 
     // A program's way: a bearer token, no Origin needed.
     let token = stack.control.token("alice", false);
     let t = stack
-        .open(&format!("/s/{mine}/ws"), &[("Authorization", &format!("Bearer {token}"))])
+        .open(
+            &format!("/s/{mine}/ws"),
+            &[("Authorization", &format!("Bearer {token}"))],
+        )
         .expect("bearer upgrade through nginx");
     t.send_input(b"echo bearer-$((7*6))\r").unwrap();
-    t.read_until("bearer-42", T).expect("the bearer terminal echoes");
+    t.read_until("bearer-42", T)
+        .expect("the bearer terminal echoes");
     t.close();
 
     // ttyd's page comes through for the owner too.
@@ -150,7 +166,11 @@ fn the_owner_types_through_nginx_and_a_client_arg_never_chooses_the_container() 
     )
     .unwrap();
     assert_eq!(page.status, 200, "{}", page.text);
-    assert!(page.text.contains("<html"), "ttyd's page: {}", &page.text[..page.text.len().min(200)]);
+    assert!(
+        page.text.contains("<html"),
+        "ttyd's page: {}",
+        &page.text[..page.text.len().min(200)]
+    );
 
     // Control's answer names the route's arg and the exact target for ttyd.
     let answer = stack.check(
@@ -158,7 +178,10 @@ fn the_owner_types_through_nginx_and_a_client_arg_never_chooses_the_container() 
         &[("Authorization", &format!("Bearer {token}"))],
     );
     assert_eq!(answer.status, 200, "{}", answer.text);
-    assert_eq!(header(&answer, "x-termgate-arg"), Some(my_container.as_str()));
+    assert_eq!(
+        header(&answer, "x-termgate-arg"),
+        Some(my_container.as_str())
+    );
     assert_eq!(
         header(&answer, "x-termgate-uri"),
         Some(format!("/ws?arg={my_container}").as_str())
@@ -186,10 +209,17 @@ fn refusals_through_nginx_keep_their_status_and_ttyd_sees_no_connection() {
         .open(&ws, &[("Cookie", &bob), ("Origin", &origin)])
         .expect_err("bob must not open alice's terminal");
     let unknown = stack
-        .open("/s/aaaaaaaaaaaaaaaa/ws", &[("Cookie", &bob), ("Origin", &origin)])
+        .open(
+            "/s/aaaaaaaaaaaaaaaa/ws",
+            &[("Cookie", &bob), ("Origin", &origin)],
+        )
         .expect_err("unknown session");
     assert_eq!(other.status(), Some(404), "{other}");
-    assert_eq!(other.body(), unknown.body(), "non-owner and unknown look the same");
+    assert_eq!(
+        other.body(),
+        unknown.body(),
+        "non-owner and unknown look the same"
+    );
     assert_eq!(other.json().unwrap()["error"]["code"], "session_not_found");
     let bob_token = stack.control.token("bob", false);
     for part in ["", "token"] {
@@ -209,7 +239,9 @@ fn refusals_through_nginx_keep_their_status_and_ttyd_sees_no_connection() {
     assert_eq!(header(&answer, "x-termgate-upstream"), None);
 
     // No credential, or one that does not verify: 401.
-    let none = stack.open(&ws, &[("Origin", &origin)]).expect_err("no credential");
+    let none = stack
+        .open(&ws, &[("Origin", &origin)])
+        .expect_err("no credential");
     assert_eq!(none.status(), Some(401), "{none}");
     let forged = stack
         .open(&ws, &[("Authorization", "Bearer not.a.token")])
@@ -259,5 +291,6 @@ fn refusals_through_nginx_keep_their_status_and_ttyd_sees_no_connection() {
         .open(&ws, &[("Cookie", &cookie), ("Origin", &origin)])
         .expect("the owner once unlocked");
     t.send_input(b"echo back-$((40+2))\r").unwrap();
-    t.read_until("back-42", T).expect("the owner's terminal echoes");
+    t.read_until("back-42", T)
+        .expect("the owner's terminal echoes");
 }
