@@ -1,5 +1,5 @@
 //! `GET /v1/authz`: the terminal check for a reverse proxy that keeps its own place in
-//! front of ttyd (nginx `auth_request`, design §2.7).
+//! front of ttyd (nginx `auth_request`; design §2, "Behind nginx").
 //!
 //! The proxy asks with the original request's URI, method and `Origin`, and passes the
 //! user's credential on (a bearer header, or the sign-in cookie). The answer is the one
