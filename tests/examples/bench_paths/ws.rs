@@ -196,7 +196,7 @@ impl Ws {
         loop {
             let fr = self.frame()?;
             match fr.opcode {
-                0 | 1 | 2 => return Ok(f(&self.buf[fr.from..fr.to])),
+                0..=2 => return Ok(f(&self.buf[fr.from..fr.to])),
                 8 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "close frame")),
                 9 => {
                     let payload = self.buf[fr.from..fr.to].to_vec();
