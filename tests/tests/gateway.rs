@@ -979,6 +979,7 @@ fn control_internal_paths_are_not_routed_even_with_the_service_token() {
         "/api/routes?after=0",
         "/api/routes/abcdefghijk234mn",
         "/api/healthz",
+        "/api/authz",
     ] {
         for token in [&service, &alice] {
             let a = http("GET", &stack.url(0, path), Some(token), None).unwrap();
