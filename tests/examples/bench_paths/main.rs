@@ -478,12 +478,13 @@ fn main() {
 
     // B. Keystroke round trip and C. bulk output: one session of the two-CPU profile per
     // path, so that no terminal sees another's output.
-    let mut terms: Vec<Ws> = (0..4)
+    let bench_endpoints: Vec<Endpoint> = (0..4)
         .map(|p| {
             let (id, container) = create("bench");
-            terminal(&paths.endpoint(p, &id, &container))
+            paths.endpoint(p, &id, &container)
         })
         .collect();
+    let mut terms: Vec<Ws> = bench_endpoints.iter().map(terminal).collect();
     let keys = scaled(40);
     let mut keystrokes: Vec<Vec<Duration>> = vec![Vec::new(); 4];
     for r in 0..5 {
@@ -501,28 +502,42 @@ fn main() {
             }
         }
     }
+    drop(terms);
     eprintln!("keystrokes done ({:.0} s)", began.elapsed().as_secs_f64());
     let bulk_mb = env_f64("BENCH_BULK_MB", 64.0).max(1.0) as u64;
     let bulk_rounds = 2;
     let mut bulk: Vec<Vec<(u64, Duration)>> = vec![Vec::new(); 4];
+    let mut bulk_failures = [0usize; 4];
     for r in 0..bulk_rounds {
         for k in 0..4 {
             let p = (r + k) % 4;
-            let w = &mut terms[p];
+            // A fresh terminal: one left unread meanwhile would miss ttyd's pings
+            // (`-P 5`) and be hung up.
+            let mut fresh = terminal(&bench_endpoints[p]);
+            let w = &mut fresh;
             let cmd = format!(
                 "head -c {} /dev/zero | base64; echo bulk-$((20+22))-end\r",
                 bulk_mb * 1024 * 1024
             );
-            w.input(cmd.as_bytes()).expect("type");
             let start = Instant::now();
-            let bytes = w
-                .until(b"bulk-42-end", Duration::from_secs(600))
-                .unwrap_or_else(|e| panic!("bulk output on {}: {e}", PATHS[p]));
-            bulk[p].push((bytes, start.elapsed()));
+            let done = w
+                .input(cmd.as_bytes())
+                .and_then(|()| w.until(b"bulk-42-end", Duration::from_secs(600)));
+            match done {
+                Ok(bytes) => bulk[p].push((bytes, start.elapsed())),
+                Err(e) => {
+                    eprintln!(
+                        "bulk output on {} failed after {:.1} s: {e}\n{}",
+                        PATHS[p],
+                        start.elapsed().as_secs_f64(),
+                        nginx.log_text()
+                    );
+                    bulk_failures[p] += 1;
+                }
+            }
             drain(w, Duration::from_millis(300));
         }
     }
-    drop(terms);
     eprintln!("bulk done ({:.0} s)", began.elapsed().as_secs_f64());
 
     // D. Idle memory per upgraded terminal.
@@ -713,7 +728,7 @@ fn main() {
     );
     let _ = writeln!(
         md,
-        "| path | MB/s (best) | MB/s (each round) | ÷ direct |\n|---|---|---|---|"
+        "| path | MB/s (best) | MB/s (each round) | ÷ direct | failed rounds |\n|---|---|---|---|---|"
     );
     let rate = |(b, d): &(u64, Duration)| *b as f64 / d.as_secs_f64() / 1e6;
     let best: Vec<f64> = bulk
@@ -724,11 +739,12 @@ fn main() {
         let each: Vec<String> = bulk[p].iter().map(|r| format!("{:.1}", rate(r))).collect();
         let _ = writeln!(
             md,
-            "| {} | {:.1} | {} | {} |",
+            "| {} | {:.1} | {} | {} | {} |",
             PATHS[p],
             best[p],
             each.join(", "),
-            ratio(best[p], best[DIRECT])
+            ratio(best[p], best[DIRECT]),
+            bulk_failures[p]
         );
     }
     let chart = Chart {
