@@ -21,6 +21,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::audit::{AuditEntry, AuditQuery};
+use crate::authz::AuthzRequest;
 use crate::error::ApiError;
 use crate::service::{
     Control, CreateRequest, ListedTarget, RedrawRequest, SessionView, TargetPatch, TargetRequest,
@@ -268,6 +269,45 @@ impl<'a> ProfileView<'a> {
     }
 }
 
+/// `GET /v1/authz`: a proxy's terminal check (nginx `auth_request`). 200 with the
+/// grant in `X-Termgate-*` headers and no body, or the refusal as everywhere else; a
+/// 401 carries `WWW-Authenticate`, which nginx passes on.
+fn authz(control: &Control, req: &Request<Incoming>) -> Result<Reply, ApiError> {
+    let h = req.headers();
+    let one = |name: &str| h.get(name).map(HeaderValue::as_bytes);
+    let cookies: Vec<&[u8]> = h
+        .get_all(hyper::header::COOKIE)
+        .iter()
+        .map(HeaderValue::as_bytes)
+        .collect();
+    let asked = AuthzRequest {
+        uri: one("x-original-uri"),
+        method: one("x-original-method"),
+        origin: one("origin"),
+        authorization: one("authorization"),
+        cookies: &cookies,
+    };
+    let grant = control.authorize(&asked)?;
+    let mut reply = empty(200);
+    let headers = reply.headers_mut();
+    let mut set = |name: &'static str, value: &str| {
+        // Every value comes from the store or a verified token; one that is not a valid
+        // header value fails the request rather than being altered.
+        let v = HeaderValue::from_str(value).map_err(|_| ApiError::INTERNAL)?;
+        headers.insert(name, v);
+        Ok::<(), ApiError>(())
+    };
+    set("x-termgate-upstream", &grant.upstream)?;
+    set("x-termgate-uri", &grant.uri)?;
+    set("x-termgate-user", &grant.user)?;
+    set("x-termgate-reason", grant.reason)?;
+    if let Some(arg) = &grant.arg {
+        set("x-termgate-arg", arg)?;
+    }
+    set("cache-control", "no-store")?;
+    Ok(reply)
+}
+
 async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, ApiError> {
     let path = req.uri().path().to_owned();
     let segments: Vec<&str> = path
@@ -347,6 +387,12 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 .collect();
             control.record_terminals(&report.gateway, every, &counts);
             Ok(empty(204))
+        }
+        ["authz"] => {
+            if method != Method::GET && method != Method::HEAD {
+                return Err(not_allowed());
+            }
+            authz(&control, &req)
         }
         ["profiles"] => {
             authenticate(&control, &req)?;
@@ -529,7 +575,16 @@ async fn handle(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, 
     let path = req.uri().path().to_owned();
     let reply = match route(control, req).await {
         Ok(r) => r,
-        Err(e) => error(&e),
+        Err(e) => {
+            let mut r = error(&e);
+            if e.status == 401 && path == "/v1/authz" {
+                r.headers_mut().insert(
+                    hyper::header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer"),
+                );
+            }
+            r
+        }
     };
     tracing::debug!(%method, %path, status = reply.status().as_u16(), "request");
     Ok(reply)

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use config::{Config, Profile};
 use policy::{
-    Action, Decision, EndCause, Principal, QuotaLimits, SessionId, Sub, TokenError, Verifier,
+    Action, Decision, EndCause, OriginPolicy, Principal, QuotaLimits, SessionId, Sub, TokenError,
+    Verifier,
 };
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
@@ -173,6 +174,8 @@ pub struct Control {
     store: Store,
     hosts: Hosts,
     verifier: Verifier,
+    /// The Origins allowed to open terminals (`GET /v1/authz`): the gateway's list.
+    origins: OriginPolicy,
     metrics: Metrics,
     redraw_locks: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
     /// Sessions being created by this process right now. The reconciler never
@@ -233,6 +236,7 @@ impl Control {
     /// pools ([`Store::set_pools`] with [`Hosts::pools`]).
     pub fn new(config: Arc<Config>, store: Store, hosts: Hosts, verifier: Verifier) -> Self {
         Control {
+            origins: OriginPolicy::new(config.gateway_origins()),
             config,
             store,
             hosts,
@@ -298,6 +302,11 @@ impl Control {
     /// Who a bearer token proves the caller is, now.
     pub fn verify(&self, token: &[u8]) -> Result<Principal, TokenError> {
         self.verifier.verify(token, now())
+    }
+
+    /// The Origins allowed to open a terminal with the cookie (the gateway's list).
+    pub fn origins(&self) -> &OriginPolicy {
+        &self.origins
     }
 
     /// The store's newest published revision.

@@ -17,6 +17,7 @@
 #   ensure_session_image  the offline-built session image ($TERMGATE_SESSION_IMAGE)
 #   ensure_compose        docker-compose (or the compose plugin) for the deployment test
 #   ensure_chromium       a headless-capable chromium on PATH (browser e2e test)
+#   ensure_nginx          nginx with auth_request (the /v1/authz test and deploy/bench)
 
 # Checkout root: two levels above this file (deploy/lib/prereqs.sh).
 TERMGATE_ROOT="$(cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -578,4 +579,39 @@ ensure_chromium() {
     _tg_apt_install chromium
     command -v chromium >/dev/null 2>&1 || die "chromium still missing after apt-get install chromium"
     info "installed $(command -v chromium)"
+}
+
+# --------------------------------------------------------------------------
+# nginx (tests/tests/authz.rs runs the shipped auth_request snippet through it;
+# deploy/bench compares it with the gateway). The tests run their own nginx in a
+# temporary prefix; the package's own service is never started here.
+# --------------------------------------------------------------------------
+
+ensure_nginx() {
+    step "nginx"
+    local nginx=/usr/sbin/nginx
+    if [[ ! -x "$nginx" ]] && command -v nginx >/dev/null 2>&1; then
+        nginx="$(command -v nginx)"
+    fi
+    if [[ ! -x "$nginx" ]]; then
+        if ! _tg_is_root; then
+            die "nginx is not installed (the authz test and deploy/bench need it); as root run: apt-get install -y nginx"
+        fi
+        # Debian starts the packaged service on install unless policy-rc.d says no;
+        # nothing here needs it, and it would hold port 80.
+        local added_policy=""
+        if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+            printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d \
+                && added_policy=1
+        fi
+        _tg_apt_install nginx
+        if [[ -n "$added_policy" ]]; then
+            rm -f /usr/sbin/policy-rc.d
+        fi
+        nginx=/usr/sbin/nginx
+        [[ -x "$nginx" ]] || die "nginx still missing after apt-get install nginx"
+    fi
+    "$nginx" -V 2>&1 | grep -q -- '--with-http_auth_request_module' \
+        || die "$nginx lacks the auth_request module (Debian's nginx package has it)"
+    info "$("$nginx" -v 2>&1)"
 }

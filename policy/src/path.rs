@@ -70,8 +70,9 @@ fn segment_ok(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'@' | b'-'))
 }
 
-/// First segments of control's `/v1/` paths that only gateways may call.
-pub const INTERNAL_API: &[&str] = &["routes", "healthz"];
+/// First segments of control's `/v1/` paths that only gateways (and, for `authz`, a
+/// proxy in front of ttyd) may call.
+pub const INTERNAL_API: &[&str] = &["routes", "healthz", "authz", "activity", "terminals"];
 
 /// Classifies a raw request path (without the query string).
 pub fn classify(raw: &[u8]) -> Result<PublicRoute<'_>, PathError> {
@@ -168,6 +169,7 @@ mod tests {
             "/api/routes",
             "/api/routes/abcdefghijk234mn",
             "/api/healthz",
+            "/api/authz",
         ] {
             assert_eq!(
                 classify(internal.as_bytes()),

@@ -979,6 +979,9 @@ fn control_internal_paths_are_not_routed_even_with_the_service_token() {
         "/api/routes?after=0",
         "/api/routes/abcdefghijk234mn",
         "/api/healthz",
+        "/api/authz",
+        "/api/activity",
+        "/api/terminals",
     ] {
         for token in [&service, &alice] {
             let a = http("GET", &stack.url(0, path), Some(token), None).unwrap();
@@ -989,6 +992,17 @@ fn control_internal_paths_are_not_routed_even_with_the_service_token() {
                 a.text
             );
         }
+    }
+    // Nor are the gateways' reports, whatever the method.
+    for path in ["/api/activity", "/api/terminals"] {
+        let a = http(
+            "POST",
+            &stack.url(0, path),
+            Some(&service),
+            Some(&serde_json::json!([])),
+        )
+        .unwrap();
+        assert_eq!(a.status, 404, "POST {path}: {}", a.text);
     }
     // Control itself still answers the gateways on the same paths.
     let direct = stack
