@@ -2,36 +2,7 @@
 // trail. The API checks the admin role on every call; this page only shows it.
 "use strict";
 
-const $ = (id) => document.getElementById(id);
-
-function say(text, isError) {
-  const s = $("status");
-  s.textContent = text || "";
-  s.className = isError ? "error" : "";
-}
-
-async function call(method, path, body) {
-  const opts = { method, headers: {}, credentials: "same-origin" };
-  if (body !== undefined) {
-    opts.headers["Content-Type"] = "application/json";
-    opts.body = JSON.stringify(body);
-  }
-  let resp;
-  try {
-    resp = await fetch(path, opts);
-  } catch (e) {
-    throw { code: "network", message: "The gateway is not reachable." };
-  }
-  const text = await resp.text();
-  let data = null;
-  try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
-  if (!resp.ok) {
-    const code = data && data.error ? data.error.code : "http_" + resp.status;
-    const message = data && data.error ? data.error.message : "Request failed (" + resp.status + ").";
-    throw { code, message, status: resp.status };
-  }
-  return data;
-}
+const call = request;
 
 function when(ts) {
   return ts ? new Date(ts * 1000).toLocaleString() : "";

@@ -1,8 +1,6 @@
 // termgate sessions page. No framework: a few fetch calls and DOM updates.
 "use strict";
 
-const $ = (id) => document.getElementById(id);
-
 const MESSAGES = {
   quota_exceeded: "You have reached your session limit. End a session to start another.",
   docker_unavailable: "Sessions cannot be started right now: the container engine is not answering.",
@@ -14,34 +12,16 @@ const MESSAGES = {
   too_many_failures: "Too many failed sign-ins from this address. Wait a minute and try again.",
 };
 
-function say(text, isError) {
-  const s = $("status");
-  s.textContent = text || "";
-  s.className = isError ? "error" : "";
-}
-
+// An API call; a refusal's message is the page's own words where it has them, and an
+// expired sign-in shows the sign-in form.
 async function call(method, path, body) {
-  const opts = { method, headers: {}, credentials: "same-origin" };
-  if (body !== undefined) {
-    opts.headers["Content-Type"] = "application/json";
-    opts.body = JSON.stringify(body);
-  }
-  let resp;
   try {
-    resp = await fetch(path, opts);
+    return await request(method, path, body);
   } catch (e) {
-    throw { code: "network", message: "The gateway is not reachable." };
+    if (MESSAGES[e.code]) e.message = MESSAGES[e.code];
+    if (e.code === "unauthenticated") showSignIn();
+    throw e;
   }
-  const text = await resp.text();
-  let data = null;
-  try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
-  if (!resp.ok) {
-    const code = data && data.error ? data.error.code : "http_" + resp.status;
-    const message = MESSAGES[code] || (data && data.error ? data.error.message : "Request failed (" + resp.status + ").");
-    if (code === "unauthenticated") showSignIn();
-    throw { code, message, status: resp.status };
-  }
-  return data;
 }
 
 function when(ts) {

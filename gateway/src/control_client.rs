@@ -105,17 +105,7 @@ impl ControlClient {
                 last_input: *last_input,
             })
             .collect();
-        let body = serde_json::to_vec(&body).map_err(|e| Unavailable(e.to_string()))?;
-        let req = Request::post(format!("{}/v1/activity", self.base))
-            .header(AUTHORIZATION, &self.bearer)
-            .header(CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| Unavailable(e.to_string()))?;
-        let (status, _) = self.send(req, self.timeout).await?;
-        if status != StatusCode::NO_CONTENT {
-            return Err(Unavailable(format!("activity report answered {status}")));
-        }
-        Ok(())
+        self.report("activity", &body).await
     }
 
     /// Reports the terminals this gateway (`gateway`, reporting every `every`) has
@@ -139,15 +129,20 @@ impl ControlClient {
                 .map(|(session, open)| Open { session, open: *open })
                 .collect::<Vec<_>>(),
         });
-        let body = serde_json::to_vec(&body).map_err(|e| Unavailable(e.to_string()))?;
-        let req = Request::post(format!("{}/v1/terminals", self.base))
+        self.report("terminals", &body).await
+    }
+
+    /// Posts a gateway report to `/v1/<what>`; control answers 204.
+    async fn report(&self, what: &str, body: &impl serde::Serialize) -> Result<(), Unavailable> {
+        let body = serde_json::to_vec(body).map_err(|e| Unavailable(e.to_string()))?;
+        let req = Request::post(format!("{}/v1/{what}", self.base))
             .header(AUTHORIZATION, &self.bearer)
             .header(CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| Unavailable(e.to_string()))?;
         let (status, _) = self.send(req, self.timeout).await?;
         if status != StatusCode::NO_CONTENT {
-            return Err(Unavailable(format!("terminals report answered {status}")));
+            return Err(Unavailable(format!("{what} report answered {status}")));
         }
         Ok(())
     }

@@ -18,6 +18,11 @@ const ASSETS: &[Asset] = &[
         body: include_bytes!("../assets/index.html"),
     },
     Asset {
+        name: "common.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../assets/common.js"),
+    },
+    Asset {
         name: "app.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("../assets/app.js"),
