@@ -180,7 +180,13 @@ async fn report_terminals(
             .filter(|id| !now.contains_key(id))
             .map(|id| (*id, 0)),
     );
-    for batch in counts.chunks(MAX_BATCH) {
+    // An empty report too: it tells control this gateway is there and has none open.
+    let batches: Vec<&[(SessionId, u32)]> = if counts.is_empty() {
+        vec![&[]]
+    } else {
+        counts.chunks(MAX_BATCH).collect()
+    };
+    for batch in batches {
         if let Err(e) = g.control.report_terminals(me, every, batch).await {
             tracing::debug!(error = %e, "terminal counts not reported");
             return had.into_iter().chain(now.into_keys()).collect();

@@ -603,6 +603,18 @@ fn the_admin_console_shows_every_session_ends_one_locks_a_user_and_searches_the_
                return cells[0] === 'alice' && cells[2] === 'local' && cells[3] === 'running'; }})()"
         ),
     );
+    // Gateways report even when no terminal is open: the console says 0, not "—".
+    ok(
+        "no terminal open on alice's row",
+        b.wait_js(
+            &format!(
+                "(() => {{ const r = document.querySelector('#active-rows tr[data-id=\"{alices}\"]'); \
+                   return !!r && r.cells[6].textContent === '0'; }})()"
+            ),
+            Duration::from_secs(30),
+            "Terminals 0 on alice's row",
+        ),
+    );
     // Bob opens a terminal and types: the console shows it open and his last input
     // (gateways report both every few seconds).
     let cookie = stack.sign_in("bob");
