@@ -172,10 +172,12 @@ fn no_terminal_ends_right_after_its_101_while_others_stream() {
     assert_eq!(r.opened, count);
 }
 
+/// The other half of the regression test: the same race hook on Pingora's own upgrade
+/// path (which TLS listeners still take) ends terminals right after their `101`
+/// (cloudflare/pingora#946), so the test above would see it if the own tunnel had it.
 #[test]
-#[ignore = "shows Pingora's own upgrade path ending terminals (cloudflare/pingora#946)"]
 fn pingora_s_upgrade_path_does_end_terminals_after_their_101() {
-    let count = upgrades().min(500);
+    let count = upgrades().min(100);
     let r = run(
         &[
             ("TERMGATE_TEST_BODY_FILTER_DELAY_MS", "20"),
