@@ -144,7 +144,10 @@ impl HeadDeadline {
     /// connection leaves Pingora for a tunnel of the gateway's own. Bytes Pingora read
     /// ahead of the request head stay behind (a websocket client sends nothing before
     /// the `101`, RFC 6455 §4.1).
-    pub fn into_tcp(self) -> std::io::Result<tokio::net::TcpStream> {
+    ///
+    /// The socket comes back non-blocking and not yet registered with the runtime, so
+    /// that the caller can write to it at once (the `101`) before it waits on it.
+    pub fn into_tcp(self) -> std::io::Result<std::net::TcpStream> {
         if !self.is_plain_tcp() {
             return Err(std::io::Error::other("not a plain TCP connection"));
         }
@@ -152,10 +155,10 @@ impl HeadDeadline {
         // ours and outlives it.
         let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.inner.id()) };
         let socket = std::net::TcpStream::from(fd.try_clone_to_owned()?);
-        // Closes Pingora's descriptor; the socket lives on in the copy.
+        // Closes Pingora's descriptor; the socket lives on in the copy (whose file
+        // status, non-blocking, is the shared one).
         drop(self);
-        socket.set_nonblocking(true)?;
-        tokio::net::TcpStream::from_std(socket)
+        Ok(socket)
     }
 }
 

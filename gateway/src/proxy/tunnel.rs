@@ -66,20 +66,30 @@ enum Socket {
 }
 
 impl Socket {
-    async fn connect(addr: &PeerAddr) -> io::Result<Socket> {
-        Ok(match addr {
+    /// Connects to `addr` and sends `head`. A unix socket connects at once (or not at
+    /// all), so its head is written before the socket is registered with the runtime:
+    /// no wait for the runtime to report it writable first.
+    async fn connect_and_send(addr: &PeerAddr, head: &[u8]) -> io::Result<Socket> {
+        let (mut socket, sent) = match addr {
             PeerAddr::Inet(a) => {
                 let s = TcpStream::connect(a).await?;
                 s.set_nodelay(true)?;
-                Socket::Tcp(s)
+                (Socket::Tcp(s), 0)
             }
             PeerAddr::Unix(a) => {
                 let path = a
                     .as_pathname()
                     .ok_or_else(|| io::Error::other("an unnamed unix socket"))?;
-                Socket::Unix(UnixStream::connect(path).await?)
+                let s = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+                s.set_nonblocking(true)?;
+                s.connect(&socket2::SockAddr::unix(path)?)?;
+                let s = std::os::unix::net::UnixStream::from(std::os::fd::OwnedFd::from(s));
+                let sent = write_now(&s, head)?;
+                (Socket::Unix(UnixStream::from_std(s)?), sent)
             }
-        })
+        };
+        socket.write_all(&head[sent..]).await?;
+        Ok(socket)
     }
 
     fn fd(&self) -> RawFd {
@@ -209,6 +219,21 @@ async fn read_more(up: &Socket, buf: &mut Vec<u8>, n: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes as much of `bytes` as a non-blocking socket takes now.
+fn write_now(mut socket: impl io::Write, bytes: &[u8]) -> io::Result<usize> {
+    let mut sent = 0;
+    while sent < bytes.len() {
+        match socket.write(&bytes[sent..]) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(sent)
+}
+
 fn up_error(etype: ErrorType, why: &'static str, e: io::Error) -> Box<Error> {
     let mut err = Error::because(etype, why, e);
     err.esource = pingora::ErrorSource::Upstream;
@@ -228,26 +253,6 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
         ));
     }
     let peer = upstream.peer(&p.control_addr, &p.ttyd, ctx.request_id)?;
-    let connect_timeout = Duration::from_millis(g.config.gateway.control_timeout_ms);
-    let mut up = match tokio::time::timeout(connect_timeout, Socket::connect(&peer._address)).await
-    {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            return Err(up_error(
-                ErrorType::ConnectRefused,
-                "connecting to the ttyd",
-                e,
-            ))
-        }
-        Err(_) => {
-            return Err(up_error(
-                ErrorType::ConnectTimedout,
-                "connecting to the ttyd",
-                io::Error::from(ErrorKind::TimedOut),
-            ))
-        }
-    };
-
     let mut head = session.req_header().clone();
     super::upstream::strip_identity(&mut head);
     upstream.rewrite(&mut head, ctx.principal.as_ref(), ctx.token.as_deref())?;
@@ -268,9 +273,29 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    up.write_all(&out)
-        .await
-        .map_err(|e| up_error(ErrorType::WriteError, "writing the upgrade to the ttyd", e))?;
+    let connect_timeout = Duration::from_millis(g.config.gateway.control_timeout_ms);
+    let up = tokio::time::timeout(
+        connect_timeout,
+        Socket::connect_and_send(&peer._address, &out),
+    )
+    .await;
+    let up = match up {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            return Err(up_error(
+                ErrorType::ConnectRefused,
+                "connecting to the ttyd and sending the upgrade",
+                e,
+            ))
+        }
+        Err(_) => {
+            return Err(up_error(
+                ErrorType::ConnectTimedout,
+                "connecting to the ttyd",
+                io::Error::from(ErrorKind::TimedOut),
+            ))
+        }
+    };
     let answer_timeout = Duration::from_millis(g.config.gateway.header_timeout_ms);
     let answer = match tokio::time::timeout(answer_timeout, read_answer(&up)).await {
         Ok(Ok(a)) => a,
@@ -332,8 +357,8 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
         log(&g.metrics, &line, Some(&why), &ctx);
         ctx.ticket = None;
     };
-    let mut down = match take_downstream(session) {
-        Ok(down) => Socket::Tcp(down),
+    let down = match take_downstream(session) {
+        Ok(down) => down,
         Err(e) => {
             fail(ctx, format!("taking the browser's socket: {e}"));
             return Ok(());
@@ -350,10 +375,23 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
     reply.extend_from_slice(b"\r\n");
     reply.extend_from_slice(&answer.rest);
     ctx.bytes_down += answer.rest.len() as u64;
-    if let Err(e) = down.write_all(&reply).await {
-        fail(ctx, format!("writing the 101: {e}"));
-        return Ok(());
-    }
+    // Written before the socket is registered with the runtime (nothing waits on it
+    // yet); what the socket does not take now, through the runtime.
+    let written = write_now(&down, &reply).and_then(|n| Ok((n, TcpStream::from_std(down)?)));
+    let down = match written {
+        Ok((n, down)) => {
+            let mut down = Socket::Tcp(down);
+            if let Err(e) = down.write_all(&reply[n..]).await {
+                fail(ctx, format!("writing the 101: {e}"));
+                return Ok(());
+            }
+            down
+        }
+        Err(e) => {
+            fail(ctx, format!("writing the 101: {e}"));
+            return Ok(());
+        }
+    };
     // The 101 is out: a close frame from enforcement can no longer land inside it.
     let lent = match &ctx.ticket {
         // SAFETY: both sockets move into the tunnel below, which drops its ticket
@@ -380,14 +418,11 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
     Ok(())
 }
 
-/// Takes the browser's socket out of Pingora's session, leaving a closed stand-in that
-/// Pingora then finishes as a request already answered.
-fn take_downstream(session: &mut Session) -> io::Result<TcpStream> {
-    let (ours, _theirs) = std::os::unix::net::UnixStream::pair()?;
-    ours.set_nonblocking(true)?;
-    let stand_in: pingora::protocols::Stream = Box::new(
-        pingora::protocols::l4::stream::Stream::from(UnixStream::from_std(ours)?),
-    );
+/// Takes the browser's socket out of Pingora's session, leaving a stand-in that
+/// Pingora then finishes as a request already answered: an empty in-memory stream
+/// (reads find its end at once; no descriptor, no registration).
+fn take_downstream(session: &mut Session) -> io::Result<std::net::TcpStream> {
+    let stand_in: pingora::protocols::Stream = Box::new(std::io::Cursor::new(Vec::<u8>::new()));
     let taken = std::mem::replace(
         &mut *session.downstream_session,
         ServerSession::new_http1(stand_in),
