@@ -528,7 +528,7 @@ mod tests {
         let secret = dir.path().join("hs");
         std::fs::write(&secret, [7u8; 40]).unwrap();
         let toml = format!(
-            "[auth]\nissuer=\"t\"\naudience=\"t\"\nhs256_secret_file={:?}\n[auth.oidc]\nissuer=\"http://127.0.0.1:1\"\nclient_id=\"c\"\nredirect_url=\"http://127.0.0.1:8080/auth/callback\"\n[control]\nservice_token_file={:?}\n",
+            "[auth]\nissuer=\"t\"\naudience=\"t\"\nhs256_secret_file={:?}\n[auth.oidc]\nissuer=\"http://127.0.0.1:1\"\nclient_id=\"c\"\nredirect_url=\"http://127.0.0.1:8080/auth/callback\"\n[control]\nservice_token_file={:?}\n[profiles.p]\nimage=\"i\"\n",
             secret, secret
         );
         let c = config::load_from_str(&toml, dir.path(), Vec::new()).unwrap();

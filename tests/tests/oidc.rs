@@ -436,6 +436,19 @@ fn each_forged_or_replayed_answer_is_refused_with_its_own_code_and_a_rotated_key
         r.body
     );
 
+    // Another site cannot sign a user out (and close their terminals).
+    let r = get(
+        &stack.url(n, "/auth/logout"),
+        &[("Cookie", &cookie), ("Sec-Fetch-Site", "cross-site")],
+    );
+    assert_eq!(
+        (r.status, r.code()),
+        (403, "origin_not_allowed".into()),
+        "{}",
+        r.body
+    );
+    assert!(r.cookie("termgate_session").is_none(), "nothing cleared");
+
     // Bearer tokens keep working next to the sign-in.
     let bearer = stack.control.token("carol", false);
     let a = http("GET", &stack.url(n, "/api/sessions"), Some(&bearer), None).unwrap();
