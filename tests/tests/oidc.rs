@@ -522,6 +522,27 @@ fn a_person_signs_in_with_the_provider_in_a_browser_opens_a_terminal_and_signs_o
         ),
     );
     ok("screenshot", b.screenshot(&artifact("oidc-sign-in.png")));
+
+    // An answer this browser did not ask for lands on a page that says so.
+    ok(
+        "a stray callback",
+        b.navigate(&stack.url(n, "/auth/callback?code=stolen&state=forged")),
+    );
+    let code = ok(
+        "the refusal page",
+        b.eval("document.querySelector('meta[name=termgate-error]').content"),
+    );
+    assert_eq!(code, json!("oidc_flow_missing"));
+    ok("screenshot", b.screenshot(&artifact("oidc-refused.png")));
+    ok("back to the page", b.navigate(&home));
+    ok(
+        "the provider's button again",
+        b.wait_js(
+            "!document.getElementById('oidc-sign-in').hidden",
+            T,
+            "the button",
+        ),
+    );
     ok(
         "click the button",
         b.eval("document.getElementById('oidc-link').click()"),
