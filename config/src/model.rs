@@ -150,6 +150,10 @@ pub struct OidcConfig {
     /// Bound on every call to the provider (discovery, token, keys), milliseconds.
     #[serde(default = "defaults::oidc_timeout_ms")]
     pub timeout_ms: u64,
+    /// PEM certificates trusted for the provider's https besides the system's roots
+    /// (a provider behind a private CA).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// One `[[auth.public_keys]]` entry.
@@ -672,6 +676,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("auth.oidc.session_max_seconds", "28800"),
     ("auth.oidc.display_name", "\"\""),
     ("auth.oidc.timeout_ms", "5000"),
+    ("auth.oidc.ca_file", ""),
     ("gateway.listen", "\"127.0.0.1:8080\""),
     ("gateway.tls_cert_file", ""),
     ("gateway.tls_key_file", ""),

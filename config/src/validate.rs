@@ -424,6 +424,20 @@ fn validate_oidc(c: &Config, can_sign: bool, err: &mut impl FnMut(&str, String))
     if !(100..=60_000).contains(&o.timeout_ms) {
         err("auth.oidc.timeout_ms", "must be 100 to 60000".into());
     }
+    if let Some(ca) = &o.ca_file {
+        let path = c.resolve(ca);
+        match std::fs::read_to_string(&path) {
+            Ok(pem) if pem.contains("-----BEGIN CERTIFICATE-----") => {}
+            Ok(_) => err(
+                "auth.oidc.ca_file",
+                format!("{} holds no PEM certificate", path.display()),
+            ),
+            Err(e) => err(
+                "auth.oidc.ca_file",
+                format!("cannot read {}: {e}", path.display()),
+            ),
+        }
+    }
     o.client_secret_file
         .as_ref()
         .and_then(|f| read_secret(c, f, "auth.oidc.client_secret_file", err))

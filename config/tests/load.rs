@@ -816,6 +816,13 @@ fn oidc_mistakes_are_refused_naming_their_keys() {
             ),
             "auth.oidc.client_scret_file",
         ),
+        (
+            (
+                "client_id = \"c\"",
+                "client_id = \"c\"\nca_file = \"secrets/hs256.key\"",
+            ),
+            "auth.oidc.ca_file",
+        ),
     ] {
         let text = format!("{base}{}", good.replace(change.0, change.1));
         let e = load_from_str(&text, dir.path(), Vec::new()).unwrap_err();

@@ -164,7 +164,7 @@ impl Oidc {
             token_audience: c.auth.audience.clone(),
             admin_role: c.auth.admin_role.clone(),
             leeway: c.auth.leeway_seconds,
-            http: https_client(timeout)?,
+            http: https_client(timeout, o.ca_file.as_ref().map(|f| c.resolve(f)).as_deref())?,
             timeout,
             provider: RwLock::new(None),
             keys: RwLock::new(None),
@@ -487,16 +487,29 @@ impl Oidc {
     }
 }
 
-/// An HTTP client that speaks https with the system's roots (and plain http, which
-/// validation allows only to loopback providers).
+/// An HTTP client that speaks https with the system's roots and those of `ca_file`
+/// (and plain http, which validation allows only to loopback providers).
 fn https_client(
     timeout: Duration,
+    ca_file: Option<&std::path::Path>,
 ) -> anyhow::Result<Client<HttpsConnector<HttpConnector>, Full<Bytes>>> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::CertificateDer;
     let mut roots = rustls::RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();
     for cert in native.certs {
         // One unreadable system certificate does not stop the others.
         let _ = roots.add(cert);
+    }
+    if let Some(path) = ca_file {
+        let certs = CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| anyhow::anyhow!("auth.oidc.ca_file: {}: {e}", path.display()))?;
+        for cert in certs {
+            roots
+                .add(cert)
+                .map_err(|e| anyhow::anyhow!("auth.oidc.ca_file: {}: {e}", path.display()))?;
+        }
     }
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),

@@ -653,3 +653,206 @@ fn a_person_signs_in_with_the_provider_in_a_browser_opens_a_terminal_and_signs_o
     .unwrap();
     assert_eq!(gone.status, 204, "{}", gone.text);
 }
+
+/// Runs `cmd` with `args`; its stdout (panics naming the command when it fails).
+fn run(cmd: &str, args: &[&str]) -> String {
+    let o = Command::new(cmd).args(args).output().expect(cmd);
+    assert!(
+        o.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The same provider served over https by uvicorn, with a certificate for `localhost`
+/// issued by a CA of the test's own.
+struct TlsProvider {
+    child: Child,
+    port: u16,
+    ca: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TlsProvider {
+    fn start() -> TlsProvider {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let p = |f: &str| dir.path().join(f).to_str().unwrap().to_owned();
+        let days = ["-days", "1"];
+        run(
+            "openssl",
+            &[
+                &[
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-subj",
+                    "/CN=termgate test CA",
+                ][..],
+                &days,
+                &["-keyout", &p("ca.key"), "-out", &p("ca.crt")],
+            ]
+            .concat(),
+        );
+        run(
+            "openssl",
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                "/CN=localhost",
+                "-keyout",
+                &p("srv.key"),
+                "-out",
+                &p("srv.csr"),
+            ],
+        );
+        std::fs::write(
+            dir.path().join("srv.ext"),
+            "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n",
+        )
+        .unwrap();
+        run(
+            "openssl",
+            &[
+                &[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &p("srv.csr"),
+                    "-CA",
+                    &p("ca.crt"),
+                    "-CAkey",
+                    &p("ca.key"),
+                    "-CAcreateserial",
+                ][..],
+                &days,
+                &["-extfile", &p("srv.ext"), "-out", &p("srv.crt")],
+            ]
+            .concat(),
+        );
+        let python = provider_command().with_file_name("python");
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("provider.log")).unwrap();
+        let child = Command::new(python)
+            .args([
+                "-m",
+                "uvicorn",
+                "--factory",
+                "oidc_provider_mock:app",
+                "--interface",
+                "wsgi",
+            ])
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args([
+                "--ssl-keyfile",
+                &p("srv.key"),
+                "--ssl-certfile",
+                &p("srv.crt"),
+            ])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("uvicorn");
+        let s = TlsProvider {
+            child,
+            port,
+            ca: dir.path().join("ca.crt"),
+            _dir: dir,
+        };
+        let discovery = format!("{}/.well-known/openid-configuration", s.issuer());
+        wait_for("the https provider", T, || {
+            let o = Command::new("curl")
+                .args([
+                    "-sf",
+                    "--max-time",
+                    "2",
+                    "--cacert",
+                    s.ca.to_str().unwrap(),
+                    &discovery,
+                ])
+                .output()
+                .ok()?;
+            o.status.success().then_some(())
+        });
+        s
+    }
+
+    fn issuer(&self) -> String {
+        format!("https://localhost:{}", self.port)
+    }
+}
+
+impl Drop for TlsProvider {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn an_https_provider_is_trusted_through_the_configured_ca_and_not_without_it() {
+    let tls = TlsProvider::start();
+    let plain = Provider::start(&[]);
+    let mut stack = GatewayStack::start(&oidc_config(&plain));
+    let issuer = tls.issuer();
+    let ca = tls.ca.to_str().unwrap().to_owned();
+    let env = [
+        ("TERMGATE__AUTH__OIDC__ISSUER", issuer.as_str()),
+        ("TERMGATE__AUTH__OIDC__SUB_CLAIM", "sub"),
+    ];
+    let trusting = oidc_gateway(
+        &mut stack,
+        &[&env[..], &[("TERMGATE__AUTH__OIDC__CA_FILE", &ca)]].concat(),
+    );
+    let b = begin(&stack, trusting);
+    assert!(
+        b.authorize.starts_with(&format!("{issuer}/")),
+        "{}",
+        b.authorize
+    );
+    // The browser's part at the provider, over https.
+    let callback = run(
+        "curl",
+        &[
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{redirect_url}",
+            "--cacert",
+            &ca,
+            "-d",
+            "sub=u-tls",
+            &b.authorize,
+        ],
+    );
+    assert!(
+        callback.starts_with(&stack.url(trusting, "/auth/callback?")),
+        "{callback}"
+    );
+    let r = get(&callback, &[("Cookie", &b.flow)]);
+    assert_eq!(
+        r.status, 303,
+        "discovery, token and keys over https: {}",
+        r.body
+    );
+    let cookie = format!("termgate_session={}", r.cookie("termgate_session").unwrap());
+    assert_eq!(whoami(&stack, trusting, &cookie)["sub"], json!("u-tls"));
+
+    // Without the CA the provider's certificate is not trusted: nothing is sent to it.
+    let doubting = oidc_gateway(&mut stack, &env);
+    let r = get(&stack.url(doubting, "/auth/login"), &[]);
+    assert_eq!(
+        (r.status, r.code()),
+        (502, "oidc_provider_unavailable".into()),
+        "{}",
+        r.body
+    );
+    assert!(r.cookie("termgate_oidc_flow").is_none());
+}
