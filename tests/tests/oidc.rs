@@ -449,6 +449,25 @@ fn each_forged_or_replayed_answer_is_refused_with_its_own_code_and_a_rotated_key
     );
     assert!(r.cookie("termgate_session").is_none(), "nothing cleared");
 
+    // Refused answers count against the address like failed sign-ins: past
+    // `auth_failures_per_minute` the provider is not asked any more.
+    let limited = oidc_gateway(
+        &mut stack,
+        &[("TERMGATE__GATEWAY__AUTH_FAILURES_PER_MINUTE", "2")],
+    );
+    let b = begin(&stack, limited);
+    let callback = authorize(&b.authorize, "u-alice");
+    for _ in 0..2 {
+        assert_eq!(get(&callback, &[]).code(), "oidc_flow_missing");
+    }
+    let r = get(&callback, &[("Cookie", &b.flow)]);
+    assert_eq!(
+        (r.status, r.code()),
+        (429, "too_many_failures".into()),
+        "{}",
+        r.body
+    );
+
     // Bearer tokens keep working next to the sign-in.
     let bearer = stack.control.token("carol", false);
     let a = http("GET", &stack.url(n, "/api/sessions"), Some(&bearer), None).unwrap();

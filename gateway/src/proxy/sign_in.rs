@@ -6,7 +6,7 @@ use pingora::http::RequestHeader;
 use pingora::proxy::Session;
 use policy::{OidcStep, Refusal};
 
-use super::credential::{credential, Credential};
+use super::credential::{client_ip, credential, Credential, REFUSAL_PAUSE};
 use super::reply::Json;
 use super::{header, Allowed, Ctx, Next};
 use crate::oidc::{FLOW_COOKIE, ID_TOKEN_COOKIE};
@@ -65,13 +65,25 @@ pub(super) async fn step(
             Ok(redirect("oidc_login", location, vec![cookie]))
         }
         OidcStep::Callback => {
+            // Refused callbacks count like failed sign-ins: each one that gets as far
+            // as the code costs a call to the provider.
+            let ip = client_ip(session, &g.trusted_proxies);
+            let limit =
+                isize::try_from(g.config.gateway.auth_failures_per_minute).unwrap_or(isize::MAX);
+            if g.auth_failures.observe(&ip, 0) >= limit {
+                tokio::time::sleep(REFUSAL_PAUSE).await;
+                return Err(Refusal::TOO_MANY_FAILURES);
+            }
             let req = session.req_header();
             let query = req.uri.query().unwrap_or_default().to_owned();
             let flow = cookie(req, FLOW_COOKIE).map(str::to_owned);
             let signed_in = oidc
                 .callback(&query, flow.as_deref(), now())
                 .await
-                .map_err(|e| fail(ctx, e))?;
+                .map_err(|e| {
+                    g.auth_failures.observe(&ip, 1);
+                    fail(ctx, e)
+                })?;
             let name = &g.config.auth.cookie_name;
             let max_age = signed_in.grant.exp.saturating_sub(now());
             tracing::info!(target: "audit", sub = %signed_in.grant.sub, admin = signed_in.grant.admin, decision = "allow", reason = "oidc_sign_in", "signed in");
