@@ -97,6 +97,63 @@ pub struct AuthConfig {
     /// Lifetime of tokens printed by `termgate-control token`, seconds.
     #[serde(default = "defaults::token_ttl")]
     pub token_ttl_seconds: u64,
+    /// Sign-in through an OpenID Connect provider; unset: tokens only.
+    #[serde(default)]
+    pub oidc: Option<OidcConfig>,
+}
+
+/// `[auth.oidc]`: the gateway signs people in through an OpenID Connect provider
+/// (authorization code flow with PKCE) and issues its own session token.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OidcConfig {
+    /// The provider's issuer; discovery reads `<issuer>/.well-known/openid-configuration`.
+    pub issuer: String,
+    /// This application's client id at the provider.
+    pub client_id: String,
+    /// File holding the client secret; unset: a public client (PKCE only).
+    #[serde(default)]
+    pub client_secret_file: Option<PathBuf>,
+    /// How the secret is sent to the token endpoint: `client_secret_basic` or
+    /// `client_secret_post`.
+    #[serde(default = "defaults::oidc_auth_method")]
+    pub token_endpoint_auth_method: String,
+    /// The callback URL registered at the provider: `<public origin>/auth/callback`.
+    pub redirect_url: String,
+    /// Scopes requested; must include `openid`.
+    #[serde(default = "defaults::oidc_scopes")]
+    pub scopes: Vec<String>,
+    /// The ID token claim that becomes termgate's user name (`sub`).
+    #[serde(default = "defaults::oidc_sub_claim")]
+    pub sub_claim: String,
+    /// A claim (string or array) whose value among `admin_values` grants admin.
+    #[serde(default)]
+    pub admin_claim: Option<String>,
+    /// Values of `admin_claim` that grant admin.
+    #[serde(default)]
+    pub admin_values: Vec<String>,
+    /// E-mail domains allowed to sign in; empty: any.
+    #[serde(default)]
+    pub allowed_email_domains: Vec<String>,
+    /// Groups allowed to sign in (any one, in `groups_claim`); empty: any.
+    #[serde(default)]
+    pub allowed_groups: Vec<String>,
+    /// The claim listing the user's groups.
+    #[serde(default = "defaults::oidc_groups_claim")]
+    pub groups_claim: String,
+    /// Longest session one sign-in gives (never past the ID token's `exp`), seconds.
+    #[serde(default = "defaults::oidc_session_max")]
+    pub session_max_seconds: u64,
+    /// Name on the sign-in button; empty: the issuer's host.
+    #[serde(default)]
+    pub display_name: String,
+    /// Bound on every call to the provider (discovery, token, keys), milliseconds.
+    #[serde(default = "defaults::oidc_timeout_ms")]
+    pub timeout_ms: u64,
+    /// PEM certificates trusted for the provider's https besides the system's roots
+    /// (a provider behind a private CA).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// One `[[auth.public_keys]]` entry.
@@ -600,6 +657,26 @@ pub const KEYS: &[(&str, &str)] = &[
     ("auth.signing_key_id", ""),
     ("auth.cookie_name", "\"termgate_session\""),
     ("auth.token_ttl_seconds", "3600"),
+    ("auth.oidc", ""),
+    ("auth.oidc.issuer", ""),
+    ("auth.oidc.client_id", ""),
+    ("auth.oidc.client_secret_file", ""),
+    (
+        "auth.oidc.token_endpoint_auth_method",
+        "\"client_secret_basic\"",
+    ),
+    ("auth.oidc.redirect_url", ""),
+    ("auth.oidc.scopes", "[\"openid\", \"email\", \"profile\"]"),
+    ("auth.oidc.sub_claim", "\"sub\""),
+    ("auth.oidc.admin_claim", ""),
+    ("auth.oidc.admin_values", "[]"),
+    ("auth.oidc.allowed_email_domains", "[]"),
+    ("auth.oidc.allowed_groups", "[]"),
+    ("auth.oidc.groups_claim", "\"groups\""),
+    ("auth.oidc.session_max_seconds", "28800"),
+    ("auth.oidc.display_name", "\"\""),
+    ("auth.oidc.timeout_ms", "5000"),
+    ("auth.oidc.ca_file", ""),
     ("gateway.listen", "\"127.0.0.1:8080\""),
     ("gateway.tls_cert_file", ""),
     ("gateway.tls_key_file", ""),
@@ -698,6 +775,24 @@ mod defaults {
     }
     pub fn token_ttl() -> u64 {
         3600
+    }
+    pub fn oidc_auth_method() -> String {
+        "client_secret_basic".into()
+    }
+    pub fn oidc_scopes() -> Vec<String> {
+        ["openid", "email", "profile"].map(String::from).to_vec()
+    }
+    pub fn oidc_sub_claim() -> String {
+        "sub".into()
+    }
+    pub fn oidc_groups_claim() -> String {
+        "groups".into()
+    }
+    pub fn oidc_session_max() -> u64 {
+        28800
+    }
+    pub fn oidc_timeout_ms() -> u64 {
+        5000
     }
     pub fn gateway_listen() -> String {
         "127.0.0.1:8080".into()

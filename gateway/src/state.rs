@@ -49,6 +49,8 @@ pub struct Gateway {
     pub trusted_proxies: policy::TrustedProxies,
     /// Credentials of targets' ttyds, read from files.
     pub target_credentials: TargetCredentials,
+    /// Sign-in through an OpenID Connect provider, when `[auth.oidc]` is set.
+    pub oidc: Option<Arc<crate::oidc::Oidc>>,
     /// Key of the credential hashes that tie terminals to the token that opened them.
     credential_keys: std::collections::hash_map::RandomState,
 }
@@ -79,6 +81,7 @@ impl Gateway {
             secure_cookie: g.tls_cert_file.is_some(),
             credential_keys: std::collections::hash_map::RandomState::new(),
             target_credentials: TargetCredentials::default(),
+            oidc: crate::oidc::Oidc::from_config(&config)?,
             trusted_proxies: policy::TrustedProxies::parse(&g.trusted_proxies)
                 .map_err(|(i, why)| anyhow::anyhow!("gateway.trusted_proxies[{i}]: {why}"))?,
             config,

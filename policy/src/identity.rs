@@ -451,8 +451,57 @@ impl Verifier {
         self.allowed.iter().copied()
     }
 
+    /// A verifier of an identity provider's published key set (its `jwks_uri`): keys
+    /// this crate cannot use (encryption keys, other algorithms) are left out rather
+    /// than refusing the whole set, since the provider publishes for many clients.
+    pub fn from_provider_jwks(doc: &[u8]) -> Result<Self, KeyError> {
+        let set: JwkSet =
+            serde_json::from_slice(doc).map_err(|e| KeyError::BadJwks(e.to_string()))?;
+        let mut kids = BTreeSet::new();
+        let keys: Vec<VerifyingKey> = set
+            .keys
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| {
+                !matches!(
+                    k.common.public_key_use,
+                    Some(jsonwebtoken::jwk::PublicKeyUse::Encryption)
+                )
+            })
+            .filter_map(|(i, k)| jwk_key(i, k).ok())
+            // A kid claimed twice is ambiguous: keep the first.
+            .filter(|k| k.kid.as_ref().is_none_or(|kid| kids.insert(kid.clone())))
+            .collect();
+        if keys.is_empty() {
+            return Err(KeyError::NoKeys);
+        }
+        let allowed = keys.iter().map(|k| alg_name(k.alg)).collect();
+        Ok(Verifier {
+            keys,
+            allowed,
+            settings: VerifierSettings::default(),
+        })
+    }
+
+    /// The claims of a token whose signature verifies, no claim checked: for an ID
+    /// token, whose claims `crate::oidc::check_id_token` checks by its own rules.
+    pub fn verify_signature(
+        &self,
+        token: &[u8],
+    ) -> Result<serde_json::Map<String, serde_json::Value>, TokenError> {
+        self.signed_claims(token)
+    }
+
     /// Verifies a token at time `now` (seconds since the Unix epoch).
     pub fn verify(&self, token: &[u8], now: u64) -> Result<Principal, TokenError> {
+        let claims = self.signed_claims(token)?;
+        self.check_claims(&claims, now)
+    }
+
+    fn signed_claims(
+        &self,
+        token: &[u8],
+    ) -> Result<serde_json::Map<String, serde_json::Value>, TokenError> {
         if token.len() > MAX_TOKEN_BYTES {
             return Err(TokenError::Oversized);
         }
@@ -522,8 +571,7 @@ impl Verifier {
                 }
             }
         });
-        let claims = claims.ok_or(last)?;
-        self.check_claims(&claims, now)
+        claims.ok_or(last)
     }
 
     fn check_claims(

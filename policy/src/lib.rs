@@ -14,6 +14,7 @@ pub mod error;
 pub mod feed;
 pub mod identity;
 pub mod lifetime;
+pub mod oidc;
 pub mod origin;
 pub mod path;
 pub mod quota;
@@ -33,7 +34,7 @@ pub use identity::{
 };
 pub use lifetime::{Deadline, EndCause, LifetimeLimits};
 pub use origin::{CredentialSource, Origin, OriginDenied, OriginPolicy};
-pub use path::{classify, PathError, PublicRoute, TerminalPart};
+pub use path::{classify, OidcStep, PathError, PublicRoute, TerminalPart};
 pub use quota::{QuotaExceeded, QuotaLimits, QuotaScope};
 pub use refusal::Refusal;
 pub use sandbox::{ContainerSpec, MountKind, MountSpec, Namespace, NamespaceMode, Rule, Violation};

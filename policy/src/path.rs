@@ -39,6 +39,8 @@ pub enum PublicRoute<'a> {
     Asset(&'a str),
     /// `/auth/session`.
     AuthSession,
+    /// `/auth/<step>`: sign-in through the identity provider (404 without `[auth.oidc]`).
+    Oidc(OidcStep),
     /// `/admin`: the admin console, for admins only (everyone else gets the 404 of
     /// an unknown path).
     Admin,
@@ -51,6 +53,19 @@ pub enum PublicRoute<'a> {
         /// Which part of ttyd.
         part: TerminalPart,
     },
+}
+
+/// A step of the sign-in through the identity provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OidcStep {
+    /// `/auth/providers`: whether the page offers "Sign in with …".
+    Providers,
+    /// `/auth/login`: redirects to the provider.
+    Login,
+    /// `/auth/callback`: the provider's answer.
+    Callback,
+    /// `/auth/logout`: clears the session, then the provider's end of session.
+    Logout,
 }
 
 /// Why a path was refused.
@@ -103,6 +118,10 @@ pub fn classify(raw: &[u8]) -> Result<PublicRoute<'_>, PathError> {
         "/healthz" => return Ok(PublicRoute::Health),
         "/" => return Ok(PublicRoute::Asset("")),
         "/auth/session" => return Ok(PublicRoute::AuthSession),
+        "/auth/providers" => return Ok(PublicRoute::Oidc(OidcStep::Providers)),
+        "/auth/login" => return Ok(PublicRoute::Oidc(OidcStep::Login)),
+        "/auth/callback" => return Ok(PublicRoute::Oidc(OidcStep::Callback)),
+        "/auth/logout" => return Ok(PublicRoute::Oidc(OidcStep::Logout)),
         "/admin" => return Ok(PublicRoute::Admin),
         _ => {}
     }
@@ -162,6 +181,15 @@ mod tests {
             Ok(PublicRoute::Asset("app.js"))
         );
         assert_eq!(classify(b"/auth/session"), Ok(PublicRoute::AuthSession));
+        assert_eq!(
+            classify(b"/auth/callback"),
+            Ok(PublicRoute::Oidc(OidcStep::Callback))
+        );
+        assert_eq!(
+            classify(b"/auth/login"),
+            Ok(PublicRoute::Oidc(OidcStep::Login))
+        );
+        assert_eq!(classify(b"/auth/callback/"), Err(PathError::NotFound));
         assert_eq!(classify(b"/admin"), Ok(PublicRoute::Admin));
         assert_eq!(classify(b"/admin/"), Err(PathError::NotFound));
         assert_eq!(classify(b"/api/sessions"), Ok(PublicRoute::Api("sessions")));

@@ -190,6 +190,84 @@ impl Refusal {
     /// A user name that is not a valid `sub`.
     pub const INVALID_SUB: Refusal = refusal(400, "invalid_sub", "not a valid user name");
 
+    // Sign-in through the identity provider (`policy::oidc`): each refusal of the
+    // callback has its own code, shown on the page the browser lands on.
+    /// No flow cookie, or a tampered one.
+    pub const OIDC_FLOW_MISSING: Refusal = refusal(
+        400,
+        "oidc_flow_missing",
+        "this browser has no sign-in in progress; start again",
+    );
+    /// The flow cookie expired.
+    pub const OIDC_FLOW_EXPIRED: Refusal = refusal(
+        400,
+        "oidc_flow_expired",
+        "the sign-in took too long; start again",
+    );
+    /// The callback's `state` is not this browser's.
+    pub const OIDC_STATE_MISMATCH: Refusal = refusal(
+        400,
+        "oidc_state_mismatch",
+        "the sign-in answer does not belong to this browser",
+    );
+    /// The callback was already used.
+    pub const OIDC_REPLAYED: Refusal =
+        refusal(400, "oidc_replayed", "this sign-in answer was already used");
+    /// The provider answered with an error.
+    pub const OIDC_PROVIDER_REFUSED: Refusal = refusal(
+        403,
+        "oidc_provider_refused",
+        "the identity provider refused the sign-in",
+    );
+    /// The callback lacks what it must carry.
+    pub const OIDC_BAD_CALLBACK: Refusal =
+        refusal(400, "oidc_bad_callback", "the sign-in answer is malformed");
+    /// The answer names another issuer (mix-up).
+    pub const OIDC_WRONG_ISSUER: Refusal = refusal(
+        400,
+        "oidc_wrong_issuer",
+        "the sign-in answer comes from another identity provider",
+    );
+    /// The provider did not exchange the code.
+    pub const OIDC_CODE_REJECTED: Refusal = refusal(
+        400,
+        "oidc_code_rejected",
+        "the identity provider did not accept the sign-in code",
+    );
+    /// The ID token does not verify.
+    pub const OIDC_INVALID_ID_TOKEN: Refusal =
+        refusal(400, "oidc_invalid_id_token", "the ID token is not valid");
+    /// The ID token was issued to another client.
+    pub const OIDC_WRONG_AUDIENCE: Refusal = refusal(
+        400,
+        "oidc_wrong_audience",
+        "the ID token was issued to another application",
+    );
+    /// The ID token's nonce is not this browser's.
+    pub const OIDC_NONCE_MISMATCH: Refusal = refusal(
+        400,
+        "oidc_nonce_mismatch",
+        "the ID token does not belong to this sign-in",
+    );
+    /// The ID token is expired.
+    pub const OIDC_ID_TOKEN_EXPIRED: Refusal =
+        refusal(400, "oidc_id_token_expired", "the ID token is expired");
+    /// The configured user-name claim is missing or not a valid user name.
+    pub const OIDC_BAD_SUBJECT: Refusal = refusal(
+        403,
+        "oidc_bad_subject",
+        "the identity provider did not name a valid user",
+    );
+    /// The account's domain or groups are not allowed.
+    pub const OIDC_NOT_ALLOWED: Refusal =
+        refusal(403, "oidc_not_allowed", "this account may not sign in here");
+    /// The provider cannot be reached.
+    pub const OIDC_PROVIDER_UNAVAILABLE: Refusal = refusal(
+        502,
+        "oidc_provider_unavailable",
+        "the identity provider is not answering; try again shortly",
+    );
+
     /// The same refusal with a more specific message.
     pub fn with_message(self, message: impl Into<Cow<'static, str>>) -> Refusal {
         Refusal {

@@ -705,3 +705,61 @@ fn a_token_living_longer_than_the_maximum_is_refused() {
         "invalid_claim"
     );
 }
+
+/// A token signed with `key` as `alg`, naming `kid` (or none), with any claims.
+fn signed(key: &EncodingKey, alg: Algorithm, kid: Option<&str>, claims: &Value) -> String {
+    let mut h = Header::new(alg);
+    h.kid = kid.map(str::to_owned);
+    jsonwebtoken::encode(&h, claims, key).unwrap()
+}
+
+#[test]
+fn a_providers_key_set_keeps_the_usable_keys_and_checks_only_the_signature() {
+    let mut rsa = Jwk::from_encoding_key(&rsa_key(), Algorithm::RS256).unwrap();
+    rsa.common.key_id = Some("sig-1".into());
+    let mut enc = Jwk::from_encoding_key(&ec_key(), Algorithm::ES256).unwrap();
+    enc.common.key_id = Some("enc-1".into());
+    enc.common.public_key_use = Some(jsonwebtoken::jwk::PublicKeyUse::Encryption);
+    let oct = Jwk::from_encoding_key(&EncodingKey::from_secret(SECRET).unwrap(), Algorithm::HS256)
+        .unwrap();
+    let doc = serde_json::to_vec(&JwkSet {
+        keys: vec![oct.clone(), enc.clone(), rsa],
+    })
+    .unwrap();
+    // Verifier::new refuses the whole set for its symmetric key; a provider's set
+    // leaves it out.
+    assert!(Verifier::new(&KeyMaterial::Jwks(doc.clone()), settings()).is_err());
+    let v = Verifier::from_provider_jwks(&doc).unwrap();
+    // An ID token's sub need not be a termgate user name, and no claim is checked here.
+    let id_token = json!({"sub": "auth0|123", "aud": ["x"], "exp": 1});
+    let claims = v
+        .verify_signature(signed(&rsa_key(), Algorithm::RS256, Some("sig-1"), &id_token).as_bytes())
+        .unwrap();
+    assert_eq!(claims["sub"], json!("auth0|123"));
+    let without_kid = signed(&rsa_key(), Algorithm::RS256, None, &id_token);
+    assert!(v.verify_signature(without_kid.as_bytes()).is_ok());
+    for (token, why) in [
+        (
+            signed(&ec_key(), Algorithm::ES256, Some("enc-1"), &id_token),
+            "algorithm_not_allowed",
+        ),
+        (
+            signed(&rsa_key(), Algorithm::RS256, Some("sig-2"), &id_token),
+            "unknown_kid",
+        ),
+        (hs(&id_token), "algorithm_not_allowed"),
+    ] {
+        assert_eq!(
+            v.verify_signature(token.as_bytes()).unwrap_err().reason(),
+            why
+        );
+    }
+    let unusable = serde_json::to_vec(&JwkSet {
+        keys: vec![oct, enc],
+    })
+    .unwrap();
+    assert_eq!(
+        Verifier::from_provider_jwks(&unusable).unwrap_err(),
+        KeyError::NoKeys
+    );
+}

@@ -173,3 +173,47 @@ fn token_refuses_clearly_when_only_public_keys_are_configured() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("no signing key"), "{}", stderr(&o));
 }
+
+#[test]
+fn oidc_without_a_key_to_sign_sessions_stops_both_binaries_naming_the_key() {
+    let dir = ConfigDir::example("");
+    let pem = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../policy/tests/fixtures/ed.pub"
+    ))
+    .unwrap();
+    dir.write("secrets/idp.pub", &pem);
+    // Verification by a public key alone: the gateway could not sign its sessions.
+    let text = e2e::EXAMPLE_CONFIG
+        .replace("hs256_secret_file = \"secrets/hs256.key\"\n", "")
+        .replace(
+            "token_ttl_seconds = 3600\n",
+            "token_ttl_seconds = 3600\n[[auth.public_keys]]\nfile = \"secrets/idp.pub\"\n",
+        );
+    let oidc = "\n[auth.oidc]\nissuer = \"https://idp.example\"\nclient_id = \"termgate\"\nredirect_url = \"http://127.0.0.1:8080/auth/callback\"\n";
+    dir.write_config(&format!("{text}{oidc}"));
+    for (bin, check) in [
+        ("termgate-control", "check"),
+        ("termgate-gateway", "--check"),
+    ] {
+        let o = dir.run(bin, &[check]);
+        assert!(
+            !o.status.success(),
+            "{bin} accepted oidc without a signing key"
+        );
+        assert!(
+            stderr(&o).contains("auth.oidc: the gateway signs"),
+            "{bin}: {}",
+            stderr(&o)
+        );
+    }
+    // With the HS256 secret the same [auth.oidc] is accepted.
+    let dir = ConfigDir::example(oidc);
+    for (bin, check) in [
+        ("termgate-control", "check"),
+        ("termgate-gateway", "--check"),
+    ] {
+        let o = dir.run(bin, &[check]);
+        assert!(o.status.success(), "{bin}: {}", stderr(&o));
+    }
+}

@@ -12,6 +12,7 @@ mod api;
 mod credential;
 mod first_message;
 mod reply;
+mod sign_in;
 mod tunnel;
 mod upstream;
 mod ws_frames;
@@ -115,6 +116,8 @@ enum Next {
     Asset(String),
     /// Is answered with the admin console's page.
     AdminPage,
+    /// Is answered with a redirect (sign-in through the identity provider).
+    Redirect(sign_in::Redirect),
 }
 
 /// Per-request state.
@@ -285,6 +288,7 @@ impl Proxy {
                 next: Next::Asset(name.to_owned()),
             }),
             PublicRoute::AuthSession => api::auth_session(g, session, ctx).await,
+            PublicRoute::Oidc(step) => sign_in::step(g, session, ctx, step).await,
             PublicRoute::Admin => admission::admin_page(g, session, ctx).await,
             PublicRoute::Api(rest) => api::api(g, session, ctx, rest).await,
             PublicRoute::Terminal { id, part } => {
@@ -392,6 +396,7 @@ impl ProxyHttp for Proxy {
             Next::AdminPage => {
                 ui::serve_admin(session).await?;
             }
+            Next::Redirect(to) => reply::redirect(session, to).await?,
         }
         Ok(true)
     }

@@ -62,6 +62,18 @@ pub(super) async fn json(session: &mut Session, json: Json) -> Result<()> {
         .await
 }
 
+/// Writes a 303 to `to.location`, setting its cookies; never cached.
+pub(super) async fn redirect(session: &mut Session, to: super::sign_in::Redirect) -> Result<()> {
+    let mut h = ResponseHeader::build(303, Some(3 + to.cookies.len()))?;
+    h.insert_header("Location", to.location)?;
+    h.insert_header("Content-Length", "0")?;
+    h.insert_header("Cache-Control", "no-store")?;
+    for c in to.cookies {
+        h.append_header("Set-Cookie", c)?;
+    }
+    session.write_response_header(Box::new(h), true).await
+}
+
 /// Writes a refusal: an HTML page for a browser navigating, the JSON shape otherwise.
 pub(super) async fn refusal(session: &mut Session, r: &Refusal) -> Result<()> {
     if wants_html(session.req_header()) {

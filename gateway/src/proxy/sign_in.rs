@@ -1,0 +1,160 @@
+//! The routes of the sign-in through an OpenID Connect provider (`crate::oidc`):
+//! `/auth/providers`, `/auth/login`, `/auth/callback`, `/auth/logout`. Without
+//! `[auth.oidc]` only `/auth/providers` exists (it says there is no provider).
+
+use pingora::http::RequestHeader;
+use pingora::proxy::Session;
+use policy::{OidcStep, Refusal};
+
+use super::credential::{client_ip, credential, Credential, REFUSAL_PAUSE};
+use super::reply::Json;
+use super::{header, Allowed, Ctx, Next};
+use crate::oidc::{FLOW_COOKIE, ID_TOKEN_COOKIE};
+use crate::state::{now, Gateway};
+use crate::terminals::CloseReason;
+
+/// A redirect the gateway answers itself, with the cookies it sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Redirect {
+    pub location: String,
+    pub cookies: Vec<String>,
+}
+
+/// Admits a request for one step of the sign-in.
+pub(super) async fn step(
+    g: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+    step: OidcStep,
+) -> Result<Allowed, Refusal> {
+    if session.req_header().method != "GET" {
+        return Err(Refusal::METHOD_NOT_ALLOWED.with_message("use GET"));
+    }
+    if step == OidcStep::Providers {
+        let oidc = g
+            .oidc
+            .as_ref()
+            .map(|o| serde_json::json!({"name": o.display_name(), "login": "/auth/login"}));
+        return Ok(Allowed {
+            reason: "providers",
+            next: Next::Reply(Json::ok(&serde_json::json!({ "oidc": oidc }))),
+        });
+    }
+    let Some(oidc) = g.oidc.clone() else {
+        return Err(Refusal::PAGE_NOT_FOUND);
+    };
+    let secure = if oidc.secure() || g.secure_cookie {
+        "; Secure"
+    } else {
+        ""
+    };
+    let fail = |ctx: &mut Ctx, e: policy::oidc::OidcError| {
+        ctx.reason = e.code();
+        tracing::info!(target: "audit", decision = "deny", reason = e.code(), error = %e, "sign-in refused");
+        Refusal::from(&e)
+    };
+    match step {
+        OidcStep::Providers => unreachable!("answered above"),
+        OidcStep::Login => {
+            let (location, flow) = oidc.login(now()).await.map_err(|e| fail(ctx, e))?;
+            // Lax: the provider's redirect back is a cross-site navigation.
+            let cookie = format!(
+                "{FLOW_COOKIE}={flow}; HttpOnly; SameSite=Lax; Path=/auth/callback; Max-Age={}{secure}",
+                policy::oidc::FLOW_TTL_SECS
+            );
+            Ok(redirect("oidc_login", location, vec![cookie]))
+        }
+        OidcStep::Callback => {
+            // Refused callbacks count like failed sign-ins: each one that gets as far
+            // as the code costs a call to the provider.
+            let ip = client_ip(session, &g.trusted_proxies);
+            let limit =
+                isize::try_from(g.config.gateway.auth_failures_per_minute).unwrap_or(isize::MAX);
+            if g.auth_failures.observe(&ip, 0) >= limit {
+                tokio::time::sleep(REFUSAL_PAUSE).await;
+                return Err(Refusal::TOO_MANY_FAILURES);
+            }
+            let req = session.req_header();
+            let query = req.uri.query().unwrap_or_default().to_owned();
+            let flow = cookie(req, FLOW_COOKIE).map(str::to_owned);
+            let signed_in = oidc
+                .callback(&query, flow.as_deref(), now())
+                .await
+                .map_err(|e| {
+                    g.auth_failures.observe(&ip, 1);
+                    fail(ctx, e)
+                })?;
+            let name = &g.config.auth.cookie_name;
+            let max_age = signed_in.grant.exp.saturating_sub(now());
+            tracing::info!(target: "audit", sub = %signed_in.grant.sub, admin = signed_in.grant.admin, decision = "allow", reason = "oidc_sign_in", "signed in");
+            let cookies = vec![
+                format!(
+                    "{name}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{secure}",
+                    signed_in.token
+                ),
+                format!(
+                    "{ID_TOKEN_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/auth/logout; Max-Age={max_age}{secure}",
+                    signed_in.id_token
+                ),
+                format!("{FLOW_COOKIE}=; HttpOnly; SameSite=Lax; Path=/auth/callback; Max-Age=0{secure}"),
+            ];
+            Ok(redirect("oidc_sign_in", "/".into(), cookies))
+        }
+        OidcStep::Logout => {
+            let req = session.req_header();
+            if header(req, "sec-fetch-site") == Some(b"cross-site") {
+                // Another site may not sign people out (and close their terminals).
+                return Err(Refusal::ORIGIN_NOT_ALLOWED);
+            }
+            let name = &g.config.auth.cookie_name;
+            if let Some(Credential { token, .. }) = credential(req, name) {
+                let n = g.terminals.close_credential(g.credential_key(&token));
+                if n > 0 {
+                    tracing::info!(target: "audit", closed = n, reason = "signed_out", "live terminals closed");
+                    g.count_closed(CloseReason::SignedOut, n);
+                }
+            }
+            let id_token = cookie(req, ID_TOKEN_COOKIE).map(str::to_owned);
+            let location = oidc.logout_location(id_token.as_deref()).await;
+            let cookies = vec![
+                format!("{name}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}"),
+                format!("{ID_TOKEN_COOKIE}=; HttpOnly; SameSite=Strict; Path=/auth/logout; Max-Age=0{secure}"),
+            ];
+            Ok(redirect("oidc_sign_out", location, cookies))
+        }
+    }
+}
+
+fn redirect(reason: &'static str, location: String, cookies: Vec<String>) -> Allowed {
+    Allowed {
+        reason,
+        next: Next::Redirect(Redirect { location, cookies }),
+    }
+}
+
+/// The value of the cookie `name`, from any `Cookie` header.
+fn cookie<'a>(req: &'a RequestHeader, name: &str) -> Option<&'a str> {
+    req.headers.get_all("cookie").into_iter().find_map(|value| {
+        let value = std::str::from_utf8(value.as_bytes()).ok()?;
+        value
+            .split(';')
+            .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cookie_is_found_by_its_exact_name() {
+        let mut r = RequestHeader::build("GET", b"/auth/callback", None).unwrap();
+        r.append_header(
+            "Cookie",
+            "a=1; termgate_oidc_flowx=no; termgate_oidc_flow=yes",
+        )
+        .unwrap();
+        assert_eq!(cookie(&r, FLOW_COOKIE), Some("yes"));
+        assert_eq!(cookie(&r, "b"), None);
+    }
+}
