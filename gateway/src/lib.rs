@@ -10,6 +10,7 @@ pub mod feed;
 pub mod head_deadline;
 pub mod metrics;
 pub mod proxy;
+pub mod recording;
 pub mod routes;
 pub mod state;
 pub mod target_credentials;

@@ -49,6 +49,8 @@ pub struct Gateway {
     pub trusted_proxies: policy::TrustedProxies,
     /// Credentials of targets' ttyds, read from files.
     pub target_credentials: TargetCredentials,
+    /// Where recorded terminals are written (profiles' `record`).
+    pub recordings: crate::recording::Spool,
     /// Key of the credential hashes that tie terminals to the token that opened them.
     credential_keys: std::collections::hash_map::RandomState,
 }
@@ -79,6 +81,10 @@ impl Gateway {
             secure_cookie: g.tls_cert_file.is_some(),
             credential_keys: std::collections::hash_map::RandomState::new(),
             target_credentials: TargetCredentials::default(),
+            recordings: crate::recording::Spool::new(
+                config.resolve(&g.recordings_dir),
+                g.recording_queue,
+            ),
             trusted_proxies: policy::TrustedProxies::parse(&g.trusted_proxies)
                 .map_err(|(i, why)| anyhow::anyhow!("gateway.trusted_proxies[{i}]: {why}"))?,
             config,

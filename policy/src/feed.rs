@@ -37,6 +37,39 @@ pub struct Route {
     /// Set for a target: who may open it and how its ttyd is signed in to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<TargetAccess>,
+    /// Whether the gateway records its terminals (the profile's `record`).
+    #[serde(default, skip_serializing_if = "Recording::is_off")]
+    pub record: Recording,
+}
+
+/// What of a terminal the gateway records as asciicast v2 (profiles' `record` and
+/// `record_input`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Recording {
+    /// Nothing.
+    #[default]
+    Off,
+    /// Output and resizes.
+    Output,
+    /// Output, resizes and what users type.
+    OutputAndInput,
+}
+
+impl Recording {
+    /// From a profile's two keys.
+    pub fn of(record: bool, record_input: bool) -> Self {
+        match (record, record_input) {
+            (false, _) => Recording::Off,
+            (true, false) => Recording::Output,
+            (true, true) => Recording::OutputAndInput,
+        }
+    }
+
+    /// Whether nothing is recorded.
+    pub fn is_off(&self) -> bool {
+        *self == Recording::Off
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -58,6 +91,7 @@ impl Route {
             host: None,
             unreachable: false,
             target: None,
+            record: Recording::Off,
         }
     }
 

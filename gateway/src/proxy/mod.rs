@@ -373,8 +373,18 @@ impl ProxyHttp for Proxy {
                     let clock = clock.map(|id| self.g.activity.clock(id));
                     ctx.frames = Some(ws_frames::FrameSizes::new(clock));
                 }
+                let recorded = matches!(&upstream, Upstream::Ttyd(t) if !t.record.is_off());
                 ctx.upstream = Some(upstream);
-                if ws && !self.hooks.pingora_tunnel && tunnel::eligible(session) {
+                let own_tunnel = ws && !self.hooks.pingora_tunnel && tunnel::eligible(session);
+                if ws && recorded && !own_tunnel {
+                    // Only the gateway's own tunnel records (TLS listeners: Pingora's
+                    // path): refused rather than carried unrecorded.
+                    ctx.decision = Decision::Deny;
+                    ctx.reason = Refusal::RECORDING_UNAVAILABLE.code;
+                    reply::refusal(session, &Refusal::RECORDING_UNAVAILABLE).await?;
+                    return Ok(true);
+                }
+                if own_tunnel {
                     if let Err(e) = tunnel::open(self, session, ctx).await {
                         ctx.reason = "";
                         let failed = answer_failure(session, &e, ctx).await;
