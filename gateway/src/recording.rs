@@ -222,10 +222,16 @@ impl Recorder {
             }
             Piece::Start(b'1') => message.clear(),
             Piece::Data(b'0', raw) if *input => raw.copy_into(input_buf),
-            Piece::Data(b'1' | b'{', raw) => {
-                if message.len() + raw.bytes.len() <= MAX_CONTROL_MESSAGE {
-                    raw.copy_into(message);
-                }
+            // Longer than any size message: not gathered, so it does not parse.
+            Piece::Data(b'1' | b'{', raw)
+                if message.len() + raw.bytes.len() <= MAX_CONTROL_MESSAGE =>
+            {
+                raw.copy_into(message)
+            }
+            // Too long: spoiled, so that no later piece makes it parse.
+            Piece::Data(b'1' | b'{', _) => {
+                message.clear();
+                message.push(b'!');
             }
             Piece::End(cmd @ (b'1' | b'{')) => {
                 let Some((cols, rows)) = size_of(message) else {

@@ -392,6 +392,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn recording_follows_the_profile_and_old_routes_record_nothing() {
+        assert_eq!(Recording::of(false, true), Recording::Off);
+        assert_eq!(Recording::of(true, false), Recording::Output);
+        assert_eq!(Recording::of(true, true), Recording::OutputAndInput);
+        let id = SessionId::from_random([1; 10]);
+        let mut r = Route::container(id, "alice", "c1");
+        let plain = serde_json::to_string(&r).unwrap();
+        assert!(!plain.contains("record"), "{plain}");
+        assert_eq!(
+            serde_json::from_str::<Route>(&plain).unwrap().record,
+            Recording::Off
+        );
+        r.record = Recording::OutputAndInput;
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains(r#""record":"output_and_input""#), "{text}");
+        assert_eq!(serde_json::from_str::<Route>(&text).unwrap(), r);
+    }
+
+    #[test]
     fn target_urls_parse_into_an_address_and_a_base_path() {
         let a = TtydAddress::parse_url("http://127.0.0.1:7681").unwrap();
         assert_eq!(
