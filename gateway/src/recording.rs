@@ -40,6 +40,10 @@ const MAX_CONTROL_MESSAGE: usize = 4096;
 const SWEEP: Duration = Duration::from_secs(5);
 /// Stack of a writer thread: it only formats lines and writes them.
 const WRITER_STACK: usize = 256 * 1024;
+/// Buffers the writer hands back for reuse, and the largest one kept: a terminal that
+/// was busy once holds little once it is idle again.
+const SPARE_BUFFERS: usize = 4;
+const SPARE_CAPACITY: usize = 16 * 1024;
 
 /// Where recordings are spooled, and what wakes their uploader.
 pub struct Spool {
@@ -98,9 +102,9 @@ impl Spool {
         let part = dir.join(format!("{name}.cast.part"));
         let file = File::create(&part)?;
         let (tx, rx) = mpsc::sync_channel(self.queue);
-        let (spare_tx, spare) = mpsc::channel();
+        let (spare_tx, spare) = mpsc::sync_channel(SPARE_BUFFERS);
         let writer = Writer {
-            out: BufWriter::with_capacity(16 * 1024, file),
+            out: BufWriter::with_capacity(8 * 1024, file),
             timestamp: started_at.as_secs(),
             header_written: false,
             output_carry: Vec::new(),
@@ -443,7 +447,7 @@ struct Writer {
     input_carry: Vec<u8>,
     /// Carry and new bytes, joined.
     joined: Vec<u8>,
-    spare: mpsc::Sender<Vec<u8>>,
+    spare: SyncSender<Vec<u8>>,
     delay: Option<Duration>,
 }
 
@@ -503,51 +507,102 @@ impl Writer {
 
     /// One `o` or `i` event of the valid UTF-8 in carry + `bytes`; an incomplete
     /// sequence at the end is carried to the next event, invalid bytes are replaced.
+    /// Written straight into the file's buffer, escaped on the way.
     fn text(&mut self, at: f64, code: &str, bytes: &[u8], input: bool) -> io::Result<()> {
-        let carry = if input {
-            &mut self.input_carry
+        let Writer {
+            out,
+            output_carry,
+            input_carry,
+            joined,
+            ..
+        } = self;
+        let carry = if input { input_carry } else { output_carry };
+        let whole: &[u8] = if carry.is_empty() {
+            bytes
         } else {
-            &mut self.output_carry
+            joined.clear();
+            joined.append(carry);
+            joined.extend_from_slice(bytes);
+            joined
         };
-        self.joined.clear();
-        self.joined.append(carry);
-        self.joined.extend_from_slice(bytes);
-        let mut text = String::with_capacity(self.joined.len());
-        let mut rest = &self.joined[..];
+        let mut started = false;
+        let mut begin = |out: &mut BufWriter<File>| -> io::Result<()> {
+            if !started {
+                started = true;
+                write!(out, "[{at:.6}, \"{code}\", \"")?;
+            }
+            Ok(())
+        };
+        let mut rest = whole;
         while !rest.is_empty() {
-            match std::str::from_utf8(rest) {
-                Ok(s) => {
-                    text.push_str(s);
-                    break;
-                }
+            let (valid, after) = match std::str::from_utf8(rest) {
+                Ok(s) => (s, None),
                 Err(e) => {
                     let (valid, after) = rest.split_at(e.valid_up_to());
-                    // SAFETY-free: `valid_up_to` bytes are valid UTF-8.
-                    text.push_str(std::str::from_utf8(valid).unwrap_or_default());
-                    match e.error_len() {
-                        None => {
-                            carry.extend_from_slice(after);
-                            break;
-                        }
-                        Some(n) => {
-                            text.push(char::REPLACEMENT_CHARACTER);
-                            rest = &after[n..];
-                        }
-                    }
+                    // The first `valid_up_to` bytes are valid UTF-8.
+                    let valid = std::str::from_utf8(valid).unwrap_or_default();
+                    (valid, Some((e.error_len(), after)))
+                }
+            };
+            if !valid.is_empty() {
+                begin(out)?;
+                escape_into(out, valid)?;
+            }
+            match after {
+                None => break,
+                Some((None, tail)) => {
+                    carry.extend_from_slice(tail);
+                    break;
+                }
+                Some((Some(n), tail)) => {
+                    begin(out)?;
+                    out.write_all(b"\\ufffd")?;
+                    rest = &tail[n..];
                 }
             }
         }
-        if text.is_empty() {
-            return Ok(());
+        if started {
+            out.write_all(b"\"]\n")?;
         }
-        writeln!(self.out, "[{at:.6}, \"{code}\", {}]", json_string(&text))
+        if joined.capacity() > SPARE_CAPACITY {
+            *joined = Vec::new();
+        }
+        Ok(())
     }
 
     fn recycle(&self, mut bytes: Vec<u8>) {
+        if bytes.capacity() > SPARE_CAPACITY {
+            return;
+        }
         bytes.clear();
-        // The recorder has gone: the buffer is simply freed.
-        let _ = self.spare.send(bytes);
+        // Enough spares already, or the recorder has gone: the buffer is freed.
+        let _ = self.spare.try_send(bytes);
     }
+}
+
+/// Writes `s` as the inside of a JSON string.
+fn escape_into(out: &mut impl Write, s: &str) -> io::Result<()> {
+    let b = s.as_bytes();
+    let mut from = 0;
+    for (i, &c) in b.iter().enumerate() {
+        let short: &[u8] = match c {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0..=0x1f => b"",
+            _ => continue,
+        };
+        out.write_all(&b[from..i])?;
+        if short.is_empty() {
+            write!(out, "\\u{c:04x}")?;
+        } else {
+            out.write_all(short)?;
+        }
+        from = i + 1;
+    }
+    out.write_all(&b[from..])
 }
 
 fn json_string(s: &str) -> String {
@@ -623,6 +678,15 @@ async fn sweep(g: &Gateway, spool: &Path) {
         else {
             continue;
         };
+        // Control refuses a file over its bound (the same configuration): kept aside
+        // rather than sent again at every sweep.
+        let max = g.config.control.max_recording_bytes;
+        if fs::metadata(&path).is_ok_and(|m| m.len() > max) {
+            let aside = path.with_extension("cast.too-large");
+            let _ = fs::rename(&path, &aside);
+            tracing::error!(target: "audit", session = %session, recording = name, path = %aside.display(), "a recording is larger than control.max_recording_bytes: kept in the spool, not handed over");
+            continue;
+        }
         match g.control.put_recording(&session, name, &path).await {
             Ok(()) => {
                 if let Err(e) = fs::remove_file(&path) {
@@ -783,7 +847,7 @@ mod tests {
     fn a_full_queue_is_reported_instead_of_dropping_events() {
         // A writer that has not taken anything yet: the fifth event finds no room.
         let (tx, queue) = mpsc::sync_channel(4);
-        let (_spare_tx, spare) = mpsc::channel();
+        let (_spare_tx, spare) = mpsc::sync_channel(1);
         let mut r = Recorder::new(tx, spare, true);
         let frame = framed(0x82, b"0output", false);
         for _ in 0..4 {
@@ -798,6 +862,17 @@ mod tests {
         drop(queue);
         // A writer that is gone is as full as one that is behind.
         assert_eq!(r.downward(&frame), Err(QueueFull));
+    }
+
+    #[test]
+    fn escaped_text_reads_back_as_the_same_string() {
+        let mut text: String = (0u8..128).map(char::from).collect();
+        text.push_str("é€😀\u{2028}");
+        let mut out = b"\"".to_vec();
+        escape_into(&mut out, &text).unwrap();
+        out.push(b'"');
+        let back: String = serde_json::from_slice(&out).unwrap();
+        assert_eq!(back, text);
     }
 
     #[test]

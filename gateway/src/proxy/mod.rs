@@ -59,6 +59,9 @@ pub struct TestHooks {
     /// `TERMGATE_TEST_PINGORA_TUNNEL=1`: terminals on plain listeners take Pingora's
     /// upgrade path, as TLS listeners do.
     pub pingora_tunnel: bool,
+    /// `TERMGATE_TEST_RECORD_ALL=1`: every terminal websocket is recorded (output), a
+    /// target's too, so benchmarks compare the same ttyd recorded and not.
+    pub record_all: bool,
 }
 
 impl TestHooks {
@@ -73,6 +76,7 @@ impl TestHooks {
                 .and_then(|v| v.parse().ok())
                 .map(Duration::from_millis),
             pingora_tunnel: std::env::var("TERMGATE_TEST_PINGORA_TUNNEL").is_ok_and(|v| v == "1"),
+            record_all: std::env::var("TERMGATE_TEST_RECORD_ALL").is_ok_and(|v| v == "1"),
         }
     }
 }
@@ -347,7 +351,12 @@ impl ProxyHttp for Proxy {
         ctx.decision = Decision::Allow;
         ctx.reason = allowed.reason;
         match allowed.next {
-            Next::Proxy(upstream) => {
+            Next::Proxy(mut upstream) => {
+                if let Upstream::Ttyd(t) = &mut upstream {
+                    if self.hooks.record_all && t.record.is_off() {
+                        t.record = policy::feed::Recording::Output;
+                    }
+                }
                 if let Upstream::Ttyd(TtydRequest {
                     auth_token: Some(token),
                     ..
