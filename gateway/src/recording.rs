@@ -4,10 +4,12 @@
 //! [`Recorder`]: output (server messages starting `'0'`), resizes (client `'1'` with
 //! `{"columns","rows"}`), the first client message's size, and input (client `'0'`)
 //! when the profile records input. Each read of a socket becomes at most one event,
-//! copied into a pooled buffer and put on a bounded queue to a writer thread of the
-//! terminal's own; the tunnel never waits for the disk. A queue that is full makes
-//! the tunnel close the terminal before the bytes of that read are passed on, so a
-//! recording never misses what the browser saw.
+//! copied into a pooled buffer and queued, without waiting, for the gateway's one
+//! writer thread (started with the first recording), which keeps every open
+//! recording's file; the tunnel never waits for the disk. Each terminal may have
+//! `gateway.recording_queue` events waiting: one more makes the tunnel close the
+//! terminal before the bytes of that read are passed on, so a recording never misses
+//! what the browser saw.
 //!
 //! The writer turns events into asciicast lines (output split inside a UTF-8
 //! sequence is carried to the next event), writes `<spool>/<session>/<name>.cast.part`
@@ -19,10 +21,11 @@
 //! Unrecorded terminals have no `Recorder`: their output is never parsed.
 
 use std::fs::{self, File};
-use std::io::{self, BufWriter, Write};
+use std::collections::HashMap;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -38,8 +41,10 @@ use crate::state::Gateway;
 const MAX_CONTROL_MESSAGE: usize = 4096;
 /// How often the spool is swept for files control has not taken yet.
 const SWEEP: Duration = Duration::from_secs(5);
-/// Stack of a writer thread: it only formats lines and writes them.
+/// Stack of the writer thread: it only formats lines and writes them.
 const WRITER_STACK: usize = 256 * 1024;
+/// What a recording whose writer failed counts as waiting: always full.
+const FAILED: usize = usize::MAX / 2;
 /// Buffers the writer hands back for reuse, and the largest one kept: a terminal that
 /// was busy once holds little once it is idle again.
 const SPARE_BUFFERS: usize = 4;
@@ -54,6 +59,8 @@ pub struct Spool {
     writer_delay: Option<Duration>,
     wake: Arc<Notify>,
     next: AtomicU64,
+    /// The writer thread's queue, once a terminal was recorded.
+    writer: std::sync::Mutex<Option<mpsc::Sender<Msg>>>,
 }
 
 /// The writer of a recording fell behind: the terminal must close.
@@ -77,7 +84,28 @@ impl Spool {
             writer_delay,
             wake: Arc::new(Notify::new()),
             next: AtomicU64::new(0),
+            writer: std::sync::Mutex::new(None),
         }
+    }
+
+    /// The writer thread's queue, started on first use.
+    fn writer(&self) -> io::Result<mpsc::Sender<Msg>> {
+        let mut writer = self
+            .writer
+            .lock()
+            .map_err(|_| io::Error::other("the recording writer's lock is poisoned"))?;
+        if let Some(tx) = writer.as_ref() {
+            return Ok(tx.clone());
+        }
+        let (tx, rx) = mpsc::channel();
+        let wake = Arc::clone(&self.wake);
+        let delay = self.writer_delay;
+        std::thread::Builder::new()
+            .name("recorder".into())
+            .stack_size(WRITER_STACK)
+            .spawn(move || write_recordings(rx, &wake, delay))?;
+        *writer = Some(tx.clone());
+        Ok(tx)
     }
 
     /// The spool directory.
@@ -85,46 +113,73 @@ impl Spool {
         &self.dir
     }
 
-    /// Starts recording a terminal of `session`: its file and writer thread.
+    /// Starts recording a terminal of `session`: its file is made by the writer thread
+    /// (a failure there makes the recording full, so the terminal closes).
     pub fn start(&self, session: SessionId, input: bool) -> io::Result<Recorder> {
         let started_at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
         // Unique per gateway process and terminal; the time first, so names sort.
-        let name = format!(
-            "{}-{}-{}",
-            started_at.as_millis(),
-            std::process::id(),
-            self.next.fetch_add(1, Ordering::Relaxed)
-        );
+        let name = format!("{}-{}-{n}", started_at.as_millis(), std::process::id());
         let dir = self.dir.join(session.to_string());
-        fs::create_dir_all(&dir)?;
-        let part = dir.join(format!("{name}.cast.part"));
-        let file = File::create(&part)?;
-        let (tx, rx) = mpsc::sync_channel(self.queue);
+        let tx = self.writer()?;
         let (spare_tx, spare) = mpsc::sync_channel(SPARE_BUFFERS);
-        let writer = Writer {
-            out: BufWriter::with_capacity(8 * 1024, file),
+        let waiting = Arc::new(AtomicUsize::new(0));
+        tx.send(Msg::Open {
+            id: n,
+            part: dir.join(format!("{name}.cast.part")),
+            done: dir.join(format!("{name}.cast")),
             timestamp: started_at.as_secs(),
-            header_written: false,
-            output_carry: Vec::new(),
-            input_carry: Vec::new(),
-            joined: Vec::new(),
             spare: spare_tx,
-            delay: self.writer_delay,
+            waiting: Arc::clone(&waiting),
+        })
+        .map_err(|_| io::Error::other("the recording writer has stopped"))?;
+        let queue = Queue {
+            id: n,
+            tx,
+            waiting,
+            limit: self.queue,
         };
-        let wake = Arc::clone(&self.wake);
-        let done = dir.join(format!("{name}.cast"));
-        std::thread::Builder::new()
-            .name("recorder".into())
-            .stack_size(WRITER_STACK)
-            .spawn(move || {
-                if let Err(e) = writer.run(rx, &part, &done) {
-                    tracing::error!(error = %e, path = %part.display(), "a recording could not be written");
-                }
-                wake.notify_one();
-            })?;
-        Ok(Recorder::new(tx, spare, input))
+        Ok(Recorder::new(queue, spare, input))
+    }
+}
+
+/// What the writer thread is told.
+enum Msg {
+    /// A terminal is recorded from now on.
+    Open {
+        id: u64,
+        part: PathBuf,
+        done: PathBuf,
+        timestamp: u64,
+        spare: SyncSender<Vec<u8>>,
+        waiting: Arc<AtomicUsize>,
+    },
+    Event(u64, Event),
+    /// The terminal ended: its file is made final.
+    Close(u64),
+}
+
+/// A recording's place in the writer's queue.
+struct Queue {
+    id: u64,
+    tx: mpsc::Sender<Msg>,
+    /// Its events queued and not yet written ([`FAILED`]: its writer failed).
+    waiting: Arc<AtomicUsize>,
+    limit: usize,
+}
+
+impl Queue {
+    /// Queues an event without waiting; full once `limit` are waiting.
+    fn send(&self, event: Event) -> Result<(), QueueFull> {
+        if self.waiting.load(Ordering::Acquire) >= self.limit {
+            return Err(QueueFull);
+        }
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        self.tx
+            .send(Msg::Event(self.id, event))
+            .map_err(|_| QueueFull)
     }
 }
 
@@ -153,7 +208,7 @@ enum Event {
 
 /// A recorded terminal's side in its tunnel: parses each read and queues its events.
 pub struct Recorder {
-    tx: SyncSender<Event>,
+    queue: Queue,
     /// Buffers the writer is done with.
     spare: Receiver<Vec<u8>>,
     started: Instant,
@@ -169,9 +224,9 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    fn new(tx: SyncSender<Event>, spare: Receiver<Vec<u8>>, input: bool) -> Self {
+    fn new(queue: Queue, spare: Receiver<Vec<u8>>, input: bool) -> Self {
         Recorder {
-            tx,
+            queue,
             spare,
             started: Instant::now(),
             input,
@@ -196,7 +251,7 @@ impl Recorder {
         }
         let bytes = std::mem::replace(&mut self.buf, self.spare.try_recv().unwrap_or_default());
         let at = self.at();
-        send(&self.tx, Event::Output { at, bytes })
+        self.queue.send(Event::Output { at, bytes })
     }
 
     /// Records what the browser sent in one read (masked client frames), before any
@@ -205,7 +260,7 @@ impl Recorder {
         let at = self.at();
         let mut result = Ok(());
         let Recorder {
-            tx,
+            queue,
             spare,
             up,
             input,
@@ -216,7 +271,7 @@ impl Recorder {
         let flush_input = |input_buf: &mut Vec<u8>, result: &mut Result<(), QueueFull>| {
             if !input_buf.is_empty() {
                 let bytes = std::mem::replace(input_buf, spare.try_recv().unwrap_or_default());
-                *result = result.and(send(tx, Event::Input { at, bytes }));
+                *result = result.and(queue.send(Event::Input { at, bytes }));
             }
         };
         up.feed(bytes, &mut |piece| match piece {
@@ -247,7 +302,7 @@ impl Recorder {
                 } else {
                     Event::Resize { at, cols, rows }
                 };
-                result = result.and(send(tx, event));
+                result = result.and(queue.send(event));
             }
             _ => {}
         });
@@ -265,13 +320,9 @@ impl Recorder {
     }
 }
 
-/// Queues an event without waiting.
-fn send(tx: &SyncSender<Event>, event: Event) -> Result<(), QueueFull> {
-    match tx.try_send(event) {
-        Ok(()) => Ok(()),
-        Err(TrySendError::Full(_)) => Err(QueueFull),
-        // The writer failed (logged there): the terminal is no longer recorded.
-        Err(TrySendError::Disconnected(_)) => Err(QueueFull),
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        let _ = self.queue.tx.send(Msg::Close(self.queue.id));
     }
 }
 
@@ -437,50 +488,138 @@ impl FrameReader {
     }
 }
 
-/// The writer thread's side of a recording.
+/// The writer thread: every open recording's file, written event by event.
+fn write_recordings(rx: Receiver<Msg>, wake: &Notify, delay: Option<Duration>) {
+    let mut open: HashMap<u64, Writer> = HashMap::new();
+    let mut joined = Vec::new();
+    for msg in rx {
+        match msg {
+            Msg::Open {
+                id,
+                part,
+                done,
+                timestamp,
+                spare,
+                waiting,
+            } => match Writer::create(part, done, timestamp, spare, Arc::clone(&waiting)) {
+                Ok(w) => {
+                    open.insert(id, w);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "a recording's file could not be made: its terminal closes");
+                    waiting.store(FAILED, Ordering::Release);
+                }
+            },
+            Msg::Event(id, event) => {
+                let Some(w) = open.get_mut(&id) else {
+                    continue;
+                };
+                if let Some(d) = delay {
+                    std::thread::sleep(d);
+                }
+                if let Err(e) = w.event(event, &mut joined) {
+                    tracing::error!(error = %e, path = %w.part.display(), "a recording could not be written: its terminal closes");
+                    w.waiting.store(FAILED, Ordering::Release);
+                    open.remove(&id);
+                } else {
+                    w.waiting.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            Msg::Close(id) => {
+                if let Some(w) = open.remove(&id) {
+                    let part = w.part.clone();
+                    if let Err(e) = w.finish() {
+                        tracing::error!(error = %e, path = %part.display(), "a recording could not be finished");
+                    }
+                    wake.notify_one();
+                }
+            }
+        }
+    }
+}
+
+/// One open recording, on the writer thread.
 struct Writer {
-    out: BufWriter<File>,
+    file: File,
+    part: PathBuf,
+    done: PathBuf,
+    /// The line being written.
+    out: Vec<u8>,
     timestamp: u64,
     header_written: bool,
     /// The start of a UTF-8 sequence the last output event ended inside.
     output_carry: Vec<u8>,
     input_carry: Vec<u8>,
-    /// Carry and new bytes, joined.
-    joined: Vec<u8>,
+    /// Time of the last event.
+    last: f64,
     spare: SyncSender<Vec<u8>>,
-    delay: Option<Duration>,
+    waiting: Arc<AtomicUsize>,
 }
 
 impl Writer {
-    /// Writes events until the terminal ends, then makes the file final.
-    fn run(mut self, rx: Receiver<Event>, part: &Path, done: &Path) -> io::Result<()> {
-        let mut last = 0.0f64;
-        for event in rx {
-            if let Some(d) = self.delay {
-                std::thread::sleep(d);
+    fn create(
+        part: PathBuf,
+        done: PathBuf,
+        timestamp: u64,
+        spare: SyncSender<Vec<u8>>,
+        waiting: Arc<AtomicUsize>,
+    ) -> io::Result<Writer> {
+        if let Some(dir) = part.parent() {
+            fs::create_dir_all(dir)?;
+        }
+        Ok(Writer {
+            file: File::create(&part)?,
+            part,
+            done,
+            out: Vec::new(),
+            timestamp,
+            header_written: false,
+            output_carry: Vec::new(),
+            input_carry: Vec::new(),
+            last: 0.0,
+            spare,
+            waiting,
+        })
+    }
+
+    /// Writes one event (its line, and the header before the first).
+    fn event(&mut self, event: Event, joined: &mut Vec<u8>) -> io::Result<()> {
+        match event {
+            Event::Size { cols, rows } => self.header(cols, rows)?,
+            Event::Output { at, bytes } => {
+                self.header(80, 24)?;
+                self.last = at;
+                self.text(at, "o", &bytes, false, joined)?;
+                self.recycle(bytes);
             }
-            match event {
-                Event::Size { cols, rows } => self.header(cols, rows)?,
-                Event::Output { at, bytes } => {
-                    self.header(80, 24)?;
-                    last = at;
-                    self.text(at, "o", &bytes, false)?;
-                    self.recycle(bytes);
-                }
-                Event::Input { at, bytes } => {
-                    self.header(80, 24)?;
-                    last = at;
-                    self.text(at, "i", &bytes, true)?;
-                    self.recycle(bytes);
-                }
-                Event::Resize { at, cols, rows } => {
-                    self.header(cols, rows)?;
-                    last = at;
-                    writeln!(self.out, "[{at:.6}, \"r\", \"{cols}x{rows}\"]")?;
-                }
+            Event::Input { at, bytes } => {
+                self.header(80, 24)?;
+                self.last = at;
+                self.text(at, "i", &bytes, true, joined)?;
+                self.recycle(bytes);
+            }
+            Event::Resize { at, cols, rows } => {
+                self.header(cols, rows)?;
+                self.last = at;
+                writeln!(self.out, "[{at:.6}, \"r\", \"{cols}x{rows}\"]")?;
             }
         }
+        self.flush_line()
+    }
+
+    fn flush_line(&mut self) -> io::Result<()> {
+        self.file.write_all(&self.out)?;
+        self.out.clear();
+        if self.out.capacity() > SPARE_CAPACITY {
+            self.out = Vec::new();
+        }
+        Ok(())
+    }
+
+    /// The terminal ended: what is left written, the file synced and renamed final.
+    fn finish(mut self) -> io::Result<()> {
         self.header(80, 24)?;
+        let last = self.last;
         // A sequence cut by the end of the terminal: what is left, replaced.
         for (code, carry) in [("o", &self.output_carry), ("i", &self.input_carry)] {
             if !carry.is_empty() {
@@ -488,9 +627,9 @@ impl Writer {
                 writeln!(self.out, "[{last:.6}, \"{code}\", {}]", json_string(&s))?;
             }
         }
-        let file = self.out.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        fs::rename(part, done)
+        self.flush_line()?;
+        self.file.sync_all()?;
+        fs::rename(&self.part, &self.done)
     }
 
     fn header(&mut self, cols: u16, rows: u16) -> io::Result<()> {
@@ -508,12 +647,18 @@ impl Writer {
     /// One `o` or `i` event of the valid UTF-8 in carry + `bytes`; an incomplete
     /// sequence at the end is carried to the next event, invalid bytes are replaced.
     /// Written straight into the file's buffer, escaped on the way.
-    fn text(&mut self, at: f64, code: &str, bytes: &[u8], input: bool) -> io::Result<()> {
+    fn text(
+        &mut self,
+        at: f64,
+        code: &str,
+        bytes: &[u8],
+        input: bool,
+        joined: &mut Vec<u8>,
+    ) -> io::Result<()> {
         let Writer {
             out,
             output_carry,
             input_carry,
-            joined,
             ..
         } = self;
         let carry = if input { input_carry } else { output_carry };
@@ -523,10 +668,10 @@ impl Writer {
             joined.clear();
             joined.append(carry);
             joined.extend_from_slice(bytes);
-            joined
+            &joined[..]
         };
         let mut started = false;
-        let mut begin = |out: &mut BufWriter<File>| -> io::Result<()> {
+        let mut begin = |out: &mut Vec<u8>| -> io::Result<()> {
             if !started {
                 started = true;
                 write!(out, "[{at:.6}, \"{code}\", \"")?;
@@ -846,9 +991,15 @@ mod tests {
     #[test]
     fn a_full_queue_is_reported_instead_of_dropping_events() {
         // A writer that has not taken anything yet: the fifth event finds no room.
-        let (tx, queue) = mpsc::sync_channel(4);
+        let (tx, queue) = mpsc::channel();
         let (_spare_tx, spare) = mpsc::sync_channel(1);
-        let mut r = Recorder::new(tx, spare, true);
+        let q = Queue {
+            id: 1,
+            tx,
+            waiting: Arc::new(AtomicUsize::new(0)),
+            limit: 4,
+        };
+        let mut r = Recorder::new(q, spare, true);
         let frame = framed(0x82, b"0output", false);
         for _ in 0..4 {
             assert_eq!(r.downward(&frame), Ok(()));
@@ -859,8 +1010,14 @@ mod tests {
         // Half a frame: a close frame may not be written now.
         assert_eq!(r.downward(&frame[..3]), Ok(()));
         assert!(!r.down_at_frame_boundary());
+        // A writer that failed is as full as one that is behind; one that is gone too.
+        r.queue.waiting.store(0, Ordering::Release);
+        assert_eq!(r.downward(&frame[3..]), Ok(()));
+        assert!(r.down_at_frame_boundary());
+        r.queue.waiting.store(FAILED, Ordering::Release);
+        assert_eq!(r.downward(&frame), Err(QueueFull));
+        r.queue.waiting.store(0, Ordering::Release);
         drop(queue);
-        // A writer that is gone is as full as one that is behind.
         assert_eq!(r.downward(&frame), Err(QueueFull));
     }
 
