@@ -82,11 +82,24 @@ impl Recordings {
         let io = |e: std::io::Error| {
             ApiError::INTERNAL.with_message(format!("cannot write the recording: {e}"))
         };
+        // What users saw (and typed) is for control's user alone.
         if let Some(dir) = path.parent() {
-            tokio::fs::create_dir_all(dir).await.map_err(io)?;
+            tokio::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .await
+                .map_err(io)?;
         }
         let part = path.with_extension("cast.part");
-        let mut file = tokio::fs::File::create(&part).await.map_err(io)?;
+        let mut file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&part)
+            .await
+            .map_err(io)?;
         let mut written = 0u64;
         let result = async {
             while let Some(frame) = body.frame().await {

@@ -20,8 +20,8 @@
 //!
 //! Unrecorded terminals have no `Recorder`: their output is never parsed.
 
-use std::fs::{self, File};
 use std::collections::HashMap;
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -564,11 +564,22 @@ impl Writer {
         spare: SyncSender<Vec<u8>>,
         waiting: Arc<AtomicUsize>,
     ) -> io::Result<Writer> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        // What users saw (and typed) is for the gateway's user alone.
         if let Some(dir) = part.parent() {
-            fs::create_dir_all(dir)?;
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
         }
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&part)?;
         Ok(Writer {
-            file: File::create(&part)?,
+            file,
             part,
             done,
             out: Vec::new(),
@@ -762,10 +773,8 @@ impl BackgroundService for Uploader {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let g = &self.0;
         let spool = g.recordings.dir().to_path_buf();
-        // Files a previous process left unfinished are finished as they are: every
-        // line that reached the disk is whole but possibly the last.
-        finish_stale(&spool);
         loop {
+            finish_stale(&spool);
             sweep(g, &spool).await;
             tokio::select! {
                 _ = g.recordings.wake.notified() => {}
@@ -779,13 +788,47 @@ impl BackgroundService for Uploader {
     }
 }
 
+/// Finishes the recordings a gateway that is gone left unfinished (its pid, in the
+/// name, no longer runs; another live gateway sharing the spool, such as the old
+/// process of an upgrade, finishes its own): cut after the last whole line, then
+/// handed over like any other.
 fn finish_stale(spool: &Path) {
+    let me = std::process::id();
     for (_, path) in spooled(spool, ".cast.part") {
+        let pid = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.split('-').nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let alive = pid.is_some_and(|p| p == me || Path::new(&format!("/proc/{p}")).exists());
+        if alive {
+            continue;
+        }
         let done = path.with_extension("");
-        if let Err(e) = fs::rename(&path, &done) {
-            tracing::warn!(error = %e, path = %path.display(), "cannot finish a recording left by a previous process");
+        if let Err(e) = cut_after_last_line(&path).and_then(|()| fs::rename(&path, &done)) {
+            tracing::warn!(error = %e, path = %path.display(), "cannot finish a recording left by a stopped gateway");
         }
     }
+}
+
+/// Truncates a file after its last newline (a line cut by a crash is dropped).
+fn cut_after_last_line(path: &Path) -> io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = fs::OpenOptions::new().read(true).write(true).open(path)?;
+    let len = f.metadata()?.len();
+    let mut end = len;
+    let mut chunk = vec![0u8; 4096];
+    while end > 0 {
+        let start = end.saturating_sub(chunk.len() as u64);
+        let n = (end - start) as usize;
+        f.seek(SeekFrom::Start(start))?;
+        f.read_exact(&mut chunk[..n])?;
+        if let Some(i) = chunk[..n].iter().rposition(|b| *b == b'\n') {
+            return f.set_len(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    f.set_len(0)
 }
 
 /// The files of the spool ending in `suffix`, with their session.
@@ -1019,6 +1062,29 @@ mod tests {
         r.queue.waiting.store(0, Ordering::Release);
         drop(queue);
         assert_eq!(r.downward(&frame), Err(QueueFull));
+    }
+
+    #[test]
+    fn a_gone_gateways_unfinished_recording_is_cut_after_its_last_line_and_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let session = dir.path().join(id().to_string());
+        fs::create_dir_all(&session).unwrap();
+        // pid 0 never runs a gateway; our own pid is a live one.
+        let gone = session.join("1-0-1.cast.part");
+        let ours = session.join(format!("1-{}-2.cast.part", std::process::id()));
+        fs::write(
+            &gone,
+            "{\"version\": 2}\n[0.1, \"o\", \"a\"]\n[0.2, \"o\", \"b",
+        )
+        .unwrap();
+        fs::write(&ours, "{}\n").unwrap();
+        finish_stale(dir.path());
+        let done = session.join("1-0-1.cast");
+        assert_eq!(
+            fs::read_to_string(&done).unwrap(),
+            "{\"version\": 2}\n[0.1, \"o\", \"a\"]\n"
+        );
+        assert!(ours.exists(), "a live gateway's recording is left to it");
     }
 
     #[test]

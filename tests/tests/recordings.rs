@@ -177,6 +177,11 @@ fn a_recorded_terminal_reaches_control_and_replays_to_the_screen_the_user_saw() 
 
     let cast = wait_stored(&stack, &id);
     let text = std::fs::read_to_string(&cast).unwrap();
+    // Readable by control's user alone.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&cast), 0o600);
+    assert_eq!(mode(cast.parent().unwrap()), 0o700);
     let (header, events) = parse(&text);
     assert_eq!(header["version"], 2);
     assert_eq!(header["env"]["TERM"], "xterm-256color");
