@@ -420,3 +420,34 @@ fn a_recorded_terminal_is_refused_where_pingora_carries_the_bytes() {
         "ttyd saw no connection"
     );
 }
+
+#[test]
+fn a_recording_control_cannot_take_stays_in_the_spool_until_it_can() {
+    let mut stack = stack(true, false, &[]);
+    let owner = stack.control.token("alice", false);
+    let s = stack.control.create(&owner);
+    let id = s["id"].as_str().unwrap().to_owned();
+    let cookie = stack.sign_in("alice");
+    let t = stack.open_as(0, &id, &cookie).expect("opens");
+    t.send_input(b"echo kept-$((6*7))\r").expect("type");
+    t.read_until("kept-42\r\n", T).expect("output");
+    // Control goes down before the terminal ends: the finished file waits in the spool.
+    stack.control.kill9();
+    t.close();
+    let waiting = wait_for("the finished recording in the spool", T, || {
+        spooled(&stack)
+            .into_iter()
+            .find(|p| p.extension().is_some_and(|e| e == "cast"))
+    });
+    let text = std::fs::read_to_string(&waiting).unwrap();
+    assert!(text.contains("kept-42"), "{text}");
+    // Past a sweep that could not reach control: still there, nothing lost.
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(waiting.exists(), "deleted before control acknowledged it");
+    assert!(stored(&stack, &id).is_empty());
+    // Control is back: the next sweep hands it over, and only then is it deleted.
+    stack.control.spawn(&[]);
+    let cast = wait_stored(&stack, &id);
+    assert_eq!(std::fs::read_to_string(cast).unwrap(), text);
+    assert!(!waiting.exists());
+}
