@@ -1,8 +1,19 @@
 //! What both binaries set up the same way at start: the configuration with its exit
-//! status, the log subscriber, and the Prometheus registry their metrics live in.
+//! status, the log subscriber, the capture of audit events for control's trail, and
+//! the Prometheus registry their metrics live in.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::OnceLock;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use policy::audit::AuditEntry;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::layer::{Context, Filter, Layer};
 
 use prometheus_client::registry::{Metric, Registry};
 
@@ -46,6 +57,118 @@ where
         .try_init();
 }
 
+/// Where a process's audit events go: a bounded queue that [`audit_layer`] fills without
+/// blocking the event's caller. Before [`AuditSink::open`] events are not kept; with a
+/// full queue they are counted as dropped (the log on stderr keeps every line).
+#[derive(Debug)]
+pub struct AuditSink {
+    tx: OnceLock<SyncSender<AuditEntry>>,
+    dropped: AtomicU64,
+}
+
+impl Default for AuditSink {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AuditSink {
+    /// A sink that keeps nothing until opened (usable in a `static`).
+    pub const fn new() -> Self {
+        AuditSink {
+            tx: OnceLock::new(),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Starts keeping events, up to `capacity` waiting; the receiver they arrive on.
+    /// `None` when the sink was opened before (its first reader keeps it).
+    pub fn open(&self, capacity: usize) -> Option<Receiver<AuditEntry>> {
+        let (tx, rx) = sync_channel(capacity);
+        self.tx.set(tx).ok().map(|()| rx)
+    }
+
+    /// Events that found the queue full since start.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    fn offer(&self, entry: AuditEntry) {
+        let Some(tx) = self.tx.get() else { return };
+        if tx.try_send(entry).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The layer that hands every `tracing` event with target `audit` to `sink` as an
+/// [`AuditEntry`] (message, level and fields as text), for [`init_tracing_with`].
+pub fn audit_layer<S>(sink: &'static AuditSink) -> impl Layer<S>
+where
+    S: Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+{
+    Capture(sink).with_filter(AuditOnly)
+}
+
+struct AuditOnly;
+
+impl<S> Filter<S> for AuditOnly {
+    fn enabled(&self, meta: &tracing::Metadata<'_>, _: &Context<'_, S>) -> bool {
+        meta.target() == "audit"
+    }
+}
+
+struct Capture(&'static AuditSink);
+
+impl<S: Subscriber> Layer<S> for Capture {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        if self.0.tx.get().is_none() {
+            return;
+        }
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        self.0.offer(AuditEntry {
+            at_ms: now_ms(),
+            level: event.metadata().level().to_string(),
+            message: fields.message,
+            fields: fields.rest,
+        });
+    }
+}
+
+#[derive(Default)]
+struct Fields {
+    message: String,
+    rest: BTreeMap<String, String>,
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.put(field, value.to_owned());
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.put(field, format!("{value:?}"));
+    }
+}
+
+impl Fields {
+    fn put(&mut self, field: &Field, value: String) {
+        if field.name() == "message" {
+            self.message = value;
+        } else {
+            self.rest.insert(field.name().to_owned(), value);
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// A metrics registry under one name prefix, rendered as Prometheus text.
 #[derive(Debug)]
 pub struct MetricsRegistry(Registry);
@@ -74,8 +197,38 @@ impl MetricsRegistry {
 
 #[cfg(test)]
 mod tests {
-    use super::MetricsRegistry;
+    use super::{audit_layer, AuditSink, MetricsRegistry};
     use prometheus_client::metrics::counter::Counter;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    #[test]
+    fn only_audit_events_are_captured_with_their_fields_and_message() {
+        static SINK: AuditSink = AuditSink::new();
+        let subscriber = tracing_subscriber::registry().with(audit_layer(&SINK));
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(target: "audit", sub = "alice", "before the sink is open");
+        });
+        let rx = SINK.open(2).expect("first open");
+        assert!(SINK.open(2).is_none(), "a sink is opened once");
+        let subscriber = tracing_subscriber::registry().with(audit_layer(&SINK));
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(session = "abc", sub = "alice", "not audit");
+            tracing::info!(target: "audit", session = "abc", sub = %"alice", n = 3, "session created");
+            tracing::warn!(target: "audit", sub = "bob", by = "root", "user lock");
+            tracing::info!(target: "audit", "past the queue's capacity");
+        });
+        let got: Vec<_> = rx.try_iter().collect();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(SINK.dropped(), 1, "the third found the queue full");
+        assert_eq!(got[0].message, "session created");
+        assert_eq!(got[0].level, "INFO");
+        assert_eq!(got[0].fields["session"], "abc");
+        assert_eq!(got[0].fields["sub"], "alice");
+        assert_eq!(got[0].fields["n"], "3");
+        assert!(got[0].at_ms > 0);
+        assert!(got[1].concerns_user("root") && got[1].concerns_user("bob"));
+        assert_eq!(got[1].level, "WARN");
+    }
 
     #[test]
     fn registered_metrics_render_under_the_prefix_and_move_with_their_handle() {

@@ -16,6 +16,7 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use policy::audit::{AuditReport, MAX_REPORT_ENTRIES};
 use policy::{Principal, SessionId};
 use serde::Serialize;
 use tokio::net::TcpListener;
@@ -597,6 +598,21 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 }
                 _ => Err(not_allowed()),
             }
+        }
+        ["audit"] if method == Method::POST => {
+            authenticate_service(&control, &req)?;
+            let report: AuditReport = read_json(req, limit).await?;
+            if report.gateway.is_empty() || report.gateway.len() > 64 {
+                return Err(
+                    ApiError::INVALID_JSON.with_message("gateway must be 1 to 64 characters")
+                );
+            }
+            if report.entries.len() > MAX_REPORT_ENTRIES {
+                return Err(ApiError::INVALID_JSON
+                    .with_message(format!("at most {MAX_REPORT_ENTRIES} entries per report")));
+            }
+            control.append_gateway_audit(&report.gateway, report.entries)?;
+            Ok(empty(204))
         }
         ["audit"] => {
             let who = authenticate(&control, &req)?;

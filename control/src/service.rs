@@ -884,6 +884,19 @@ impl Control {
         self.store.append_audit(lines)
     }
 
+    /// Keeps a gateway's audit lines beside control's own, each marked with the
+    /// `gateway` that sent it.
+    pub fn append_gateway_audit(
+        &self,
+        gateway: &str,
+        mut lines: Vec<AuditEntry>,
+    ) -> Result<(), ApiError> {
+        for line in &mut lines {
+            line.fields.insert("gateway".to_owned(), gateway.to_owned());
+        }
+        Ok(self.store.append_audit(&lines)?)
+    }
+
     /// Keeps the newest `keep` audit lines.
     pub fn prune_audit(&self, keep: usize) -> Result<usize, StoreError> {
         self.store.prune_audit(keep)

@@ -136,12 +136,25 @@ impl BackgroundService for ActivityReporter {
             Err(_) => format!("pid-{}", std::process::id()),
         };
         let mut had: HashSet<SessionId> = HashSet::new();
+        let mut audit = crate::audit::Outbox::open();
+        let mut audit_failing = false;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = shutdown.changed() => return,
             }
             had = report_terminals(g, &me, every, had).await;
+            match audit.flush(&g.control, &me).await {
+                Ok(()) if std::mem::take(&mut audit_failing) => {
+                    tracing::info!("audit lines reach control again");
+                }
+                Ok(()) => {}
+                Err(e) => {
+                    if !std::mem::replace(&mut audit_failing, true) {
+                        tracing::warn!(error = %e, waiting = audit.len(), dropped = audit.dropped(), "cannot send audit lines to control; retrying every interval");
+                    }
+                }
+            }
             let pending = g.activity.pending();
             for batch in pending.chunks(MAX_BATCH) {
                 match g.control.report_input(batch).await {

@@ -139,9 +139,19 @@ impl ControlClient {
         self.report("terminals", &body).await
     }
 
+    /// Sends audit lines (`POST /v1/audit`, a `policy::audit::AuditReport` already
+    /// serialised).
+    pub async fn report_audit(&self, body: Vec<u8>) -> Result<(), Unavailable> {
+        self.post("audit", body).await
+    }
+
     /// Posts a gateway report to `/v1/<what>`; control answers 204.
     async fn report(&self, what: &str, body: &impl serde::Serialize) -> Result<(), Unavailable> {
         let body = serde_json::to_vec(body).map_err(|e| Unavailable(e.to_string()))?;
+        self.post(what, body).await
+    }
+
+    async fn post(&self, what: &str, body: Vec<u8>) -> Result<(), Unavailable> {
         let req = Request::post(format!("{}/v1/{what}", self.base))
             .header(AUTHORIZATION, &self.bearer)
             .header(CONTENT_TYPE, "application/json")

@@ -5,6 +5,7 @@
 
 pub mod activity;
 pub mod admin;
+pub mod audit;
 pub mod control_client;
 pub mod feed;
 pub mod head_deadline;

@@ -43,7 +43,7 @@ fn main() -> ExitCode {
         println!("configuration {} is valid", cli.config.display());
         return ExitCode::SUCCESS;
     }
-    config::telemetry::init_tracing();
+    config::telemetry::init_tracing_with(gateway::audit::layer());
     match run(config, cli.upgrade) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -8,6 +8,7 @@
 //! or tokio (`cargo tree -p policy` proves it in CI).
 
 pub mod access;
+pub mod audit;
 pub mod client_addr;
 pub mod error;
 pub mod feed;

@@ -1217,7 +1217,13 @@ fn a_chosen_option_reaches_the_container_and_home_and_borrowed_volumes_outlive_t
         "{}",
         i["Config"]["Env"]
     );
-    let top = docker(&["top", &c]);
+    // The entrypoint script execs the chosen shell a moment after the container starts.
+    let mut top = String::new();
+    let started = Instant::now();
+    while !top.contains("/bin/ash -l") && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+        top = docker(&["top", &c]);
+    }
     assert!(
         top.contains("/bin/ash -l"),
         "the entrypoint must have started ash:\n{top}"
