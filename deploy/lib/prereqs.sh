@@ -652,8 +652,13 @@ PY
         _tg_apt_install python3 python3-pip
     fi
     mkdir -p "$target" || die "cannot create $target"
-    python3 -m pip install -q --disable-pip-version-check --upgrade \
-        --target "$target" "pyte==$PYTE_VERSION" >&2 || die "pip install pyte==$PYTE_VERSION failed"
+    # --target installs into .tools only; a Debian python that refuses installs
+    # (PEP 668, externally managed) is told that this touches none of its packages.
+    if ! python3 -m pip install -q --disable-pip-version-check --upgrade \
+        --target "$target" "pyte==$PYTE_VERSION" >&2; then
+        python3 -m pip install -q --disable-pip-version-check --upgrade --break-system-packages \
+            --target "$target" "pyte==$PYTE_VERSION" >&2 || die "pip install pyte==$PYTE_VERSION failed"
+    fi
     PYTHONPATH="$target" python3 -c "import pyte" || die "pyte does not import from $target"
     info "installed pyte $PYTE_VERSION in $target"
 }
