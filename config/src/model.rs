@@ -246,6 +246,14 @@ pub struct GatewayConfig {
     /// Pid file of the gateway process.
     #[serde(default = "defaults::pid_file")]
     pub pid_file: PathBuf,
+    /// Spool directory where recorded terminals are written while they run and kept
+    /// until control has taken them (profiles' `record`).
+    #[serde(default = "defaults::gateway_recordings_dir")]
+    pub recordings_dir: PathBuf,
+    /// Events a recorded terminal may have waiting for its writer; a terminal whose
+    /// writer falls this far behind is closed rather than recorded incompletely.
+    #[serde(default = "defaults::recording_queue")]
+    pub recording_queue: usize,
 }
 
 /// `[control]`
@@ -296,6 +304,12 @@ pub struct ControlConfig {
     /// is refused at load (sessions would reach termgate's own services).
     #[serde(default)]
     pub service_networks: Vec<String>,
+    /// Where recordings handed over by gateways are kept, one directory per session.
+    #[serde(default = "defaults::control_recordings_dir")]
+    pub recordings_dir: PathBuf,
+    /// Largest recording a gateway may hand over, bytes.
+    #[serde(default = "defaults::max_recording_bytes")]
+    pub max_recording_bytes: u64,
 }
 
 /// `[ttyd]`
@@ -492,6 +506,13 @@ pub struct Profile {
     /// End a session this long after its creation, however busy, seconds; unset: never.
     #[serde(default)]
     pub max_lifetime_seconds: Option<u64>,
+    /// Record every terminal of its sessions as an asciicast v2 file (output and
+    /// resizes).
+    #[serde(default)]
+    pub record: bool,
+    /// With `record`: also record what users type (passwords included).
+    #[serde(default)]
+    pub record_input: bool,
 }
 
 /// One `[[targets]]` entry: a ttyd that already runs, opened by the users and roles
@@ -700,6 +721,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ("gateway.activity_report_ms", "5000"),
     ("gateway.upgrade_socket", "\"gateway-upgrade.sock\""),
     ("gateway.pid_file", "\"gateway.pid\""),
+    ("gateway.recordings_dir", "\"recordings-spool\""),
+    ("gateway.recording_queue", "256"),
     ("control.listen", "\"127.0.0.1:7070\""),
     ("control.admin_listen", "\"127.0.0.1:9070\""),
     ("control.docker_host", ""),
@@ -714,6 +737,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ("control.redraw_pause_ms", "150"),
     ("control.history_per_user", "200"),
     ("control.service_networks", "[]"),
+    ("control.recordings_dir", "\"recordings\""),
+    ("control.max_recording_bytes", "67108864"),
     ("docker.enabled", "true"),
     ("docker.hosts", "[]"),
     ("docker.hosts.name", ""),
@@ -756,6 +781,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ("profiles.<name>.hosts", "[]"),
     ("profiles.<name>.idle_timeout_seconds", ""),
     ("profiles.<name>.max_lifetime_seconds", ""),
+    ("profiles.<name>.record", "false"),
+    ("profiles.<name>.record_input", "false"),
 ];
 
 mod defaults {
@@ -847,6 +874,18 @@ mod defaults {
     }
     pub fn pid_file() -> PathBuf {
         "gateway.pid".into()
+    }
+    pub fn gateway_recordings_dir() -> PathBuf {
+        "recordings-spool".into()
+    }
+    pub fn recording_queue() -> usize {
+        256
+    }
+    pub fn control_recordings_dir() -> PathBuf {
+        "recordings".into()
+    }
+    pub fn max_recording_bytes() -> u64 {
+        64 << 20
     }
     pub fn control_listen() -> String {
         "127.0.0.1:7070".into()

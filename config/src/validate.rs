@@ -205,6 +205,13 @@ pub(crate) fn validate(c: &mut Config, errors: &mut Vec<ConfigError>) {
         64 << 20,
         &mut err,
     );
+    within(
+        "gateway.recording_queue",
+        g.recording_queue,
+        4,
+        65_536,
+        &mut err,
+    );
     positive(
         "gateway.auth_failures_per_minute",
         g.auth_failures_per_minute.into(),
@@ -235,6 +242,12 @@ pub(crate) fn validate(c: &mut Config, errors: &mut Vec<ConfigError>) {
         16 << 20,
         &mut err,
     );
+    if k.max_recording_bytes < 4096 {
+        err(
+            "control.max_recording_bytes",
+            format!("must be at least 4096, got {}", k.max_recording_bytes),
+        );
+    }
     positive(
         "control.reconcile_interval_seconds",
         k.reconcile_interval_seconds,
@@ -613,6 +626,12 @@ fn validate_profile(name: &str, p: &Profile, err: &mut impl FnMut(&str, String))
     }
     if p.tmp_size_mb == 0 {
         err(&format!("{key}.tmp_size_mb"), "must be positive".into());
+    }
+    if p.record_input && !p.record {
+        err(
+            &format!("{key}.record_input"),
+            "records input only with record = true".into(),
+        );
     }
     for (k, v) in [
         ("idle_timeout_seconds", p.idle_timeout_seconds),

@@ -843,3 +843,35 @@ fn oidc_mistakes_are_refused_naming_their_keys() {
         "{e}"
     );
 }
+
+#[test]
+fn recording_keys_are_checked_by_name() {
+    let e = load_text(
+        EXAMPLE,
+        &[
+            ("TERMGATE__PROFILES__DEFAULT__RECORD_INPUT", "true"),
+            ("TERMGATE__GATEWAY__RECORDING_QUEUE", "1"),
+            ("TERMGATE__CONTROL__MAX_RECORDING_BYTES", "10"),
+        ],
+    )
+    .unwrap_err();
+    assert!(
+        e.mentions("profiles.default.record_input", "record = true"),
+        "{e}"
+    );
+    assert!(e.mentions("gateway.recording_queue", "between 4"), "{e}");
+    assert!(
+        e.mentions("control.max_recording_bytes", "at least 4096"),
+        "{e}"
+    );
+    let c = load_text(
+        EXAMPLE,
+        &[
+            ("TERMGATE__PROFILES__DEFAULT__RECORD", "true"),
+            ("TERMGATE__PROFILES__DEFAULT__RECORD_INPUT", "true"),
+        ],
+    )
+    .unwrap();
+    let p = &c.profiles["default"];
+    assert!(p.record && p.record_input);
+}

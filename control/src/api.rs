@@ -24,6 +24,7 @@ use tokio::net::TcpListener;
 use crate::audit::{AuditEntry, AuditQuery};
 use crate::authz::AuthzRequest;
 use crate::error::ApiError;
+use crate::recordings::{RecordingView, Recordings};
 use crate::service::{
     Control, CreateRequest, ListedTarget, RedrawRequest, SessionView, TargetPatch, TargetRequest,
     TargetView,
@@ -166,6 +167,20 @@ fn session_id(seg: &str) -> Result<SessionId, ApiError> {
 #[derive(Serialize)]
 struct AuditLines {
     lines: Vec<AuditEntry>,
+}
+
+/// `GET /v1/sessions/<id>/recordings`.
+#[derive(Serialize)]
+struct RecordingList {
+    recordings: Vec<RecordingView>,
+}
+
+fn recordings(control: &Control) -> Recordings {
+    let c = control.config();
+    Recordings::new(
+        c.resolve(&c.control.recordings_dir),
+        c.control.max_recording_bytes,
+    )
 }
 
 #[derive(Serialize)]
@@ -493,6 +508,49 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
             let body: RedrawRequest = read_json(req, limit).await?;
             control.redraw(&who, &id, body).await?;
             Ok(empty(204))
+        }
+        ["recordings", id, name] => {
+            authenticate_service(&control, &req)?;
+            if method != Method::PUT {
+                return Err(not_allowed());
+            }
+            let id = session_id(id)?;
+            let name = (*name).to_owned();
+            recordings(&control)
+                .put(&id, &name, req.into_body())
+                .await?;
+            Ok(empty(204))
+        }
+        ["sessions", id, "recordings"] => {
+            let who = authenticate(&control, &req)?;
+            let id = session_id(id)?;
+            if method != Method::GET {
+                return Err(not_allowed());
+            }
+            // Owner or admin, for active and ended sessions alike; others: 404.
+            control.get(&who, &id)?;
+            let list = recordings(&control).list(&id);
+            Ok(json(200, &RecordingList { recordings: list }))
+        }
+        ["sessions", id, "recordings", name] => {
+            let who = authenticate(&control, &req)?;
+            let id = session_id(id)?;
+            if method != Method::GET {
+                return Err(not_allowed());
+            }
+            control.get(&who, &id)?;
+            let bytes = recordings(&control).read(&id, name).await?;
+            tracing::info!(target: "audit", sub = %who.sub, session = %id, recording = %name, "recording read");
+            let mut r = Response::new(Full::new(bytes));
+            let headers = r.headers_mut();
+            headers.insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("application/x-asciicast"),
+            );
+            if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}.cast\"")) {
+                headers.insert(hyper::header::CONTENT_DISPOSITION, v);
+            }
+            Ok(r)
         }
         ["targets"] => {
             let who = authenticate(&control, &req)?;

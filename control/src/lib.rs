@@ -17,5 +17,6 @@ pub mod live;
 pub mod metrics;
 pub mod model;
 pub mod reconcile;
+pub mod recordings;
 pub mod service;
 pub mod store;

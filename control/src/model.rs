@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 pub use policy::feed::{
-    Change, FeedPage, Route, RouteLookup, TargetAccess, TargetCredential, TtydAddress,
+    Change, FeedPage, Recording, Route, RouteLookup, TargetAccess, TargetCredential, TtydAddress,
 };
 use policy::{SessionId, Sub};
 use serde::{Deserialize, Serialize};
@@ -97,6 +97,9 @@ pub struct Session {
     /// as gateways report it; output does not count. `None`: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_input: Option<u64>,
+    /// What gateways record of its terminals, fixed from its profile at creation.
+    #[serde(default, skip_serializing_if = "Recording::is_off")]
+    pub record: Recording,
 }
 
 fn local_host() -> String {
@@ -126,6 +129,7 @@ impl Session {
         route.host = Some(self.host.clone());
         route.upstream = pools.get(&self.host).cloned();
         route.unreachable = unreachable;
+        route.record = self.record;
         Some(route)
     }
 }

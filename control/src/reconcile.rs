@@ -23,7 +23,7 @@ use policy::SessionId;
 use crate::docker::{ContainerStatus, Docker, DockerError, EventAction};
 use crate::hosts::{Host, Probe};
 use crate::labels::{self, SessionLabels};
-use crate::model::{Session, SessionState};
+use crate::model::{Recording, Session, SessionState};
 use crate::service::{container_name, now, Control, SYSTEM};
 use crate::store::StoreError;
 
@@ -129,6 +129,12 @@ impl Reconciler {
                     .filter(|s| labels::is_on_host(&s.labels, host.name()))
                     .filter_map(|s| {
                         let l = SessionLabels::read(&s.labels)?;
+                        // The profile's, as a create would have set it.
+                        let record = c
+                            .config()
+                            .profiles
+                            .get(&l.profile)
+                            .map_or(Recording::Off, |p| Recording::of(p.record, p.record_input));
                         Some(Session {
                             id: l.id,
                             owner: l.owner,
@@ -145,6 +151,7 @@ impl Reconciler {
                             // Unknown: counted from now, so that a rebuild never ends
                             // a session someone was using for being idle.
                             last_input: Some(rebuilt_at),
+                            record,
                         })
                     }),
             );

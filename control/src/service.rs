@@ -423,6 +423,7 @@ impl Control {
             ended_by: None,
             end_reason: None,
             last_input: None,
+            record: crate::model::Recording::of(profile.record, profile.record_input),
         };
         // Marked before the record exists, so no reconcile pass ever sees this record
         // without the mark while this process works on it.

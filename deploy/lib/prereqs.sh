@@ -20,6 +20,8 @@
 #   ensure_nginx          nginx with auth_request (the /v1/authz test and deploy/bench)
 #   ensure_oidc_provider  a real OpenID Connect provider for the sign-in tests
 #                         ($TERMGATE_OIDC_PROVIDER)
+#   ensure_pyte           the pyte terminal emulator in .tools/python ($TERMGATE_PYTHONPATH),
+#                         which replays recordings in the recordings test
 
 # Checkout root: two levels above this file (deploy/lib/prereqs.sh).
 TERMGATE_ROOT="$(cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -36,6 +38,8 @@ TTYD_SHA256="8a217c968aba172e0dbf3f34447218dc015bc4d5e59bf51db2f2cd12b7be4f55"
 # provider built on authlib, with discovery, JWKS, end_session and a login form).
 # 0.3.4 is the newest release that runs on Debian 12's Python 3.11.
 OIDC_PROVIDER_PACKAGE="oidc-provider-mock==0.3.4"
+# pyte renders an asciicast recording's output as a screen (tests/tests/recordings.rs).
+PYTE_VERSION="0.8.2"
 
 # Bump when the rootfs/entrypoint built by ensure_session_image changes, so
 # existing machines rebuild the image instead of reusing a stale one.
@@ -657,4 +661,39 @@ ensure_oidc_provider() {
     [[ -x "$bin" ]] || die "$OIDC_PROVIDER_PACKAGE did not install $bin"
     printf '%s\n' "$OIDC_PROVIDER_PACKAGE" >"$stamp"
     info "$bin"
+}
+
+# --------------------------------------------------------------------------
+# pyte (recordings replay)
+# --------------------------------------------------------------------------
+
+ensure_pyte() {
+    step "pyte $PYTE_VERSION"
+    local target="$TERMGATE_TOOLS/python"
+    TERMGATE_PYTHONPATH="$target"
+    export TERMGATE_PYTHONPATH
+    if PYTHONPATH="$target" python3 -c "import pyte, sys; sys.exit(0 if pyte.__version__ == '$PYTE_VERSION' else 1)" >/dev/null 2>&1 \
+        || PYTHONPATH="$target" python3 - "$PYTE_VERSION" <<'PY' >/dev/null 2>&1
+import sys
+from importlib.metadata import version
+sys.exit(0 if version("pyte") == sys.argv[1] else 1)
+PY
+    then
+        info "pyte $PYTE_VERSION is present in $target"
+        return 0
+    fi
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        _tg_is_root || die "python3 with pip is required for pyte; install python3-pip"
+        _tg_apt_install python3 python3-pip
+    fi
+    mkdir -p "$target" || die "cannot create $target"
+    # --target installs into .tools only; a Debian python that refuses installs
+    # (PEP 668, externally managed) is told that this touches none of its packages.
+    if ! python3 -m pip install -q --disable-pip-version-check --upgrade \
+        --target "$target" "pyte==$PYTE_VERSION" >&2; then
+        python3 -m pip install -q --disable-pip-version-check --upgrade --break-system-packages \
+            --target "$target" "pyte==$PYTE_VERSION" >&2 || die "pip install pyte==$PYTE_VERSION failed"
+    fi
+    PYTHONPATH="$target" python3 -c "import pyte" || die "pyte does not import from $target"
+    info "installed pyte $PYTE_VERSION in $target"
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::channel::Channel;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Request, StatusCode};
@@ -22,6 +23,8 @@ pub struct Unavailable(pub String);
 #[derive(Clone)]
 pub struct ControlClient {
     client: Client<HttpConnector, Full<Bytes>>,
+    /// For bodies streamed from a file (recordings).
+    streaming: Client<HttpConnector, Channel<Bytes, std::io::Error>>,
     base: String,
     bearer: String,
     timeout: Duration,
@@ -35,9 +38,13 @@ impl ControlClient {
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector.clone());
+        let streaming = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
             .build(connector);
         ControlClient {
             client,
+            streaming,
             base: base.trim_end_matches('/').to_owned(),
             bearer: format!("Bearer {}", String::from_utf8_lossy(service_token)),
             timeout,
@@ -155,6 +162,74 @@ impl ControlClient {
             return Err(Unavailable(format!("{what} report answered {status}")));
         }
         Ok(())
+    }
+
+    /// Hands a finished recording to control (`PUT /v1/recordings/<session>/<name>`),
+    /// streamed from its file; `Ok` once control answered 204.
+    pub async fn put_recording(
+        &self,
+        session: &SessionId,
+        name: &str,
+        path: &std::path::Path,
+    ) -> Result<(), Unavailable> {
+        use tokio::io::AsyncReadExt;
+        let mut file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| Unavailable(format!("reading {}: {e}", path.display())))?;
+        let len = file
+            .metadata()
+            .await
+            .map_err(|e| Unavailable(e.to_string()))?
+            .len();
+        let (mut tx, body) = Channel::<Bytes, std::io::Error>::new(2);
+        let req = Request::put(format!("{}/v1/recordings/{session}/{name}", self.base))
+            .header(AUTHORIZATION, &self.bearer)
+            .header(CONTENT_TYPE, "application/x-asciicast")
+            .header(hyper::header::CONTENT_LENGTH, len)
+            .body(body)
+            .map_err(|e| Unavailable(e.to_string()))?;
+        let feed = async move {
+            let mut left = len;
+            while left > 0 {
+                let mut chunk = vec![0u8; 64 * 1024];
+                let n = match file.read(&mut chunk).await {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) => {
+                        tx.abort(e);
+                        return;
+                    }
+                };
+                chunk.truncate(n);
+                left = left.saturating_sub(n as u64);
+                if tx.send_data(Bytes::from(chunk)).await.is_err() {
+                    return;
+                }
+            }
+        };
+        let call = async {
+            let (resp, ()) = tokio::join!(self.streaming.request(req), feed);
+            let resp = resp.map_err(|e| Unavailable(e.to_string()))?;
+            let status = resp.status();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| Unavailable(e.to_string()))?
+                .to_bytes();
+            if status != StatusCode::NO_CONTENT {
+                return Err(Unavailable(format!(
+                    "recording answered {status}: {}",
+                    String::from_utf8_lossy(&body)
+                )));
+            }
+            Ok(())
+        };
+        // A second per MiB on top of the usual bound: large files take their time.
+        let timeout = self.timeout + Duration::from_secs(len / (1 << 20) + 1);
+        tokio::time::timeout(timeout, call)
+            .await
+            .map_err(|_| Unavailable(format!("no answer within {timeout:?}")))?
     }
 
     /// Long-polls the feed for changes after `after` (a revision of `epoch`, when one

@@ -12,6 +12,7 @@ pub mod head_deadline;
 pub mod metrics;
 pub mod oidc;
 pub mod proxy;
+pub mod recording;
 pub mod routes;
 pub mod state;
 pub mod target_credentials;

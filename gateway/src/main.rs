@@ -136,6 +136,10 @@ fn run(config: config::Config, upgrade: bool) -> anyhow::Result<()> {
         gateway::activity::ActivityReporter(Arc::clone(&state)),
     ));
     server.add_service(background_service(
+        "recording uploads",
+        gateway::recording::Uploader(Arc::clone(&state)),
+    ));
+    server.add_service(background_service(
         "token expiry",
         ExpirySweeper(Arc::clone(&state)),
     ));

@@ -51,6 +51,8 @@ pub struct Gateway {
     pub target_credentials: TargetCredentials,
     /// Sign-in through an OpenID Connect provider, when `[auth.oidc]` is set.
     pub oidc: Option<Arc<crate::oidc::Oidc>>,
+    /// Where recorded terminals are written (profiles' `record`).
+    pub recordings: crate::recording::Spool,
     /// Key of the credential hashes that tie terminals to the token that opened them.
     credential_keys: std::collections::hash_map::RandomState,
 }
@@ -82,6 +84,10 @@ impl Gateway {
             credential_keys: std::collections::hash_map::RandomState::new(),
             target_credentials: TargetCredentials::default(),
             oidc: crate::oidc::Oidc::from_config(&config)?,
+            recordings: crate::recording::Spool::new(
+                config.resolve(&g.recordings_dir),
+                g.recording_queue,
+            ),
             trusted_proxies: policy::TrustedProxies::parse(&g.trusted_proxies)
                 .map_err(|(i, why)| anyhow::anyhow!("gateway.trusted_proxies[{i}]: {why}"))?,
             config,

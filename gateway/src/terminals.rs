@@ -253,7 +253,7 @@ impl Terminals {
 }
 
 /// A websocket close frame from the server (unmasked): code 1000 and `reason`.
-fn close_frame(reason: &str) -> Vec<u8> {
+pub(crate) fn close_frame(reason: &str) -> Vec<u8> {
     // A control frame's payload is at most 125 bytes: the code and up to 123 of reason.
     let reason = &reason.as_bytes()[..reason.len().min(123)];
     let mut frame = Vec::with_capacity(4 + reason.len());

@@ -37,6 +37,39 @@ pub struct Route {
     /// Set for a target: who may open it and how its ttyd is signed in to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<TargetAccess>,
+    /// Whether the gateway records its terminals (the profile's `record`).
+    #[serde(default, skip_serializing_if = "Recording::is_off")]
+    pub record: Recording,
+}
+
+/// What of a terminal the gateway records as asciicast v2 (profiles' `record` and
+/// `record_input`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Recording {
+    /// Nothing.
+    #[default]
+    Off,
+    /// Output and resizes.
+    Output,
+    /// Output, resizes and what users type.
+    OutputAndInput,
+}
+
+impl Recording {
+    /// From a profile's two keys.
+    pub fn of(record: bool, record_input: bool) -> Self {
+        match (record, record_input) {
+            (false, _) => Recording::Off,
+            (true, false) => Recording::Output,
+            (true, true) => Recording::OutputAndInput,
+        }
+    }
+
+    /// Whether nothing is recorded.
+    pub fn is_off(&self) -> bool {
+        *self == Recording::Off
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -58,6 +91,7 @@ impl Route {
             host: None,
             unreachable: false,
             target: None,
+            record: Recording::Off,
         }
     }
 
@@ -356,6 +390,25 @@ pub struct FeedPage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recording_follows_the_profile_and_old_routes_record_nothing() {
+        assert_eq!(Recording::of(false, true), Recording::Off);
+        assert_eq!(Recording::of(true, false), Recording::Output);
+        assert_eq!(Recording::of(true, true), Recording::OutputAndInput);
+        let id = SessionId::from_random([1; 10]);
+        let mut r = Route::container(id, "alice", "c1");
+        let plain = serde_json::to_string(&r).unwrap();
+        assert!(!plain.contains("record"), "{plain}");
+        assert_eq!(
+            serde_json::from_str::<Route>(&plain).unwrap().record,
+            Recording::Off
+        );
+        r.record = Recording::OutputAndInput;
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains(r#""record":"output_and_input""#), "{text}");
+        assert_eq!(serde_json::from_str::<Route>(&text).unwrap(), r);
+    }
 
     #[test]
     fn target_urls_parse_into_an_address_and_a_base_path() {

@@ -87,7 +87,14 @@ fn segment_ok(s: &str) -> bool {
 
 /// First segments of control's `/v1/` paths that only gateways (and, for `authz`, a
 /// proxy in front of ttyd) may call.
-pub const INTERNAL_API: &[&str] = &["routes", "healthz", "authz", "activity", "terminals"];
+pub const INTERNAL_API: &[&str] = &[
+    "routes",
+    "healthz",
+    "authz",
+    "activity",
+    "terminals",
+    "recordings",
+];
 
 /// Classifies a raw request path (without the query string).
 pub fn classify(raw: &[u8]) -> Result<PublicRoute<'_>, PathError> {

@@ -165,6 +165,13 @@ impl Refusal {
     /// A container spec that breaks the sandbox's red lines.
     pub const SANDBOX_REFUSED: Refusal =
         refusal(500, "sandbox_refused", "container spec breaks red lines");
+    /// A recorded terminal on a listener that cannot record (TLS: Pingora carries
+    /// those bytes, and the recorder reads only the gateway's own tunnel).
+    pub const RECORDING_UNAVAILABLE: Refusal = refusal(
+        502,
+        "recording_unavailable",
+        "this terminal is recorded, which this gateway listener cannot do",
+    );
     /// A failure of control itself.
     pub const INTERNAL: Refusal = refusal(500, "internal", "internal error");
     /// An action only an admin may take.

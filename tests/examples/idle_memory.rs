@@ -6,7 +6,10 @@
 //!
 //! - `own`: the gateway's own tunnel (plain listeners);
 //! - `pingora`: Pingora's upgrade path, which TLS listeners take and every listener took
-//!   before the own tunnel (debug builds only: `TERMGATE_TEST_PINGORA_TUNNEL=1`).
+//!   before the own tunnel (debug builds only: `TERMGATE_TEST_PINGORA_TUNNEL=1`);
+//! - `record`: the own tunnel with every terminal recorded (profiles' `record`; debug
+//!   builds only: `TERMGATE_TEST_RECORD_ALL=1`): a writer thread, a spool file and the
+//!   recorder's state per terminal.
 //!
 //! The terminals' upstream is a ttyd stand-in in this process (a unix socket answering
 //! the upgrade with a `101` and then holding the connection idle), registered as a
@@ -14,7 +17,7 @@
 //!
 //! ```sh
 //! cargo build --workspace --bins --examples --locked
-//! target/debug/examples/idle_memory                       # own + pingora, 1,000 and 5,000
+//! target/debug/examples/idle_memory                       # own, pingora, record; 1,000 and 5,000
 //! IDLE_COUNTS=1000,5000,9000 IDLE_PATHS=own IDLE_HOLD_SECS=600 target/debug/examples/idle_memory
 //! ```
 //!
@@ -87,7 +90,7 @@ fn main() {
         .filter_map(|c| c.trim().parse().ok())
         .collect();
     let paths: Vec<String> = std::env::var("IDLE_PATHS")
-        .unwrap_or_else(|_| "own,pingora".into())
+        .unwrap_or_else(|_| "own,pingora,record".into())
         .split(',')
         .map(|p| p.trim().to_owned())
         .collect();
@@ -144,6 +147,9 @@ fn main() {
             if path == "pingora" {
                 env.push(("TERMGATE_TEST_PINGORA_TUNNEL", "1"));
             }
+            if path == "record" {
+                env.push(("TERMGATE_TEST_RECORD_ALL", "1"));
+            }
             let n = stack.spawn_gateway(&env);
             let port = stack.gateways[n].port;
             let pid = stack.gateways[n].pid();
@@ -195,10 +201,10 @@ fn main() {
                 })
                 .count();
             let f = Figure {
-                path: if path == "own" {
-                    "own tunnel"
-                } else {
-                    "Pingora's path"
+                path: match path.as_str() {
+                    "own" => "own tunnel",
+                    "record" => "own tunnel, recorded",
+                    _ => "Pingora's path",
                 },
                 count,
                 rss_before,

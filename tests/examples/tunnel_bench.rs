@@ -1,6 +1,9 @@
-//! Keystroke round trip and bulk output through the gateway's own tunnel, Pingora's
-//! upgrade path (debug builds: `TERMGATE_TEST_PINGORA_TUNNEL=1`) and straight to ttyd,
-//! interleaved, on one plain ttyd (`ttyd -W sh`, a target on a unix socket).
+//! Keystroke round trip and bulk output through the gateway's own tunnel, the same
+//! recorded (asciicast, debug builds: `TERMGATE_TEST_RECORD_ALL=1`), Pingora's upgrade
+//! path (debug builds: `TERMGATE_TEST_PINGORA_TUNNEL=1`) and straight to ttyd,
+//! interleaved, on one plain ttyd (`ttyd -W sh`, a target on a unix socket). Each
+//! gateway's resident memory is printed at the end (`BENCH_RECORD=0` leaves the
+//! recorded path out).
 //!
 //! ```sh
 //! cargo build --workspace --bins --examples --locked
@@ -151,6 +154,7 @@ fn main() {
     assert_eq!(a.status, 201, "register: {}", a.text);
     let id = a.body["id"].as_str().unwrap().to_owned();
     let pingora = stack.spawn_gateway(&[("TERMGATE_TEST_PINGORA_TUNNEL", "1")]);
+    let recorded = stack.spawn_gateway(&[("TERMGATE_TEST_RECORD_ALL", "1")]);
     let bearer = format!("Bearer {}", stack.control.token("alice", false));
     let via = |n: usize| {
         let port = stack.gateways[n].port;
@@ -179,11 +183,19 @@ fn main() {
     };
     // A release gateway has no test hooks: `BENCH_PINGORA=0` leaves that path out.
     let with_pingora = std::env::var("BENCH_PINGORA").map_or(true, |v| v != "0");
+    let with_record = std::env::var("BENCH_RECORD").map_or(true, |v| v != "0");
     let mut names = vec!["own tunnel"];
     let mut terms = vec![alive(&|| via(0))];
+    let mut gateways = vec![0];
+    if with_record {
+        names.push("own tunnel, recorded");
+        terms.push(alive(&|| via(recorded)));
+        gateways.push(recorded);
+    }
     if with_pingora {
         names.push("Pingora's path");
         terms.push(alive(&|| via(pingora)));
+        gateways.push(pingora);
     }
     names.push("direct to ttyd");
     terms.push(alive(&direct));
@@ -252,6 +264,15 @@ fn main() {
             names[k],
             ms(pct(&mut rtt[k], 0.5)),
             ms(pct(&mut rtt[k], 0.99)),
+        );
+    }
+    println!();
+    for (k, n) in gateways.iter().enumerate() {
+        let pid = stack.gateways[*n].pid();
+        println!(
+            "{}: gateway RSS {} KiB at the end (its terminal open)",
+            names[k],
+            raw::rss_kib(pid)
         );
     }
 }

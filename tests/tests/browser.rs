@@ -874,3 +874,82 @@ fn a_dropped_connection_is_shown_in_the_bar_and_the_terminal_comes_back_by_itsel
         b.screenshot(&artifact("terminal-phone.png")),
     );
 }
+
+#[test]
+fn a_recorded_session_types_in_the_browser_and_its_recording_downloads_from_the_page() {
+    // Chromium offers permessage-deflate: the gateway strips it on a recorded terminal.
+    let mut control = e2e::stack::ControlStack::prepare("");
+    control.set_env("TERMGATE__PROFILES__DEFAULT__RECORD", "true");
+    control.spawn(&[]);
+    let ttyd = e2e::ttyd::TtydPool::start_for(&control.instance);
+    let counter = e2e::ttyd::CountingProxy::start(ttyd.target());
+    let stack = GatewayStack::assemble(control, ttyd, counter);
+    let mut b = launch();
+    sign_in_by_link(&mut b, &stack, "alice");
+    let id = create_in_page(&mut b, "recorded");
+    click_row_button(&mut b, &id, "Open");
+    ok(
+        "the terminal connection",
+        b.wait_js(
+            "!document.getElementById('terminal').hidden \
+             && document.getElementById('terminal-frame').contentDocument.title === 'termgate'",
+            T,
+            "ttyd's window title (its websocket is open)",
+        ),
+    );
+    ok(
+        "focus the terminal",
+        b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
+    );
+    ok("type", b.insert_text("echo recorded-$((6*7))"));
+    ok("press Enter", b.press_enter());
+    ok(
+        "the shell's answer",
+        b.wait_js(
+            &format!("(() => {{ const s = {TERMINAL_TEXT}; return s.includes('recorded-42') ? s : ''; }})()"),
+            T,
+            "recorded-42 in the terminal buffer",
+        ),
+    );
+    ok(
+        "Back to sessions",
+        b.eval("document.getElementById('close-terminal').click()"),
+    );
+    // The terminal closed: its recording reaches control, and the page lists it.
+    let listed = ok(
+        "the recording in the page",
+        b.wait_js(
+            &format!(
+                "(() => {{ const r = document.querySelector('#session-rows tr[data-session=\"{id}\"]'); \
+                 const btn = r && [...r.querySelectorAll('button')].find((x) => x.textContent === 'Recordings'); \
+                 if (btn) btn.click(); \
+                 const a = document.querySelector('#recording-rows a'); \
+                 return !document.getElementById('recordings').hidden && a ? a.getAttribute('href') : null; }})()"
+            ),
+            Duration::from_secs(30),
+            "a download link in the recordings table",
+        ),
+    );
+    let href = listed.as_str().expect("a link").to_owned();
+    assert!(
+        href.starts_with(&format!("/api/sessions/{id}/recordings/")),
+        "{href}"
+    );
+    // Downloaded with the page's own cookie.
+    ok(
+        "download the recording",
+        b.eval(&format!(
+            "fetch({}).then((r) => r.text()).then((t) => {{ window.__cast = t; }})",
+            json!(href)
+        )),
+    );
+    let cast = ok(
+        "the recording's text",
+        b.wait_js("window.__cast || null", T, "the downloaded recording"),
+    );
+    let cast = cast.as_str().unwrap();
+    let header: serde_json::Value = serde_json::from_str(cast.lines().next().unwrap()).unwrap();
+    assert_eq!(header["version"], 2);
+    assert!(cast.contains("recorded-42"), "{cast}");
+    ok("recordings.png", b.screenshot(&artifact("recordings.png")));
+}

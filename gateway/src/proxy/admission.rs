@@ -94,6 +94,7 @@ pub(super) async fn terminal(
             address: route.upstream.clone(),
             credential,
             auth_token: auth_token.filter(|_| part == TerminalPart::Ws),
+            record: route.record,
         })),
     })
 }

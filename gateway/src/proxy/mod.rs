@@ -60,6 +60,9 @@ pub struct TestHooks {
     /// `TERMGATE_TEST_PINGORA_TUNNEL=1`: terminals on plain listeners take Pingora's
     /// upgrade path, as TLS listeners do.
     pub pingora_tunnel: bool,
+    /// `TERMGATE_TEST_RECORD_ALL=1`: every terminal websocket is recorded (output), a
+    /// target's too, so benchmarks compare the same ttyd recorded and not.
+    pub record_all: bool,
 }
 
 impl TestHooks {
@@ -74,6 +77,7 @@ impl TestHooks {
                 .and_then(|v| v.parse().ok())
                 .map(Duration::from_millis),
             pingora_tunnel: std::env::var("TERMGATE_TEST_PINGORA_TUNNEL").is_ok_and(|v| v == "1"),
+            record_all: std::env::var("TERMGATE_TEST_RECORD_ALL").is_ok_and(|v| v == "1"),
         }
     }
 }
@@ -351,7 +355,12 @@ impl ProxyHttp for Proxy {
         ctx.decision = Decision::Allow;
         ctx.reason = allowed.reason;
         match allowed.next {
-            Next::Proxy(upstream) => {
+            Next::Proxy(mut upstream) => {
+                if let Upstream::Ttyd(t) = &mut upstream {
+                    if self.hooks.record_all && t.record.is_off() {
+                        t.record = policy::feed::Recording::Output;
+                    }
+                }
                 if let Upstream::Ttyd(TtydRequest {
                     auth_token: Some(token),
                     ..
@@ -377,8 +386,18 @@ impl ProxyHttp for Proxy {
                     let clock = clock.map(|id| self.g.activity.clock(id));
                     ctx.frames = Some(ws_frames::FrameSizes::new(clock));
                 }
+                let recorded = matches!(&upstream, Upstream::Ttyd(t) if !t.record.is_off());
                 ctx.upstream = Some(upstream);
-                if ws && !self.hooks.pingora_tunnel && tunnel::eligible(session) {
+                let own_tunnel = ws && !self.hooks.pingora_tunnel && tunnel::eligible(session);
+                if ws && recorded && !own_tunnel {
+                    // Only the gateway's own tunnel records (TLS listeners: Pingora's
+                    // path): refused rather than carried unrecorded.
+                    ctx.decision = Decision::Deny;
+                    ctx.reason = Refusal::RECORDING_UNAVAILABLE.code;
+                    reply::refusal(session, &Refusal::RECORDING_UNAVAILABLE).await?;
+                    return Ok(true);
+                }
+                if own_tunnel {
                     if let Err(e) = tunnel::open(self, session, ctx).await {
                         ctx.reason = "";
                         let failed = answer_failure(session, &e, ctx).await;

@@ -130,6 +130,7 @@ mod tests {
             address: None,
             credential: None,
             auth_token: None,
+            record: Default::default(),
         });
         let refused = |e: &Error, u: Option<&Upstream>| failure(e, u).map(|r| (r.status, r.code));
         let too_large = error(ErrorType::HTTPStatus(413), ErrorSource::Internal);

@@ -15,6 +15,9 @@
 //! - Upward bytes pass the same checks as on Pingora's path: each frame's size
 //!   (`gateway.max_ws_frame_bytes`) and the first message of a `ttyd -c` target.
 //!
+//! - A recorded terminal's bytes also pass its [`Recorder`] (both directions, before
+//!   they are written on); an unrecorded one has none and its output is not parsed.
+//!
 //! A TLS listener keeps Pingora's own upgrade path (`ProxyHttp` body filters).
 
 use std::borrow::Cow;
@@ -34,6 +37,7 @@ use tokio::net::{TcpStream, UnixStream};
 
 use super::{first_message, log, ws_frames, Ctx, Proxy, RequestLine};
 use crate::head_deadline::HeadDeadline;
+use crate::recording::{QueueFull, Recorder};
 use crate::state::Gateway;
 
 /// Bytes read from a socket at a time.
@@ -315,6 +319,24 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
         }
     };
 
+    let record = match upstream {
+        super::Upstream::Ttyd(t) => t.record,
+        super::Upstream::Control(_) => Default::default(),
+    };
+    if answer.status == 101
+        && !record.is_off()
+        && answer
+            .headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("sec-websocket-extensions"))
+    {
+        // The extension was not asked for: frames could not be read for the recording.
+        return Err(up_error(
+            ErrorType::InvalidHTTPHeader,
+            "the ttyd negotiated a websocket extension on a recorded terminal",
+            io::Error::from(ErrorKind::InvalidData),
+        ));
+    }
     let mut resp = ResponseHeader::build(answer.status, Some(answer.headers.len() + 5))?;
     for (name, value) in &answer.headers {
         resp.append_header(name.clone(), value.as_slice())?;
@@ -341,6 +363,25 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
         session.write_response_header(Box::new(resp), false).await?;
         session.write_response_body(Some(body.into()), true).await?;
         return Ok(());
+    }
+
+    let mut recorder = match (record.is_off(), ctx.session) {
+        (false, Some(id)) => {
+            let input = record == policy::feed::Recording::OutputAndInput;
+            let r = g.recordings.start(id, input).map_err(|e| {
+                Error::because(ErrorType::InternalError, "starting the recording", e)
+            })?;
+            Some(r)
+        }
+        _ => None,
+    };
+    if let Some(r) = recorder.as_mut() {
+        if r.downward(&answer.rest).is_err() {
+            return Err(Error::explain(
+                ErrorType::InternalError,
+                "the recording could not take the terminal's first bytes",
+            ));
+        }
     }
 
     // Upgraded: from here on the terminal is the tunnel's, and logged by it.
@@ -408,6 +449,7 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
         g: Arc::clone(g),
         line,
         flow: Flow::default(),
+        recorder,
         down,
         up,
     };
@@ -445,6 +487,8 @@ struct Tunnel {
     g: Arc<Gateway>,
     line: RequestLine,
     flow: Flow,
+    /// Set for a recorded terminal.
+    recorder: Option<Recorder>,
     down: Socket,
     up: Socket,
 }
@@ -471,6 +515,7 @@ impl Tunnel {
             ctx,
             g,
             flow,
+            recorder,
             down,
             up,
             ..
@@ -490,11 +535,11 @@ impl Tunnel {
             tokio::select! {
                 r = down.readable(), if read_down => {
                     r.map_err(|e| format!("browser: {e}"))?;
-                    pump_up(ctx, flow, down, up, max)?;
+                    pump_up(ctx, flow, recorder.as_mut(), down, up, max)?;
                 }
                 r = up.readable(), if read_up => {
                     r.map_err(|e| format!("ttyd: {e}"))?;
-                    pump_down(ctx, flow, down, up)?;
+                    pump_down(ctx, flow, recorder.as_mut(), down, up)?;
                 }
                 r = up.writable(), if !flow.up_pending.is_empty() => {
                     r.map_err(|e| format!("ttyd: {e}"))?;
@@ -520,6 +565,7 @@ impl Tunnel {
 fn pump_up(
     ctx: &mut Ctx,
     flow: &mut Flow,
+    recorder: Option<&mut Recorder>,
     down: &Socket,
     up: &Socket,
     max: u64,
@@ -535,7 +581,15 @@ fn pump_up(
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
             Err(e) => return Err(format!("browser: {e}")),
         };
-        let Some(bytes) = upward(ctx, &scratch[..n], max)? else {
+        let checked = upward(ctx, &scratch[..n], max)?;
+        if let Some(r) = recorder {
+            // As the browser sent them (before a target's token is written in).
+            let boundary = r.down_at_frame_boundary();
+            if r.upward(&scratch[..n]).is_err() {
+                return Err(behind(ctx, flow, down, boundary));
+            }
+        }
+        let Some(bytes) = checked else {
             return Ok(());
         };
         ctx.bytes_up += bytes.len() as u64;
@@ -545,7 +599,13 @@ fn pump_up(
 
 /// ttyd → browser: reads written on at once, while the ttyd has more (a full read)
 /// and the browser takes it all, at most [`READS_PER_WAKE`] times.
-fn pump_down(ctx: &mut Ctx, flow: &mut Flow, down: &Socket, up: &Socket) -> Result<(), Failure> {
+fn pump_down(
+    ctx: &mut Ctx,
+    flow: &mut Flow,
+    mut recorder: Option<&mut Recorder>,
+    down: &Socket,
+    up: &Socket,
+) -> Result<(), Failure> {
     SCRATCH_BUF.with(|scratch| {
         let mut scratch = scratch.borrow_mut();
         for _ in 0..READS_PER_WAKE {
@@ -558,6 +618,13 @@ fn pump_down(ctx: &mut Ctx, flow: &mut Flow, down: &Socket, up: &Socket) -> Resu
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
                 Err(e) => return Err(format!("ttyd: {e}")),
             };
+            if let Some(r) = recorder.as_deref_mut() {
+                // Recorded before the browser sees it, or not passed on at all.
+                let boundary = r.down_at_frame_boundary();
+                if let Err(QueueFull) = r.downward(&scratch[..n]) {
+                    return Err(behind(ctx, flow, down, boundary));
+                }
+            }
             ctx.bytes_down += n as u64;
             send(down, &scratch[..n], &mut flow.down_pending)
                 .map_err(|e| format!("browser: {e}"))?;
@@ -567,6 +634,20 @@ fn pump_down(ctx: &mut Ctx, flow: &mut Flow, down: &Socket, up: &Socket) -> Resu
         }
         Ok(())
     })
+}
+
+/// A recording whose writer fell behind (`gateway.recording_queue`): the terminal is
+/// closed rather than recorded incompletely. The browser is told why in a close frame
+/// when one can be written between frames (`boundary`: the bytes passed on so far end
+/// a frame), so that ttyd's page does not reconnect.
+fn behind(ctx: &mut Ctx, flow: &Flow, down: &Socket, boundary: bool) -> Failure {
+    ctx.reason = "recording_queue_full";
+    if boundary && flow.down_pending.is_empty() {
+        let frame =
+            crate::terminals::close_frame("termgate: the recording fell behind; terminal closed");
+        let _ = down.try_write(&frame);
+    }
+    "the recording's writer fell behind (gateway.recording_queue): terminal closed rather than recorded incompletely".into()
 }
 
 /// The checks of bytes going up: each frame's size, and a `ttyd -c` target's first

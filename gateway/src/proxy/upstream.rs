@@ -45,6 +45,8 @@ pub struct TtydRequest {
     pub credential: Option<(String, String)>,
     /// For a `ttyd -c` target's websocket: the token its first message must carry.
     pub auth_token: Option<String>,
+    /// What of the terminal is recorded (the route's `record`).
+    pub record: policy::feed::Recording,
 }
 
 impl Upstream {
@@ -123,9 +125,10 @@ impl Upstream {
                 if let Some(p) = principal {
                     up.insert_header("X-Termgate-User", p.sub.as_str())?;
                 }
-                if t.auth_token.is_some() {
-                    // The first message is rewritten on its way up, so it must arrive as
-                    // plain frames: no compression is negotiated for this websocket.
+                if t.auth_token.is_some() || !t.record.is_off() {
+                    // The first message is rewritten on its way up, and a recording reads
+                    // ttyd's messages both ways, so they must be plain frames: no
+                    // compression is negotiated for this websocket.
                     up.remove_header("sec-websocket-extensions");
                 }
                 if let Some((name, value)) = &t.credential {
@@ -199,6 +202,7 @@ mod tests {
             address: None,
             credential: None,
             auth_token: None,
+            record: Default::default(),
         });
         ws.rewrite(&mut up, Some(&principal), Some("t")).unwrap();
         assert_eq!(up.uri, "/ws?arg=c1");
