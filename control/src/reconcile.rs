@@ -67,6 +67,11 @@ impl PassReport {
 
 /// The `end_reason` of a session whose container the kernel's out-of-memory killer
 /// struck (it ends `failed`); it starts with the stable word `oom`.
+/// How often, and how far apart, a container killed by SIGKILL is inspected again for
+/// Docker's out-of-memory mark (see `Reconciler::settle_running`).
+const OOM_SETTLE_TRIES: usize = 4;
+const OOM_SETTLE_WAIT: Duration = Duration::from_millis(150);
+
 pub const OOM_REASON: &str = "oom: the session ran out of memory (its profile's memory limit)";
 
 /// How often a configured host is asked whether it answers.
@@ -493,7 +498,25 @@ impl Reconciler {
         oom_event: bool,
     ) -> Outcome {
         let c = &self.control;
-        match docker.inspect(cid).await {
+        let mut inspected = docker.inspect(cid).await;
+        // Docker learns of an out-of-memory kill from its own event, which can come after
+        // the program's death: a program killed by SIGKILL (exit 137) without the mark yet
+        // is asked about again a few times before it is judged to have simply exited.
+        for _ in 0..OOM_SETTLE_TRIES {
+            match &inspected {
+                Ok(Some(found))
+                    if found.state.is_dead()
+                        && !found.oom_killed
+                        && !oom_event
+                        && found.exit_code == Some(137) =>
+                {
+                    tokio::time::sleep(OOM_SETTLE_WAIT).await;
+                    inspected = docker.inspect(cid).await;
+                }
+                _ => break,
+            }
+        }
+        match inspected {
             Ok(None) => self.end_as(s, SessionState::Gone, "the container disappeared"),
             Ok(Some(found)) if found.state.is_dead() => {
                 let outcome = if found.oom_killed || oom_event {

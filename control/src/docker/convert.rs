@@ -86,6 +86,7 @@ pub(super) fn status_from_summary(c: ContainerSummary) -> ContainerStatus {
         }),
         created: c.created.unwrap_or(0),
         oom_killed: false,
+        exit_code: None,
     }
 }
 
@@ -106,7 +107,12 @@ pub(super) fn status_from_inspect(c: ContainerInspectResponse) -> ContainerStatu
                 ContainerState::parse(s.as_ref())
             }),
         created: c.created.as_deref().and_then(parse_rfc3339).unwrap_or(0),
-        oom_killed: c.state.and_then(|s| s.oom_killed).unwrap_or(false),
+        oom_killed: c.state.as_ref().and_then(|s| s.oom_killed).unwrap_or(false),
+        exit_code: c
+            .state
+            .as_ref()
+            .filter(|s| !matches!(s.running, Some(true)))
+            .and_then(|s| s.exit_code),
     }
 }
 

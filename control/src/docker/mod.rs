@@ -96,6 +96,8 @@ pub struct ContainerStatus {
     /// The kernel's out-of-memory killer struck inside it (only an inspection says;
     /// a listing leaves it false).
     pub oom_killed: bool,
+    /// Its program's exit status, once it ended (only an inspection says).
+    pub exit_code: Option<i64>,
 }
 
 /// What Docker says a container is doing.

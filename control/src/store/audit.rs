@@ -31,6 +31,9 @@ impl Store {
                 "the store is refusing writes",
             )));
         }
+        // A filesystem turned read-only is refused here too: sled would take the batch
+        // in memory and fail on it later, in a flush that a write may be waiting for.
+        self.refuse_if_read_only()?;
         let mut batch = sled::Batch::default();
         for e in entries {
             let value = serde_json::to_vec(e)

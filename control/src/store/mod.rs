@@ -946,18 +946,22 @@ impl Store {
     /// A filesystem that the kernel has turned read-only (an ext4 error with
     /// `errors=remount-ro`, a remount) is refused before sled is handed the write:
     /// sled keeps the first I/O error for good and, caught between a failed log write
-    /// and a flush, can wait for a stable log position that never comes. One
-    /// `statvfs` per write; the poisoned path then reopens once the directory takes
-    /// writes again.
+    /// and a flush, can wait for a stable log position that never comes. The test is
+    /// to set the store directory's times: it fails with `EROFS` both on a read-only
+    /// mount and on an ext4 in its emergency read-only state, which newer kernels
+    /// enter on an error without marking the mount read-only (so `statvfs` still says
+    /// writable). One system call per write; the poisoned path then reopens once the
+    /// directory takes writes again.
     fn refuse_if_read_only(&self) -> Result<()> {
         if self.poisoned.load(Ordering::SeqCst) {
             return Ok(());
         }
-        match rustix::fs::statvfs(&self.path) {
-            Ok(fs) if fs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY) => {
-                self.note(Err(StoreError::Unavailable(rustix::io::Errno::ROFS.into())))
+        match touch(&self.path) {
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::ROFS.raw_os_error()) => {
+                self.note(Err(StoreError::Unavailable(e)))
             }
-            // The write itself will say what is wrong with a directory statvfs cannot read.
+            // The write itself will say what is wrong with a directory that cannot be
+            // touched for another reason.
             _ => Ok(()),
         }
     }
@@ -1016,8 +1020,14 @@ impl Store {
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
-            // sled's file lock goes with the last handle.
-            drop(old);
+            // sled's file lock goes with the last handle. Its drop syncs the log file
+            // and panics when that fails, as it does on the broken filesystem the old
+            // handle still points into (one mounted over, say): that panic is caught
+            // here, and the handle is gone either way.
+            let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(old)));
+            if dropped.is_err() {
+                tracing::warn!(path = %self.path.display(), "the old store handle could not sync its log while closing (its filesystem failed); closed anyway");
+            }
         }
         // sled's background threads may hold the lock file a moment longer.
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -1105,6 +1115,20 @@ impl Store {
         }
         Ok(keys)
     }
+}
+
+/// Sets `dir`'s access and modification times to now.
+fn touch(dir: &Path) -> std::io::Result<()> {
+    let now = rustix::fs::Timespec {
+        tv_sec: 0,
+        tv_nsec: rustix::fs::UTIME_NOW,
+    };
+    let times = rustix::fs::Timestamps {
+        last_access: now,
+        last_modification: now,
+    };
+    rustix::fs::utimensat(rustix::fs::CWD, dir, &times, rustix::fs::AtFlags::empty())
+        .map_err(std::io::Error::from)
 }
 
 /// Whether `dir` takes a write now: one sled segment's worth (512 KiB) of bytes,
