@@ -139,6 +139,10 @@ pub struct GatewayConfig {
     /// ttyd upstreams as `host:port`; empty means the unix socket `ttyd.socket`.
     #[serde(default)]
     pub ttyd_upstreams: Vec<String>,
+    /// The read-only ttyd pool (started without `-W`) that share-link viewers go to, as
+    /// `host:port`; empty means the unix socket `ttyd.viewer_socket`.
+    #[serde(default)]
+    pub viewer_upstreams: Vec<String>,
     /// Open terminals one user may hold.
     #[serde(default = "defaults::terminals_per_user")]
     pub max_terminals_per_user: u32,
@@ -252,6 +256,10 @@ pub struct TtydConfig {
     /// by the gateway's user.
     #[serde(default = "defaults::ttyd_socket")]
     pub socket: PathBuf,
+    /// Unix socket of the read-only ttyd pool (started without `-W`) that share-link
+    /// viewers go to; the same rules as `socket`.
+    #[serde(default = "defaults::ttyd_viewer_socket")]
+    pub viewer_socket: PathBuf,
     /// The docker CLI ttyd runs (`docker attach`).
     #[serde(default = "defaults::docker_cli")]
     pub docker_cli: PathBuf,
@@ -303,6 +311,10 @@ pub struct DockerHostConfig {
     /// (`unix:/path` or `host:port`), at least one.
     #[serde(default)]
     pub ttyd_pool: Vec<String>,
+    /// The addresses of this host's read-only ttyd pool (started without `-W`) that
+    /// share-link viewers go to; empty: this host's sessions cannot be shared.
+    #[serde(default)]
+    pub viewer_pool: Vec<String>,
     /// Most sessions this host holds at once.
     pub capacity: u32,
 }
@@ -321,6 +333,9 @@ pub struct HostSpec {
     pub tls: Option<(PathBuf, PathBuf, PathBuf)>,
     /// Its ttyd pool; empty: the gateway's own (the implicit host only).
     pub ttyd_pool: Vec<String>,
+    /// Its read-only pool for share-link viewers; empty: the gateway's own (the
+    /// implicit host), or none (a configured host without `viewer_pool`).
+    pub viewer_pool: Vec<String>,
     /// Most sessions at once; `u32::MAX` for the implicit host (only quotas bound it).
     pub capacity: u32,
     /// Whether it is the implicit host of a configuration without `[[docker.hosts]]`,
@@ -435,6 +450,10 @@ pub struct Profile {
     /// End a session this long after its creation, however busy, seconds; unset: never.
     #[serde(default)]
     pub max_lifetime_seconds: Option<u64>,
+    /// Who may open its sessions' read-only share links: `anyone`, `signed-in` or
+    /// `off`.
+    #[serde(default = "defaults::shares")]
+    pub shares: String,
 }
 
 /// One `[[targets]]` entry: a ttyd that already runs, opened by the users and roles
@@ -552,6 +571,7 @@ impl Config {
                 endpoint: self.control.docker_host.clone(),
                 tls: None,
                 ttyd_pool: Vec::new(),
+                viewer_pool: Vec::new(),
                 capacity: u32::MAX,
                 implicit: true,
             }];
@@ -569,6 +589,7 @@ impl Config {
                     _ => None,
                 },
                 ttyd_pool: h.ttyd_pool.clone(),
+                viewer_pool: h.viewer_pool.clone(),
                 capacity: h.capacity,
                 implicit: false,
             })
@@ -608,6 +629,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("gateway.control_url", "\"http://127.0.0.1:7070\""),
     ("gateway.control_timeout_ms", "2000"),
     ("gateway.ttyd_upstreams", "[]"),
+    ("gateway.viewer_upstreams", "[]"),
     ("gateway.max_terminals_per_user", "8"),
     ("gateway.max_terminals_per_session", "4"),
     ("gateway.close_on_token_expiry", "true"),
@@ -645,9 +667,11 @@ pub const KEYS: &[(&str, &str)] = &[
     ("docker.hosts.tls_cert_file", ""),
     ("docker.hosts.tls_key_file", ""),
     ("docker.hosts.ttyd_pool", ""),
+    ("docker.hosts.viewer_pool", ""),
     ("docker.hosts.capacity", ""),
     ("ttyd.binary", "\"ttyd\""),
     ("ttyd.socket", "\"ttyd/ttyd.sock\""),
+    ("ttyd.viewer_socket", "\"ttyd/ttyd-view.sock\""),
     ("ttyd.docker_cli", "\"docker\""),
     ("store.path", "\"store\""),
     ("store.change_log_len", "1024"),
@@ -679,6 +703,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("profiles.<name>.hosts", "[]"),
     ("profiles.<name>.idle_timeout_seconds", ""),
     ("profiles.<name>.max_lifetime_seconds", ""),
+    ("profiles.<name>.shares", "\"signed-in\""),
 ];
 
 mod defaults {
@@ -785,6 +810,12 @@ mod defaults {
     }
     pub fn ttyd_binary() -> PathBuf {
         "ttyd".into()
+    }
+    pub fn ttyd_viewer_socket() -> PathBuf {
+        "ttyd/ttyd-view.sock".into()
+    }
+    pub fn shares() -> String {
+        "signed-in".into()
     }
     pub fn ttyd_socket() -> PathBuf {
         "ttyd/ttyd.sock".into()

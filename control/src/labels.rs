@@ -182,6 +182,7 @@ mod tests {
             ended_by: None,
             end_reason: None,
             last_input: None,
+            shares: Vec::new(),
         }
     }
 

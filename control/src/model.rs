@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 pub use policy::feed::{
-    Change, FeedPage, Route, RouteLookup, TargetAccess, TargetCredential, TtydAddress,
+    Change, FeedPage, Route, RouteLookup, ShareGrant, TargetAccess, TargetCredential, TtydAddress,
 };
 use policy::{SessionId, Sub};
 use serde::{Deserialize, Serialize};
@@ -97,6 +97,10 @@ pub struct Session {
     /// as gateways report it; output does not count. `None`: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_input: Option<u64>,
+    /// Its read-only share links (hashes only, never a link), fed to gateways on its
+    /// route; they end with it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<ShareGrant>,
 }
 
 fn local_host() -> String {
@@ -108,6 +112,14 @@ fn local_host() -> String {
 pub type Pools = BTreeMap<String, TtydAddress>;
 
 impl Session {
+    /// `route` with this session's share links and the read-only pool of its host in
+    /// `viewer_pools` (none there: the gateway's own, for the implicit host).
+    pub fn with_viewers(&self, mut route: Route, viewer_pools: &Pools) -> Route {
+        route.shares.clone_from(&self.shares);
+        route.viewer_upstream = viewer_pools.get(&self.host).cloned();
+        route
+    }
+
     /// The route gateways need, when the session is running, or unreachable (then
     /// marked so, and gateways refuse its terminals at once), with no pools known.
     pub fn route(&self) -> Option<Route> {

@@ -145,6 +145,7 @@ impl Reconciler {
                             // Unknown: counted from now, so that a rebuild never ends
                             // a session someone was using for being idle.
                             last_input: Some(rebuilt_at),
+                            shares: Vec::new(),
                         })
                     }),
             );

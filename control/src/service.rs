@@ -23,8 +23,10 @@ use crate::metrics::Metrics;
 use crate::model::{FeedPage, RouteLookup, Session, SessionState};
 use crate::store::{Ending, Store, StoreError};
 
+mod shares;
 mod targets;
 
+pub use shares::{CreatedShare, ShareRequest, ShareView};
 pub use targets::{ListedTarget, TargetPatch, TargetRequest, TargetView};
 
 /// Who ends sessions the reconciler ends.
@@ -423,6 +425,7 @@ impl Control {
             ended_by: None,
             end_reason: None,
             last_input: None,
+            shares: Vec::new(),
         };
         // Marked before the record exists, so no reconcile pass ever sees this record
         // without the mark while this process works on it.

@@ -115,6 +115,7 @@ impl ControlClient {
         gateway: &str,
         every: std::time::Duration,
         counts: &[(SessionId, u32)],
+        viewers: &[crate::terminals::ShareViewers],
     ) -> Result<(), Unavailable> {
         #[derive(serde::Serialize)]
         struct Open<'a> {
@@ -128,6 +129,7 @@ impl ControlClient {
                 .iter()
                 .map(|(session, open)| Open { session, open: *open })
                 .collect::<Vec<_>>(),
+            "viewers": viewers,
         });
         self.report("terminals", &body).await
     }

@@ -35,6 +35,7 @@ fn session(n: u32, owner: &str) -> Session {
         ended_by: None,
         end_reason: None,
         last_input: None,
+        shares: Vec::new(),
     }
 }
 
