@@ -351,3 +351,127 @@ fn signed_in_links_need_a_sign_in_and_name_the_viewer_off_refuses_links() {
         (403, Some("shares_off"))
     );
 }
+
+/// The text in the viewer page's terminal (xterm's buffer in ttyd's page).
+const VIEWER_TEXT: &str = "(() => { \
+    const f = document.getElementById('terminal-frame'); \
+    const t = f && f.contentWindow && f.contentWindow.term; if (!t) return ''; \
+    const b = t.buffer.active; const out = []; \
+    for (let i = 0; i < b.length; i++) { const l = b.getLine(i); if (l) out.push(l.translateToString(true)); } \
+    return out.join('\\n'); })()";
+
+fn ok<R>(step: &str, r: anyhow::Result<R>) -> R {
+    r.unwrap_or_else(|e| panic!("{step}: {e:#}"))
+}
+
+#[test]
+fn the_owner_shares_from_the_sessions_page_and_the_link_shows_the_terminal_read_only() {
+    let stack = start("anyone");
+    let id = create(&stack, "alice");
+    let mut b = e2e::browser::Browser::launch()
+        .unwrap_or_else(|e| panic!("cannot start the browser: {e:#}"));
+    let token = stack.control.token("alice", false);
+    ok(
+        "sign in",
+        b.navigate(&stack.url(0, &format!("/#token={token}"))),
+    );
+    let row = format!("document.querySelector('#session-rows tr[data-session=\"{id}\"]')");
+    ok(
+        "the running row",
+        b.wait_js(
+            &format!("(() => {{ const r = {row}; return !!r && r.cells[2].textContent === 'running'; }})()"),
+            T,
+            "the session's row",
+        ),
+    );
+    ok(
+        "click Share",
+        b.eval(&format!(
+            "[...{row}.querySelectorAll('button')].find((x) => x.textContent === 'Share').click()"
+        )),
+    );
+    ok(
+        "create a link",
+        b.eval(
+            "document.getElementById('share-max').value = '3'; \
+                document.querySelector('#share-form button[type=submit]').click()",
+        ),
+    );
+    let link = ok(
+        "the new link",
+        b.wait_js(
+            "(() => { const u = document.getElementById('share-url'); \
+               return !document.getElementById('share-new').hidden && u.value ? u.value : null; })()",
+            T,
+            "the link shown once",
+        ),
+    );
+    let link = link.as_str().unwrap().to_owned();
+    assert!(
+        link.starts_with(&format!("{}/v/{id}-", stack.origin(0))),
+        "{link}"
+    );
+    ok(
+        "the link listed",
+        b.wait_js(
+            "document.querySelectorAll('#share-rows tr').length === 1",
+            T,
+            "one link",
+        ),
+    );
+
+    // Someone without an account opens the link: the terminal, read-only, named so.
+    ok("sign out of the browser", b.clear_cookies());
+    let path = link.trim_start_matches(&stack.origin(0)).to_owned();
+    arrived(&stack, &path);
+    ok("open the link", b.navigate(&link));
+    ok(
+        "the viewer's bar",
+        b.wait_js(
+            &format!("document.getElementById('terminal-title').textContent === 'Read-only view of {id}'"),
+            T,
+            "the read-only bar",
+        ),
+    );
+    ok(
+        "ttyd's page in the frame",
+        b.wait_js(
+            "(() => { const f = document.getElementById('terminal-frame'); \
+               return !!f.contentWindow.term && f.contentDocument.title === 'termgate'; })()",
+            T,
+            "ttyd's terminal, connected",
+        ),
+    );
+    let owner = stack
+        .open_as(0, &id, &stack.sign_in("alice"))
+        .expect("the owner's terminal");
+    let start = Instant::now();
+    loop {
+        owner.send_input(b"echo in-browser-$((6*7))\r").unwrap();
+        let seen = b
+            .wait_js(
+                &format!("(() => {{ const s = {VIEWER_TEXT}; return s.includes('in-browser-42') ? s : ''; }})()"),
+                Duration::from_secs(1),
+                "the owner's output in the viewer",
+            )
+            .is_ok();
+        if seen {
+            break;
+        }
+        assert!(
+            start.elapsed() < T,
+            "the viewer page never showed the owner's output"
+        );
+    }
+    // Typing into the viewer's terminal reaches nothing.
+    ok(
+        "focus",
+        b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
+    );
+    ok("type", b.insert_text("touch /tmp/typed-in-browser"));
+    ok("enter", b.press_enter());
+    owner.send_input(b"echo checked-$((2*4))\r").unwrap();
+    owner.read_until("checked-8", T).unwrap();
+    let files = docker(&["exec", &container_id(&stack, &id), "ls", "-a", "/tmp"]);
+    assert!(!files.contains("typed-in-browser"), "{files}");
+}
