@@ -119,13 +119,15 @@ impl TtydPool {
             .collect();
         args.extend(pool_flags());
         let command = vec![attach_wrapper().to_string_lossy().into_owned()];
+        // No stdin, and no resize of the shared terminal to a viewer's window.
+        let env = [("TERMGATE_ATTACH_READ_ONLY", "1")];
         Self::run(
             dir,
             Listen::Unix(sock),
             &args,
             &command,
             Some(instance),
-            &[],
+            &env,
         )
     }
 

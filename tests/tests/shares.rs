@@ -181,6 +181,18 @@ fn a_viewer_watches_live_cannot_type_and_is_closed_by_revoke_expiry_lock_and_end
         "the viewer's input reached the shell"
     );
 
+    // A viewer's window never resizes the shared terminal (its `docker attach` sees
+    // no terminal). The absence of an effect has no event to wait on: a second is
+    // ample for a resize that would land (it does within ~0.1 s without the pipe).
+    owner.resize(100, 30).unwrap();
+    viewer.resize(41, 13).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    owner.send_input(b"stty size\r").unwrap();
+    owner
+        .read_until("30 100", T)
+        .expect("the owner's size, not the viewer's");
+    assert!(!owner.output_so_far().contains("13 41"));
+
     // max_viewers = 2: a second viewer is let in, a third is not.
     let second = view(&stack, &url, None).expect("the second viewer");
     sees_owner(&owner, &second, "second");
@@ -213,6 +225,15 @@ fn a_viewer_watches_live_cannot_type_and_is_closed_by_revoke_expiry_lock_and_end
         );
     }
 
+    let attaches = || {
+        let o = std::process::Command::new("pgrep")
+            .args(["-f", &format!("attach --no-stdin {container}")])
+            .output()
+            .expect("pgrep");
+        String::from_utf8_lossy(&o.stdout).lines().count()
+    };
+    assert_eq!(attaches(), 2, "one read-only attach per viewer");
+
     // Revoke: both viewers closed within the bound, saying why; the link is then unknown.
     let alice = stack.control.token("alice", false);
     let start = Instant::now();
@@ -233,6 +254,11 @@ fn a_viewer_watches_live_cannot_type_and_is_closed_by_revoke_expiry_lock_and_end
         !owner.is_closed(),
         "revoking a link leaves the owner's terminal open"
     );
+    // Their `docker attach` processes end with them: an attach left open would fill
+    // the container's output buffer and freeze the owner's program.
+    wait_for("the viewers' attach processes ended", T, || {
+        (attaches() == 0).then_some(())
+    });
     let after = http("GET", &stack.url(0, &url), None, None).unwrap();
     assert_eq!((after.status, &after.text), (404, &unknown_path.text));
     assert!(list(&stack, &id).is_empty());

@@ -186,6 +186,11 @@ fn systemd_units_verify_and_keep_the_red_lines() {
         !view_exec.split(' ').any(|a| a == "-W" || a == "--writable"),
         "the viewers' pool is read-only: {view_exec}"
     );
+    assert!(
+        view["Environment"].contains(&"TERMGATE_ATTACH_READ_ONLY=1".to_owned()),
+        "viewers attach without stdin: {:?}",
+        view["Environment"]
+    );
     let wanted = format!(
         "TERMGATE__TTYD__VIEWER_SOCKET=/run/{}/ttyd-view.sock",
         view_runtime.replace("%i", "local")
