@@ -196,6 +196,10 @@ pub struct GatewayConfig {
     /// ttyd upstreams as `host:port`; empty means the unix socket `ttyd.socket`.
     #[serde(default)]
     pub ttyd_upstreams: Vec<String>,
+    /// The read-only ttyd pool (started without `-W`) that share-link viewers go to, as
+    /// `host:port`; empty means the unix socket `ttyd.viewer_socket`.
+    #[serde(default)]
+    pub viewer_upstreams: Vec<String>,
     /// Open terminals one user may hold.
     #[serde(default = "defaults::terminals_per_user")]
     pub max_terminals_per_user: u32,
@@ -323,6 +327,10 @@ pub struct TtydConfig {
     /// by the gateway's user.
     #[serde(default = "defaults::ttyd_socket")]
     pub socket: PathBuf,
+    /// Unix socket of the read-only ttyd pool (started without `-W`) that share-link
+    /// viewers go to; the same rules as `socket`.
+    #[serde(default = "defaults::ttyd_viewer_socket")]
+    pub viewer_socket: PathBuf,
     /// The docker CLI ttyd runs (`docker attach`).
     #[serde(default = "defaults::docker_cli")]
     pub docker_cli: PathBuf,
@@ -374,6 +382,10 @@ pub struct DockerHostConfig {
     /// (`unix:/path` or `host:port`), at least one.
     #[serde(default)]
     pub ttyd_pool: Vec<String>,
+    /// The addresses of this host's read-only ttyd pool (started without `-W`) that
+    /// share-link viewers go to; empty: this host's sessions cannot be shared.
+    #[serde(default)]
+    pub viewer_pool: Vec<String>,
     /// Most sessions this host holds at once.
     pub capacity: u32,
 }
@@ -392,6 +404,9 @@ pub struct HostSpec {
     pub tls: Option<(PathBuf, PathBuf, PathBuf)>,
     /// Its ttyd pool; empty: the gateway's own (the implicit host only).
     pub ttyd_pool: Vec<String>,
+    /// Its read-only pool for share-link viewers; empty: the gateway's own (the
+    /// implicit host), or none (a configured host without `viewer_pool`).
+    pub viewer_pool: Vec<String>,
     /// Most sessions at once; `u32::MAX` for the implicit host (only quotas bound it).
     pub capacity: u32,
     /// Whether it is the implicit host of a configuration without `[[docker.hosts]]`,
@@ -513,6 +528,10 @@ pub struct Profile {
     /// With `record`: also record what users type (passwords included).
     #[serde(default)]
     pub record_input: bool,
+    /// Who may open its sessions' read-only share links: `anyone`, `signed-in` or
+    /// `off`.
+    #[serde(default = "defaults::shares")]
+    pub shares: String,
 }
 
 /// One `[[targets]]` entry: a ttyd that already runs, opened by the users and roles
@@ -630,6 +649,7 @@ impl Config {
                 endpoint: self.control.docker_host.clone(),
                 tls: None,
                 ttyd_pool: Vec::new(),
+                viewer_pool: Vec::new(),
                 capacity: u32::MAX,
                 implicit: true,
             }];
@@ -647,6 +667,7 @@ impl Config {
                     _ => None,
                 },
                 ttyd_pool: h.ttyd_pool.clone(),
+                viewer_pool: h.viewer_pool.clone(),
                 capacity: h.capacity,
                 implicit: false,
             })
@@ -706,6 +727,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("gateway.control_url", "\"http://127.0.0.1:7070\""),
     ("gateway.control_timeout_ms", "2000"),
     ("gateway.ttyd_upstreams", "[]"),
+    ("gateway.viewer_upstreams", "[]"),
     ("gateway.max_terminals_per_user", "8"),
     ("gateway.max_terminals_per_session", "4"),
     ("gateway.close_on_token_expiry", "true"),
@@ -747,9 +769,11 @@ pub const KEYS: &[(&str, &str)] = &[
     ("docker.hosts.tls_cert_file", ""),
     ("docker.hosts.tls_key_file", ""),
     ("docker.hosts.ttyd_pool", ""),
+    ("docker.hosts.viewer_pool", ""),
     ("docker.hosts.capacity", ""),
     ("ttyd.binary", "\"ttyd\""),
     ("ttyd.socket", "\"ttyd/ttyd.sock\""),
+    ("ttyd.viewer_socket", "\"ttyd/ttyd-view.sock\""),
     ("ttyd.docker_cli", "\"docker\""),
     ("store.path", "\"store\""),
     ("store.change_log_len", "1024"),
@@ -783,6 +807,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("profiles.<name>.max_lifetime_seconds", ""),
     ("profiles.<name>.record", "false"),
     ("profiles.<name>.record_input", "false"),
+    ("profiles.<name>.shares", "\"signed-in\""),
 ];
 
 mod defaults {
@@ -919,6 +944,12 @@ mod defaults {
     }
     pub fn ttyd_binary() -> PathBuf {
         "ttyd".into()
+    }
+    pub fn ttyd_viewer_socket() -> PathBuf {
+        "ttyd/ttyd-view.sock".into()
+    }
+    pub fn shares() -> String {
+        "signed-in".into()
     }
     pub fn ttyd_socket() -> PathBuf {
         "ttyd/ttyd.sock".into()

@@ -159,6 +159,9 @@ pub(crate) fn validate(c: &mut Config, errors: &mut Vec<ConfigError>) {
     for (i, u) in g.ttyd_upstreams.iter().enumerate() {
         check_addr(&format!("gateway.ttyd_upstreams[{i}]"), u, &mut err);
     }
+    for (i, u) in g.viewer_upstreams.iter().enumerate() {
+        check_addr(&format!("gateway.viewer_upstreams[{i}]"), u, &mut err);
+    }
     positive("gateway.control_timeout_ms", g.control_timeout_ms, &mut err);
     positive(
         "gateway.max_terminals_per_user",
@@ -589,6 +592,11 @@ fn validate_hosts(c: &Config, err: &mut impl FnMut(&str, String)) {
                 err(&format!("{key}.ttyd_pool[{j}]"), format!("{a:?}: {e}"));
             }
         }
+        for (j, a) in h.viewer_pool.iter().enumerate() {
+            if let Err(e) = policy::feed::parse_addr(a) {
+                err(&format!("{key}.viewer_pool[{j}]"), format!("{a:?}: {e}"));
+            }
+        }
         positive(&format!("{key}.capacity"), h.capacity.into(), err);
     }
 }
@@ -631,6 +639,15 @@ fn validate_profile(name: &str, p: &Profile, err: &mut impl FnMut(&str, String))
         err(
             &format!("{key}.record_input"),
             "records input only with record = true".into(),
+        );
+    }
+    if policy::share::ShareMode::parse(&p.shares).is_none() {
+        err(
+            &format!("{key}.shares"),
+            format!(
+                "must be \"anyone\", \"signed-in\" or \"off\", got {:?}",
+                p.shares
+            ),
         );
     }
     for (k, v) in [
@@ -748,6 +765,12 @@ fn validate_profile(name: &str, p: &Profile, err: &mut impl FnMut(&str, String))
 const MAX_LIFETIME_LIMIT: u64 = 10 * 366 * 86_400;
 
 impl Profile {
+    /// Who may open this profile's sessions' share links (validated at load; an
+    /// unknown spelling, impossible after validation, reads as `off`).
+    pub fn share_mode(&self) -> policy::share::ShareMode {
+        policy::share::ShareMode::parse(&self.shares).unwrap_or(policy::share::ShareMode::Off)
+    }
+
     /// When this profile's sessions end by themselves.
     pub fn lifetime_limits(&self) -> policy::LifetimeLimits {
         policy::LifetimeLimits {

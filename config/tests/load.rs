@@ -875,3 +875,29 @@ fn recording_keys_are_checked_by_name() {
     let p = &c.profiles["default"];
     assert!(p.record && p.record_input);
 }
+
+#[test]
+fn share_modes_and_viewer_pools_are_checked_naming_the_key() {
+    let e = load_text(&example_with_profile("shares = \"everyone\""), &[]).unwrap_err();
+    assert!(
+        e.mentions(
+            "profiles.evil.shares",
+            "must be \"anyone\", \"signed-in\" or \"off\""
+        ),
+        "{e}"
+    );
+    for mode in ["anyone", "signed-in", "off"] {
+        let c = load_text(&example_with_profile(&format!("shares = \"{mode}\"")), &[])
+            .unwrap_or_else(|e| panic!("{mode}: {e}"));
+        assert_eq!(c.profiles["evil"].shares, mode);
+    }
+    let e = load_text(
+        EXAMPLE,
+        &[("TERMGATE__GATEWAY__VIEWER_UPSTREAMS", "[\"ttyd-view\"]")],
+    )
+    .unwrap_err();
+    assert!(
+        e.mentions("gateway.viewer_upstreams[0]", "is not an address"),
+        "{e}"
+    );
+}

@@ -28,6 +28,7 @@ fn session(n: u32, owner: &str) -> Session {
         end_reason: None,
         last_input: None,
         record: Default::default(),
+        shares: Vec::new(),
     }
 }
 

@@ -26,8 +26,8 @@ use crate::authz::AuthzRequest;
 use crate::error::ApiError;
 use crate::recordings::{RecordingView, Recordings};
 use crate::service::{
-    Control, CreateRequest, ListedTarget, RedrawRequest, SessionView, TargetPatch, TargetRequest,
-    TargetView,
+    Control, CreateRequest, ListedTarget, RedrawRequest, SessionView, ShareRequest, TargetPatch,
+    TargetRequest, TargetView,
 };
 
 /// `POST /v1/terminals`: the terminals one gateway has open, per session (a zero for
@@ -38,6 +38,9 @@ struct TerminalsReport {
     gateway: String,
     every_ms: u64,
     open: Vec<OpenTerminals>,
+    /// The share-link viewers it has open, all of them.
+    #[serde(default)]
+    viewers: Vec<crate::live::Viewers>,
 }
 
 #[derive(serde::Deserialize)]
@@ -402,6 +405,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 .map(|o| (o.session, o.open))
                 .collect();
             control.record_terminals(&report.gateway, every, &counts);
+            control.record_viewers(&report.gateway, report.viewers);
             Ok(empty(204))
         }
         ["authz"] => {
@@ -551,6 +555,30 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 headers.insert(hyper::header::CONTENT_DISPOSITION, v);
             }
             Ok(r)
+        }
+        ["sessions", id, "shares"] => {
+            let who = authenticate(&control, &req)?;
+            let id = session_id(id)?;
+            match method {
+                Method::GET => {
+                    let shares = control.list_shares(&who, &id)?;
+                    Ok(json(200, &serde_json::json!({ "shares": shares })))
+                }
+                Method::POST => {
+                    let body: ShareRequest = read_json(req, limit).await?;
+                    Ok(json(201, &control.create_share(&who, &id, &body)?))
+                }
+                _ => Err(not_allowed()),
+            }
+        }
+        ["sessions", id, "shares", share] => {
+            let who = authenticate(&control, &req)?;
+            let id = session_id(id)?;
+            if method != Method::DELETE {
+                return Err(not_allowed());
+            }
+            control.revoke_share(&who, &id, share)?;
+            Ok(empty(204))
         }
         ["targets"] => {
             let who = authenticate(&control, &req)?;

@@ -268,6 +268,28 @@ impl Hosts {
             .collect()
     }
 
+    /// The read-only ttyd pool (share-link viewers) of each host that has its own.
+    pub fn viewer_pools(&self) -> Pools {
+        self.0
+            .iter()
+            .filter(|h| !h.spec.viewer_pool.is_empty())
+            .map(|h| {
+                let pool = TtydAddress {
+                    addrs: h.spec.viewer_pool.clone(),
+                    base_path: String::new(),
+                };
+                (h.name().to_owned(), pool)
+            })
+            .collect()
+    }
+
+    /// Whether share-link viewers of `host`'s sessions have a read-only pool: its own,
+    /// or the gateway's for the implicit host.
+    pub fn has_viewer_pool(&self, host: &str) -> bool {
+        self.get(host)
+            .is_some_and(|h| h.spec.implicit || !h.spec.viewer_pool.is_empty())
+    }
+
     /// Where a new session goes: see [`place`]. `allowed` empty: any host.
     pub fn place(
         &self,
@@ -385,6 +407,7 @@ mod tests {
             endpoint: Some("tcp://127.0.0.1:9".into()),
             tls: None,
             ttyd_pool: vec![format!("unix:/run/{name}.sock")],
+            viewer_pool: Vec::new(),
             capacity,
             implicit: false,
         };

@@ -183,6 +183,7 @@ mod tests {
             end_reason: None,
             last_input: None,
             record: Default::default(),
+            shares: Vec::new(),
         }
     }
 

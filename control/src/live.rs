@@ -21,6 +21,24 @@ struct Inner {
     gateways: HashMap<String, Instant>,
     /// (gateway, session) → open terminals, as of the gateway's last report of it.
     open: HashMap<(String, SessionId), u32>,
+    /// Gateway → the share-link viewers it has open, as of its last report (each
+    /// report names them all).
+    viewers: HashMap<String, Vec<Viewers>>,
+}
+
+/// The viewers one gateway has open on one share link.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Viewers {
+    /// The session watched.
+    pub session: SessionId,
+    /// The share's id.
+    pub share: String,
+    /// Viewers open.
+    pub open: u32,
+    /// The `sub`s of the signed-in ones.
+    #[serde(default)]
+    pub subs: Vec<String>,
 }
 
 /// The gateways' live terminal counts.
@@ -59,7 +77,37 @@ impl LiveTerminals {
         for g in stale {
             inner.gateways.remove(&g);
             inner.open.retain(|(og, _), _| *og != g);
+            inner.viewers.remove(&g);
         }
+    }
+
+    /// Records the share-link viewers `gateway` has open now (all of them).
+    pub fn record_viewers(&self, gateway: &str, viewers: Vec<Viewers>) {
+        self.lock().viewers.insert(gateway.to_owned(), viewers);
+    }
+
+    /// Viewers of `share` on `session` over every gateway that reports, and the
+    /// signed-in ones' `sub`s (sorted, once each).
+    pub fn viewers(&self, session: &SessionId, share: &str) -> (u32, Vec<String>) {
+        let now = Instant::now();
+        let inner = self.lock();
+        let mut open = 0;
+        let mut subs = Vec::new();
+        for (g, list) in &inner.viewers {
+            if inner.gateways.get(g).is_none_or(|until| *until < now) {
+                continue;
+            }
+            for v in list
+                .iter()
+                .filter(|v| v.session == *session && v.share == share)
+            {
+                open += v.open;
+                subs.extend(v.subs.iter().cloned());
+            }
+        }
+        subs.sort();
+        subs.dedup();
+        (open, subs)
     }
 
     /// Terminals open on `id` over every gateway that reports; `None` when no gateway
@@ -106,5 +154,28 @@ mod tests {
         assert_eq!(live.count(&id(2)), Some(1), "g3 went quiet");
         live.record("g1", long, &[]);
         assert_eq!(live.count(&id(2)), Some(1));
+    }
+
+    #[test]
+    fn viewers_add_up_over_gateways_and_each_report_replaces_the_last() {
+        let live = LiveTerminals::default();
+        let long = Duration::from_secs(60);
+        let v = |share: &str, open, subs: &[&str]| Viewers {
+            session: id(1),
+            share: share.into(),
+            open,
+            subs: subs.iter().map(|s| s.to_string()).collect(),
+        };
+        live.record("g1", long, &[]);
+        live.record("g2", long, &[]);
+        live.record_viewers("g1", vec![v("a", 2, &["bob"]), v("b", 1, &[])]);
+        live.record_viewers("g2", vec![v("a", 1, &["carol", "bob"])]);
+        assert_eq!(
+            live.viewers(&id(1), "a"),
+            (3, vec!["bob".into(), "carol".into()])
+        );
+        live.record_viewers("g2", vec![]);
+        assert_eq!(live.viewers(&id(1), "a"), (2, vec!["bob".into()]));
+        assert_eq!(live.viewers(&id(1), "c"), (0, vec![]));
     }
 }

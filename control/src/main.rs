@@ -41,9 +41,10 @@ enum Command {
     /// Load and validate the configuration, then exit.
     Check,
     /// Print the Docker hosts, one a line: name, endpoint (`-`: the default),
-    /// ttyd pool addresses comma-separated (`-`: the gateway's own pool), and `tls`
-    /// when the endpoint speaks TLS (`-` otherwise), separated by tabs. `deploy/up`
-    /// starts one pool per host from it.
+    /// ttyd pool addresses comma-separated (`-`: the gateway's own pool), `tls`
+    /// when the endpoint speaks TLS (`-` otherwise), and the read-only pool's addresses
+    /// (`-`: none, or the gateway's own for the implicit host), separated by tabs.
+    /// `deploy/up` starts the pools of each host from it.
     Hosts,
 }
 
@@ -76,8 +77,13 @@ fn main() -> ExitCode {
                     h.ttyd_pool.join(",")
                 };
                 let tls = if h.tls.is_some() { "tls" } else { "-" };
+                let viewers = if h.viewer_pool.is_empty() {
+                    "-".to_owned()
+                } else {
+                    h.viewer_pool.join(",")
+                };
                 println!(
-                    "{}\t{}\t{pool}\t{tls}",
+                    "{}\t{}\t{pool}\t{tls}\t{viewers}",
                     h.name,
                     h.endpoint.as_deref().unwrap_or("-")
                 );
@@ -152,6 +158,7 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
         tracing::info!("docker.enabled = false: no Docker host; serving targets only");
     }
     store.set_pools(hosts.pools());
+    store.set_viewer_pools(hosts.viewer_pools());
     let names: Vec<&str> = hosts.iter().map(|h| h.name()).collect();
     let strays = store
         .list_active(None)

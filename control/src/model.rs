@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 
 pub use policy::feed::{
-    Change, FeedPage, Recording, Route, RouteLookup, TargetAccess, TargetCredential, TtydAddress,
+    Change, FeedPage, Recording, Route, RouteLookup, ShareGrant, TargetAccess, TargetCredential,
+    TtydAddress,
 };
 use policy::{SessionId, Sub};
 use serde::{Deserialize, Serialize};
@@ -100,6 +101,10 @@ pub struct Session {
     /// What gateways record of its terminals, fixed from its profile at creation.
     #[serde(default, skip_serializing_if = "Recording::is_off")]
     pub record: Recording,
+    /// Its read-only share links (hashes only, never a link), fed to gateways on its
+    /// route; they end with it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<ShareGrant>,
 }
 
 fn local_host() -> String {
@@ -111,6 +116,14 @@ fn local_host() -> String {
 pub type Pools = BTreeMap<String, TtydAddress>;
 
 impl Session {
+    /// `route` with this session's share links and the read-only pool of its host in
+    /// `viewer_pools` (none there: the gateway's own, for the implicit host).
+    pub fn with_viewers(&self, mut route: Route, viewer_pools: &Pools) -> Route {
+        route.shares.clone_from(&self.shares);
+        route.viewer_upstream = viewer_pools.get(&self.host).cloned();
+        route
+    }
+
     /// The route gateways need, when the session is running, or unreachable (then
     /// marked so, and gateways refuse its terminals at once), with no pools known.
     pub fn route(&self) -> Option<Route> {

@@ -157,6 +157,7 @@ impl Reconciler {
                             // a session someone was using for being idle.
                             last_input: Some(rebuilt_at),
                             record,
+                            shares: Vec::new(),
                         })
                     }),
             );

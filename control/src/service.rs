@@ -23,8 +23,10 @@ use crate::metrics::Metrics;
 use crate::model::{FeedPage, RouteLookup, Session, SessionState};
 use crate::store::{Ending, Store, StoreError};
 
+mod shares;
 mod targets;
 
+pub use shares::{CreatedShare, ShareRequest, ShareView};
 pub use targets::{ListedTarget, TargetPatch, TargetRequest, TargetView};
 
 /// Who ends sessions the reconciler ends.
@@ -424,6 +426,7 @@ impl Control {
             end_reason: None,
             last_input: None,
             record: crate::model::Recording::of(profile.record, profile.record_input),
+            shares: Vec::new(),
         };
         // Marked before the record exists, so no reconcile pass ever sees this record
         // without the mark while this process works on it.

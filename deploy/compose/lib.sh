@@ -121,8 +121,9 @@ _cmp_used_subnets() {
     docker network inspect --format '{{range .IPAM.Config}}{{.Subnet}}{{"\n"}}{{end}}' $ids
 }
 
-# Sets and exports TERMGATE_INTERNAL_SUBNET and TERMGATE_TTYD_ADDRESS (the last
-# usable address of the subnet).
+# Sets and exports TERMGATE_INTERNAL_SUBNET, TERMGATE_TTYD_ADDRESS (the last
+# usable address of the subnet) and TERMGATE_TTYD_VIEW_ADDRESS (the one before: the
+# read-only pool of share links).
 compose_internal_subnet() {
     local existing
     existing="$(docker network inspect --format '{{range .IPAM.Config}}{{.Subnet}} {{end}}' \
@@ -145,7 +146,8 @@ compose_internal_subnet() {
     read -r first last <<<"$range"
     ((last - first >= 7)) || die "TERMGATE_INTERNAL_SUBNET=$TERMGATE_INTERNAL_SUBNET is too small (at most /29)"
     TERMGATE_TTYD_ADDRESS="$(_cmp_int_to_ip $((last - 1)))"
-    export TERMGATE_INTERNAL_SUBNET TERMGATE_TTYD_ADDRESS
+    TERMGATE_TTYD_VIEW_ADDRESS="$(_cmp_int_to_ip $((last - 2)))"
+    export TERMGATE_INTERNAL_SUBNET TERMGATE_TTYD_ADDRESS TERMGATE_TTYD_VIEW_ADDRESS
 }
 
 # A /24 in 10.250.0.0/16 that overlaps no Docker network. The scan starts at an

@@ -180,6 +180,7 @@ async function refresh() {
     tr.dataset.session = s.id;
     const actions = document.createElement("td");
     if (s.state === "running") actions.append(button("Open", () => openTerminal(s), "Open terminal of " + s.name));
+    if (s.state === "running" && s.kind !== "external") actions.append(button("Share", () => openShare(s), "Share " + s.name + " read-only"));
     // A target is a ttyd that runs elsewhere: it can be opened, not ended, from here.
     if (s.kind !== "external") actions.append(button("End", () => endSession(s), "End session " + s.name));
     if (s.kind !== "external") actions.append(button("Recordings", () => showRecordings(s), "Recordings of " + s.name));
@@ -247,6 +248,77 @@ async function create(ev) {
     await refresh();
   } catch (e) {
     say(e.message, true);
+  }
+}
+
+// Read-only share links of one running session: create (the link is shown once),
+// copy, see who watches, revoke.
+let sharing = null;
+
+function openShare(s) {
+  sharing = s;
+  $("share-title").textContent = "Share " + s.name + " read-only";
+  $("share-new").hidden = true;
+  $("sessions").hidden = true;
+  $("share").hidden = false;
+  refreshShares().catch((e) => say(e.message, true));
+}
+
+function closeShare() {
+  sharing = null;
+  $("share").hidden = true;
+  $("sessions").hidden = false;
+}
+
+async function refreshShares() {
+  if (!sharing) return;
+  const s = sharing;
+  const data = await call("GET", "/api/sessions/" + s.id + "/shares");
+  if (sharing !== s) return;
+  $("share-rows").replaceChildren(...data.shares.map((l) => {
+    const tr = document.createElement("tr");
+    const who = l.viewers + (l.subs.length ? " (" + l.subs.join(", ") + ")" : "");
+    const actions = document.createElement("td");
+    actions.append(button("Revoke", () => revokeShare(s, l.id), "Revoke link " + l.id));
+    tr.append(cell(l.id), cell(when(l.expires_at)), cell(who), actions);
+    return tr;
+  }));
+}
+
+async function createShare(ev) {
+  ev.preventDefault();
+  if (!sharing) return;
+  const body = { ttl_seconds: Number($("share-ttl").value) };
+  const max = $("share-max").value.trim();
+  if (max) body.max_viewers = Number(max);
+  try {
+    const link = await call("POST", "/api/sessions/" + sharing.id + "/shares", body);
+    $("share-url").value = location.origin + link.url;
+    $("share-new").hidden = false;
+    say("Link created; it is shown only now.");
+  } catch (e) {
+    say(e.message, true);
+  }
+  await refreshShares().catch((e) => say(e.message, true));
+}
+
+async function revokeShare(s, id) {
+  try {
+    await call("DELETE", "/api/sessions/" + s.id + "/shares/" + id);
+    say("Link " + id + " revoked; its viewers were closed.");
+  } catch (e) {
+    say(e.message, true);
+  }
+  await refreshShares().catch((e) => say(e.message, true));
+}
+
+async function copyShare() {
+  try {
+    await navigator.clipboard.writeText($("share-url").value);
+    say("Link copied.");
+  } catch (e) {
+    $("share-url").select();
+    say("Select the link and copy it.");
   }
 }
 
@@ -525,6 +597,11 @@ async function start() {
   });
   $("create-form").addEventListener("submit", create);
   $("profile").addEventListener("change", renderOptions);
+  $("share-form").addEventListener("submit", createShare);
+  $("share-close").addEventListener("click", closeShare);
+  $("share-copy").addEventListener("click", copyShare);
+  // Who watches changes by itself: the list follows every few seconds while shown.
+  setInterval(() => { if (sharing) refreshShares().catch(() => {}); }, 3000);
   $("close-terminal").addEventListener("click", () => {
     say("");
     closeTerminal();

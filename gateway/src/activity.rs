@@ -199,8 +199,10 @@ async fn report_terminals(
     } else {
         counts.chunks(MAX_BATCH).collect()
     };
+    // Every batch names all viewers: each report replaces the gateway's last.
+    let viewers = g.terminals.viewers();
     for batch in batches {
-        if let Err(e) = g.control.report_terminals(me, every, batch).await {
+        if let Err(e) = g.control.report_terminals(me, every, batch, &viewers).await {
             tracing::debug!(error = %e, "terminal counts not reported");
             return had.into_iter().chain(now.into_keys()).collect();
         }

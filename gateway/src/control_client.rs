@@ -122,6 +122,7 @@ impl ControlClient {
         gateway: &str,
         every: std::time::Duration,
         counts: &[(SessionId, u32)],
+        viewers: &[crate::terminals::ShareViewers],
     ) -> Result<(), Unavailable> {
         #[derive(serde::Serialize)]
         struct Open<'a> {
@@ -135,6 +136,7 @@ impl ControlClient {
                 .iter()
                 .map(|(session, open)| Open { session, open: *open })
                 .collect::<Vec<_>>(),
+            "viewers": viewers,
         });
         self.report("terminals", &body).await
     }

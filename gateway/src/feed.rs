@@ -83,6 +83,11 @@ impl BackgroundService for ExpirySweeper {
                         tracing::info!(target: "audit", closed = n, reason = "token_expired", "live terminals closed");
                         g.count_closed(crate::terminals::CloseReason::TokenExpired, n);
                     }
+                    let n = g.terminals.close_expired_views(now());
+                    if n > 0 {
+                        tracing::info!(target: "audit", closed = n, reason = "share_expired", "share viewers closed");
+                        g.count_closed(crate::terminals::CloseReason::ShareEnded, n);
+                    }
                     g.metrics.open_terminals.set(i64::try_from(g.terminals.open()).unwrap_or(i64::MAX));
                 }
                 _ = shutdown.changed() => return,

@@ -30,6 +30,8 @@ pub struct Revocations {
     pub narrowed: Vec<(SessionId, TargetAccess)>,
     /// Users who were locked.
     pub users: Vec<String>,
+    /// Share links revoked (gone from their session's route): their viewers close.
+    pub shares: Vec<(SessionId, String)>,
 }
 
 impl Revocations {
@@ -39,7 +41,11 @@ impl Revocations {
     fn compare(&mut self, old: &Route, new: &Route) {
         if !old.same_terminal(new) {
             self.sessions.push(new.session);
-        } else if let (Some(before), Some(after)) = (&old.target, &new.target) {
+            return;
+        }
+        self.shares
+            .extend(old.shares_gone(new).into_iter().map(|s| (new.session, s)));
+        if let (Some(before), Some(after)) = (&old.target, &new.target) {
             if before != after {
                 self.narrowed.push((new.session, after.clone()));
             }
@@ -48,7 +54,10 @@ impl Revocations {
 
     /// Whether nothing was revoked.
     pub fn is_empty(&self) -> bool {
-        self.sessions.is_empty() && self.users.is_empty() && self.narrowed.is_empty()
+        self.sessions.is_empty()
+            && self.users.is_empty()
+            && self.narrowed.is_empty()
+            && self.shares.is_empty()
     }
 }
 

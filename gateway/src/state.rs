@@ -53,8 +53,26 @@ pub struct Gateway {
     pub oidc: Option<Arc<crate::oidc::Oidc>>,
     /// Where recorded terminals are written (profiles' `record`).
     pub recordings: crate::recording::Spool,
+    /// The gateway's own read-only ttyd pool (no `-W`), where share-link viewers of
+    /// sessions without a host pool of their own go.
+    pub viewer_pool: policy::feed::TtydAddress,
     /// Key of the credential hashes that tie terminals to the token that opened them.
     credential_keys: std::collections::hash_map::RandomState,
+}
+
+/// The gateway's own read-only pool: `gateway.viewer_upstreams`, else the unix socket
+/// `ttyd.viewer_socket`.
+fn viewer_pool(config: &Config) -> policy::feed::TtydAddress {
+    let addrs = if config.gateway.viewer_upstreams.is_empty() {
+        let socket = config.resolve(&config.ttyd.viewer_socket);
+        vec![format!("unix:{}", socket.to_string_lossy())]
+    } else {
+        config.gateway.viewer_upstreams.clone()
+    };
+    policy::feed::TtydAddress {
+        addrs,
+        base_path: String::new(),
+    }
 }
 
 impl Gateway {
@@ -82,6 +100,7 @@ impl Gateway {
             lookups: Rate::new(Duration::from_secs(60)),
             secure_cookie: g.tls_cert_file.is_some(),
             credential_keys: std::collections::hash_map::RandomState::new(),
+            viewer_pool: viewer_pool(&config),
             target_credentials: TargetCredentials::default(),
             oidc: crate::oidc::Oidc::from_config(&config)?,
             recordings: crate::recording::Spool::new(
@@ -110,6 +129,13 @@ impl Gateway {
             if n > 0 {
                 tracing::info!(target: "audit", session = %id, closed = n, reason = "access_removed", "live terminals closed");
                 self.count_closed(CloseReason::AccessRemoved, n);
+            }
+        }
+        for (id, share) in &revoked.shares {
+            let n = self.terminals.close_share(id, share);
+            if n > 0 {
+                tracing::info!(target: "audit", session = %id, share = %share, closed = n, reason = "share_revoked", "share viewers closed");
+                self.count_closed(CloseReason::ShareEnded, n);
             }
         }
         for sub in &revoked.users {

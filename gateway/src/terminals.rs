@@ -25,6 +25,8 @@ pub enum LimitHit {
     User,
     /// The session has too many open terminals.
     Session,
+    /// The share link has its `max_viewers` open.
+    Viewers,
 }
 
 /// Why a live terminal was closed.
@@ -40,6 +42,9 @@ pub enum CloseReason {
     SignedOut,
     /// The target no longer allows its user.
     AccessRemoved,
+    /// The share link a viewer watched through was revoked or expired, or its owner
+    /// was locked.
+    ShareEnded,
 }
 
 impl CloseReason {
@@ -51,6 +56,7 @@ impl CloseReason {
             CloseReason::TokenExpired => "termgate: your sign-in expired",
             CloseReason::SignedOut => "termgate: signed out",
             CloseReason::AccessRemoved => "termgate: your access to this terminal was removed",
+            CloseReason::ShareEnded => "termgate: this share link was revoked or expired",
         }
     }
 
@@ -62,6 +68,7 @@ impl CloseReason {
             CloseReason::TokenExpired => "token_expired",
             CloseReason::SignedOut => "signed_out",
             CloseReason::AccessRemoved => "access_removed",
+            CloseReason::ShareEnded => "share_ended",
         }
     }
 }
@@ -101,8 +108,50 @@ struct Live {
     /// only: under TLS no frame can be written from outside the session).
     downstream: Option<Kept>,
     closed: Option<CloseReason>,
+    /// Set for a share-link viewer: what it watches through.
+    view: Option<View>,
 }
 
+/// What a share-link viewer watches through.
+struct View {
+    share: String,
+    /// The watched session's owner: locking them closes their viewers too.
+    owner: String,
+    /// When the link expires (a signed-in viewer's token may end it earlier, through
+    /// `expires_at`).
+    share_expires_at: u64,
+}
+
+/// The viewers one gateway has open on one share link.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ShareViewers {
+    /// The session watched.
+    pub session: SessionId,
+    /// The share's id.
+    pub share: String,
+    /// Viewers open.
+    pub open: u32,
+    /// The `sub`s of the signed-in ones (sorted, once each).
+    pub subs: Vec<String>,
+}
+
+/// A viewer asking for a slot on a share link.
+pub struct ViewerRequest<'a> {
+    /// The session watched.
+    pub session: SessionId,
+    /// The share's id.
+    pub share: &'a str,
+    /// The session's owner.
+    pub owner: &'a str,
+    /// When the link expires.
+    pub share_expires_at: u64,
+    /// Most viewers the link admits at once, here.
+    pub max_viewers: Option<u32>,
+    /// The signed-in viewer, if any, and when their token expires (if enforced).
+    pub viewer: Option<(&'a Principal, Option<u64>)>,
+    /// Keyed hash of the viewer's credential (0 without one).
+    pub credential: u64,
+}
 #[derive(Default)]
 struct Inner {
     live: HashMap<u64, Live>,
@@ -172,6 +221,7 @@ impl Terminals {
                 upstream: None,
                 downstream: None,
                 closed: None,
+                view: None,
             },
         );
         Ok(Ticket {
@@ -180,12 +230,104 @@ impl Terminals {
         })
     }
 
+    /// Takes a slot for a share-link viewer. Viewers count against their link's
+    /// `max_viewers`, not against the owner's or the session's terminal limits (they
+    /// must never keep the owner out); an anonymous viewer's `sub` is empty.
+    pub fn admit_viewer(self: &Arc<Self>, req: &ViewerRequest<'_>) -> Result<Ticket, LimitHit> {
+        let mut inner = self.lock();
+        let open = inner
+            .live
+            .values()
+            .filter(|l| {
+                l.session == req.session
+                    && l.closed.is_none()
+                    && l.view.as_ref().is_some_and(|v| v.share == req.share)
+            })
+            .count();
+        if req.max_viewers.is_some_and(|m| open >= m as usize) {
+            return Err(LimitHit::Viewers);
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (sub, roles, expires_at) = match req.viewer {
+            Some((p, expires)) => (p.sub.to_string(), p.roles.clone(), expires),
+            None => (String::new(), Vec::new(), None),
+        };
+        inner.live.insert(
+            id,
+            Live {
+                session: req.session,
+                sub,
+                roles,
+                admin: false,
+                credential: req.credential,
+                expires_at,
+                upstream: None,
+                downstream: None,
+                closed: None,
+                view: Some(View {
+                    share: req.share.to_owned(),
+                    owner: req.owner.to_owned(),
+                    share_expires_at: req.share_expires_at,
+                }),
+            },
+        );
+        Ok(Ticket {
+            registry: Arc::clone(self),
+            id,
+        })
+    }
+
+    /// The viewers open on each share link (links with none are left out).
+    pub fn viewers(&self) -> Vec<ShareViewers> {
+        let inner = self.lock();
+        let mut out: Vec<ShareViewers> = Vec::new();
+        for l in inner.live.values().filter(|l| l.closed.is_none()) {
+            let Some(v) = &l.view else { continue };
+            let entry = match out
+                .iter_mut()
+                .position(|e| e.session == l.session && e.share == v.share)
+            {
+                Some(i) => &mut out[i],
+                None => {
+                    out.push(ShareViewers {
+                        session: l.session,
+                        share: v.share.clone(),
+                        open: 0,
+                        subs: Vec::new(),
+                    });
+                    out.last_mut().expect("just pushed")
+                }
+            };
+            entry.open += 1;
+            if !l.sub.is_empty() && !entry.subs.contains(&l.sub) {
+                entry.subs.push(l.sub.clone());
+            }
+        }
+        out.iter_mut().for_each(|e| e.subs.sort());
+        out
+    }
+
+    /// Closes the viewers of one share link (revoked).
+    pub fn close_share(&self, session: &SessionId, share: &str) -> usize {
+        self.close_where(CloseReason::ShareEnded, |l| {
+            l.session == *session && l.view.as_ref().is_some_and(|v| v.share == share)
+        })
+    }
+
+    /// Closes viewers whose share link expired at `now`.
+    pub fn close_expired_views(&self, now: u64) -> usize {
+        self.close_where(CloseReason::ShareEnded, |l| {
+            l.view.as_ref().is_some_and(|v| now >= v.share_expires_at)
+        })
+    }
+
     /// Open terminals.
     pub fn open(&self) -> usize {
         self.lock().live.len()
     }
 
-    /// Open terminals per session (sessions with none are left out).
+    /// Open terminals per session, viewers not counted (sessions with none are left
+    /// out).
     pub fn per_session(&self) -> HashMap<SessionId, u32> {
         self.lock()
             .per_session
@@ -234,9 +376,11 @@ impl Terminals {
         })
     }
 
-    /// Closes every terminal of a user.
+    /// Closes every terminal of a user, and every viewer of their sessions.
     pub fn close_user(&self, sub: &str, reason: CloseReason) -> usize {
-        self.close_where(reason, |l| l.sub == sub)
+        self.close_where(reason, |l| {
+            l.sub == sub || l.view.as_ref().is_some_and(|v| v.owner == sub)
+        })
     }
 
     /// Closes terminals whose token expired at `now`.
@@ -353,6 +497,10 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         let mut inner = self.registry.lock();
         if let Some(live) = inner.live.remove(&self.id) {
+            if live.view.is_some() {
+                // Viewers hold no place in the per-user and per-session counts.
+                return;
+            }
             if let Some(n) = inner.per_user.get_mut(&live.sub) {
                 *n -= 1;
                 if *n == 0 {
@@ -490,6 +638,79 @@ mod tests {
         assert_eq!(
             (this_browser.closed(), other_browser.closed()),
             (Some(CloseReason::SignedOut), None)
+        );
+    }
+
+    fn viewer<'a>(
+        share: &'a str,
+        max: Option<u32>,
+        who: Option<&'a Principal>,
+    ) -> ViewerRequest<'a> {
+        ViewerRequest {
+            session: id(1),
+            share,
+            owner: "alice",
+            share_expires_at: 100,
+            max_viewers: max,
+            viewer: who.map(|p| (p, None)),
+            credential: 0,
+        }
+    }
+
+    #[test]
+    fn viewers_are_bounded_per_link_and_never_take_the_owners_places() {
+        let t = Terminals::new(1, 1);
+        let bob = who("bob");
+        let v1 = t.admit_viewer(&viewer("s1", Some(2), Some(&bob))).unwrap();
+        let v2 = t.admit_viewer(&viewer("s1", Some(2), None)).unwrap();
+        assert_eq!(
+            t.admit_viewer(&viewer("s1", Some(2), None)).err(),
+            Some(LimitHit::Viewers)
+        );
+        let other_link = t.admit_viewer(&viewer("s2", Some(1), None)).unwrap();
+        let owner = t.admit(id(1), &who("alice"), None, 0).unwrap();
+        assert_eq!(
+            t.per_session().get(&id(1)),
+            Some(&1),
+            "viewers are not counted"
+        );
+        let mut seen = t.viewers();
+        seen.sort_by(|a, b| a.share.cmp(&b.share));
+        assert_eq!(
+            (seen[0].open, seen[0].subs.clone()),
+            (2, vec!["bob".to_owned()])
+        );
+        assert_eq!((seen[1].share.as_str(), seen[1].open), ("s2", 1));
+        drop(v2);
+        assert!(t.admit_viewer(&viewer("s1", Some(2), None)).is_ok());
+        drop((v1, other_link, owner));
+        assert_eq!(t.open(), 0);
+    }
+
+    #[test]
+    fn revoke_expiry_and_the_owners_lock_close_viewers() {
+        let t = Terminals::new(8, 8);
+        let a = t.admit_viewer(&viewer("s1", None, None)).unwrap();
+        let b = t.admit_viewer(&viewer("s2", None, None)).unwrap();
+        let owner = t.admit(id(1), &who("alice"), None, 0).unwrap();
+        assert_eq!(t.close_share(&id(1), "s1"), 1);
+        assert_eq!(
+            (a.closed(), b.closed()),
+            (Some(CloseReason::ShareEnded), None)
+        );
+        assert_eq!(t.close_expired_views(99), 0);
+        assert_eq!(t.close_expired(1000), 0, "token expiry is another thing");
+        assert_eq!(t.close_expired_views(100), 1);
+        assert_eq!(b.closed(), Some(CloseReason::ShareEnded));
+        let c = t.admit_viewer(&viewer("s3", None, None)).unwrap();
+        assert_eq!(
+            t.close_user("alice", CloseReason::UserLocked),
+            2,
+            "owner and viewer"
+        );
+        assert_eq!(
+            (c.closed(), owner.closed()),
+            (Some(CloseReason::UserLocked), Some(CloseReason::UserLocked))
         );
     }
 

@@ -33,6 +33,11 @@ const ASSETS: &[Asset] = &[
         body: include_bytes!("../assets/app.css"),
     },
     Asset {
+        name: "viewer.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../assets/viewer.js"),
+    },
+    Asset {
         name: "admin.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("../assets/admin.js"),
@@ -44,6 +49,13 @@ const ADMIN_PAGE: Asset = Asset {
     name: "admin",
     content_type: "text/html; charset=utf-8",
     body: include_bytes!("../assets/admin.html"),
+};
+
+/// A share link's viewer page: served at `/v/<token>` once the link is checked.
+const VIEWER_PAGE: Asset = Asset {
+    name: "viewer",
+    content_type: "text/html; charset=utf-8",
+    body: include_bytes!("../assets/viewer.html"),
 };
 
 /// Content-Security-Policy of the page: no inline script, nothing from elsewhere.
@@ -63,6 +75,11 @@ pub async fn serve(session: &mut Session, name: &str) -> Result<bool> {
         return Ok(true);
     };
     write(session, asset).await
+}
+
+/// Serves a share link's viewer page (the caller checked the link).
+pub async fn serve_viewer(session: &mut Session) -> Result<bool> {
+    write(session, &VIEWER_PAGE).await
 }
 
 /// Serves the admin console's page (the caller checked that the user is an admin).

@@ -18,6 +18,8 @@ pub enum Action {
     End,
     /// Nudge its terminal to repaint.
     Redraw,
+    /// Create, list or revoke its read-only share links.
+    Share,
     /// Create a new session (no owner yet).
     Create,
 }
@@ -98,11 +100,12 @@ mod tests {
         }
     }
 
-    const ALL: [Action; 4] = [
+    const ALL: [Action; 5] = [
         Action::OpenTerminal,
         Action::Read,
         Action::End,
         Action::Redraw,
+        Action::Share,
     ];
 
     #[test]

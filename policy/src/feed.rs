@@ -40,6 +40,13 @@ pub struct Route {
     /// Whether the gateway records its terminals (the profile's `record`).
     #[serde(default, skip_serializing_if = "Recording::is_off")]
     pub record: Recording,
+    /// The read-only share links of a Docker session (see [`crate::share`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<ShareGrant>,
+    /// Where the read-only ttyd pool (started without `-W`) of its host listens;
+    /// `None`: the gateway's own read-only pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub viewer_upstream: Option<TtydAddress>,
 }
 
 /// What of a terminal the gateway records as asciicast v2 (profiles' `record` and
@@ -72,6 +79,24 @@ impl Recording {
     }
 }
 
+/// One live read-only share link of a session, as gateways need it to admit a viewer:
+/// never the link's secret, only its hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareGrant {
+    /// The share's public id (names it in the API; the first 16 hex digits of `hash`).
+    pub id: String,
+    /// SHA-256 of the link's token, lowercase hex.
+    pub hash: String,
+    /// When it stops admitting and its viewers are closed, seconds since the epoch.
+    pub expires_at: u64,
+    /// Most viewers at once on one gateway; `None`: no bound but the gateway's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_viewers: Option<u32>,
+    /// Viewers must be signed in (the profile's `shares = "signed-in"`).
+    #[serde(default)]
+    pub signed_in: bool,
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -92,6 +117,8 @@ impl Route {
             unreachable: false,
             target: None,
             record: Recording::Off,
+            shares: Vec::new(),
+            viewer_upstream: None,
         }
     }
 
@@ -109,6 +136,16 @@ impl Route {
             && self.container == next.container
             && self.upstream == next.upstream
             && self.target.is_some() == next.target.is_some()
+    }
+
+    /// The shares of `self` that `next` no longer has (revoked, or dropped once expired):
+    /// their viewers are closed.
+    pub fn shares_gone(&self, next: &Route) -> Vec<String> {
+        self.shares
+            .iter()
+            .filter(|g| !next.shares.iter().any(|n| n.id == g.id))
+            .map(|g| g.id.clone())
+            .collect()
     }
 }
 
@@ -318,6 +355,9 @@ pub struct RouteLookup {
 }
 
 /// One entry of the route feed.
+// Most entries are upserts: boxing the route would add an allocation to nearly every
+// change for the sake of the rare lock entries.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Change {

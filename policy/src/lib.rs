@@ -21,6 +21,7 @@ pub mod quota;
 pub mod refusal;
 pub mod sandbox;
 pub mod session_id;
+pub mod share;
 pub mod target;
 #[cfg(test)]
 mod testing;

@@ -1,12 +1,14 @@
 //! The gateway's public routes (design §2), parsed strictly from the raw request path.
 //!
 //! Only these exist: `/healthz`, `/` and the UI's assets, `/auth/session`, `/api/*`,
-//! `/s/<id>/`, `/s/<id>/token`, `/s/<id>/ws`. Percent-encodings, backslashes, control
+//! `/s/<id>/`, `/s/<id>/token`, `/s/<id>/ws`, and a share link's `/v/<token>`,
+//! `/v/<token>/`, `/v/<token>/token`, `/v/<token>/ws`. Percent-encodings, backslashes, control
 //! bytes and non-ASCII are refused outright (no route needs them, and decoding them is
 //! where path tricks live); empty and dot segments are refused; everything else that
 //! does not match exactly is not found. The query string is not part of the path.
 
 use crate::session_id::SessionId;
+use crate::share::ShareToken;
 
 /// Which part of ttyd a terminal request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +54,14 @@ pub enum PublicRoute<'a> {
         id: SessionId,
         /// Which part of ttyd.
         part: TerminalPart,
+    },
+    /// `/v/<token>` (the viewer's page, `part` `None`) and `/v/<token>/…` (the
+    /// read-only terminal's parts): a share link. A malformed token is not found.
+    Share {
+        /// The link's token, parsed.
+        token: ShareToken,
+        /// Which part of the read-only ttyd; `None`: the viewer's own page.
+        part: Option<TerminalPart>,
     },
 }
 
@@ -160,6 +170,17 @@ pub fn classify(raw: &[u8]) -> Result<PublicRoute<'_>, PathError> {
             _ => return Err(PathError::NotFound),
         };
         return Ok(PublicRoute::Terminal { id, part });
+    }
+    if let Some(rest) = path.strip_prefix("/v/") {
+        let (token, part) = match rest.split_once('/') {
+            None => (rest, None),
+            Some((token, "")) => (token, Some(TerminalPart::Page)),
+            Some((token, "token")) => (token, Some(TerminalPart::Token)),
+            Some((token, "ws")) => (token, Some(TerminalPart::Ws)),
+            Some(_) => return Err(PathError::NotFound),
+        };
+        let token = ShareToken::parse(token).ok_or(PathError::NotFound)?;
+        return Ok(PublicRoute::Share { token, part });
     }
     Err(PathError::NotFound)
 }
@@ -290,6 +311,39 @@ mod tests {
             "/assets/a/b",
         ] {
             assert_eq!(classify(p.as_bytes()), Err(PathError::NotFound), "{p}");
+        }
+    }
+
+    #[test]
+    fn share_links_parse_strictly_and_a_malformed_token_is_not_found() {
+        let t = crate::share::ShareToken::from_random(SessionId::from_random([3; 10]), [5; 16]);
+        let cases = [
+            (format!("/v/{t}"), None),
+            (format!("/v/{t}/"), Some(TerminalPart::Page)),
+            (format!("/v/{t}/token"), Some(TerminalPart::Token)),
+            (format!("/v/{t}/ws"), Some(TerminalPart::Ws)),
+        ];
+        for (path, part) in cases {
+            assert_eq!(
+                classify(path.as_bytes()),
+                Ok(PublicRoute::Share { token: t, part }),
+                "{path}"
+            );
+        }
+        let bad = [
+            format!("/v/{t}/ws/"),
+            format!("/v/{t}/x"),
+            format!("/v/{t}0"),
+            format!("/v/{}", t.to_string().to_uppercase()),
+            "/v/".to_owned(),
+            "/v".to_owned(),
+        ];
+        for path in bad {
+            assert_eq!(
+                classify(path.as_bytes()),
+                Err(PathError::NotFound),
+                "{path}"
+            );
         }
     }
 

@@ -196,6 +196,30 @@ impl Refusal {
         refusal(400, "invalid_size", "cols must be 2-1000 and rows 1-1000");
     /// A user name that is not a valid `sub`.
     pub const INVALID_SUB: Refusal = refusal(400, "invalid_sub", "not a valid user name");
+    /// The session's profile has `shares = "off"`.
+    pub const SHARES_OFF: Refusal = refusal(
+        403,
+        "shares_off",
+        "this session's profile does not allow share links",
+    );
+    /// A share link's `ttl_seconds` or `max_viewers` out of range.
+    pub const INVALID_SHARE: Refusal = refusal(
+        400,
+        "invalid_share",
+        "ttl_seconds must be 1-604800 and max_viewers 1-1000",
+    );
+    /// A share link already has its `max_viewers` watching.
+    pub const TOO_MANY_VIEWERS: Refusal = refusal(
+        429,
+        "too_many_viewers",
+        "this share link has as many viewers as it allows",
+    );
+    /// No read-only ttyd pool serves the session's host.
+    pub const NO_VIEWER_POOL: Refusal = refusal(
+        409,
+        "no_viewer_pool",
+        "the session's host has no read-only terminal pool (viewer_pool)",
+    );
 
     // Sign-in through the identity provider (`policy::oidc`): each refusal of the
     // callback has its own code, shown on the page the browser lands on.

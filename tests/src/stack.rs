@@ -463,20 +463,33 @@ pub struct GatewayStack {
     pub ttyd: crate::ttyd::TtydPool,
     /// Counts every connection the gateways make to ttyd.
     pub counter: crate::ttyd::CountingProxy,
+    /// The read-only pool of share links (no `-W`), when started.
+    pub viewers: Option<crate::ttyd::TtydPool>,
     upstream_socket: PathBuf,
 }
 
 impl GatewayStack {
     /// Starts control, ttyd and one gateway; `extra` TOML is appended to the config.
     pub fn start(extra: &str) -> GatewayStack {
+        Self::start_inner(extra, false)
+    }
+
+    /// Like [`GatewayStack::start`], with the read-only pool of share links too.
+    pub fn start_with_viewers(extra: &str) -> GatewayStack {
+        Self::start_inner(extra, true)
+    }
+
+    fn start_inner(extra: &str, viewers: bool) -> GatewayStack {
         let control = ControlStack::start(extra);
         let ttyd = crate::ttyd::TtydPool::start_for(&control.instance);
         let counter = crate::ttyd::CountingProxy::start(ttyd.target());
         let upstream_socket = counter.socket_path().to_path_buf();
+        let viewers = viewers.then(|| crate::ttyd::TtydPool::start_viewers_for(&control.instance));
         let mut s = GatewayStack {
             control,
             ttyd,
             counter,
+            viewers,
             gateways: Vec::new(),
             upstream_socket,
         };
@@ -497,6 +510,7 @@ impl GatewayStack {
             control,
             ttyd,
             counter,
+            viewers: None,
             gateways: Vec::new(),
             upstream_socket,
         };
@@ -558,6 +572,9 @@ impl GatewayStack {
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("log"))
             .stderr(log_file);
+        if let Some(path) = self.viewers.as_ref().and_then(|v| v.socket_path()) {
+            cmd.env("TERMGATE__TTYD__VIEWER_SOCKET", path);
+        }
         cmd.args(args);
         for (k, v) in extra_env {
             cmd.env(k, v);

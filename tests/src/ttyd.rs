@@ -107,6 +107,30 @@ impl TtydPool {
         Self::spawn(dir, Listen::Unix(sock), Some(instance))
     }
 
+    /// The read-only pool of share links for `instance`: production's command and
+    /// flags without `-W`, so ttyd itself drops every viewer's input.
+    pub fn start_viewers_for(instance: &str) -> TtydPool {
+        let dir = private_dir("tg-view.");
+        let sock = dir.path().join("ttyd-view.sock");
+        let mut args: Vec<String> = TTYD_ARGS
+            .iter()
+            .filter(|a| **a != "-W")
+            .map(|a| a.to_string())
+            .collect();
+        args.extend(pool_flags());
+        let command = vec![attach_wrapper().to_string_lossy().into_owned()];
+        // No stdin, and no resize of the shared terminal to a viewer's window.
+        let env = [("TERMGATE_ATTACH_READ_ONLY", "1")];
+        Self::run(
+            dir,
+            Listen::Unix(sock),
+            &args,
+            &command,
+            Some(instance),
+            &env,
+        )
+    }
+
     /// Like [`TtydPool::start_for`], attaching through the Docker daemon at
     /// `docker_host` (`DOCKER_HOST` of its command), as the pool of one Docker host.
     pub fn start_for_docker(instance: &str, docker_host: &str) -> TtydPool {

@@ -434,6 +434,44 @@ fn compose_deployment_serves_terminals_and_keeps_control_and_ttyd_internal() {
         }
     }
 
+    // A share link's viewer goes through the read-only pool (`ttyd-view`) and watches.
+    let share = http(
+        "POST",
+        &dep.url(&format!("/api/sessions/{id}/shares")),
+        Some(&token),
+        Some(&json!({"ttl_seconds": 600})),
+    )
+    .expect("share");
+    assert_eq!(share.status, 201, "{}", share.text);
+    let url = share.body["url"].as_str().expect("link").to_owned();
+    let owner = open();
+    let watched = Instant::now();
+    'watch: loop {
+        assert!(
+            watched.elapsed() < T * 2,
+            "the viewer never saw the owner's output"
+        );
+        // A new link reaches the gateway with the feed's next answer (404 until then).
+        let Ok(viewer) = Terminal::connect(
+            Target::Tcp(addr),
+            &format!("{url}/ws"),
+            &[("Authorization", &bearer)],
+        ) else {
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
+        };
+        while !viewer.is_closed() && watched.elapsed() < T * 2 {
+            let _ = owner.send_input(b"echo watched-$((6*7))\r");
+            if viewer
+                .read_until("watched-42", Duration::from_secs(1))
+                .is_ok()
+            {
+                break 'watch;
+            }
+        }
+    }
+    owner.close();
+
     let sessions = docker(&[
         "ps",
         "-q",
@@ -688,7 +726,7 @@ fn compose_restarts_a_crashed_control_while_the_open_terminal_keeps_flowing() {
 
     // Every service comes back by itself unless an operator stopped it.
     let control = dep.container("control");
-    for service in ["gateway", "control", "ttyd"] {
+    for service in ["gateway", "control", "ttyd", "ttyd-view"] {
         let policy =
             inspect(&dep.container(service))["HostConfig"]["RestartPolicy"]["Name"].clone();
         assert_eq!(policy, "unless-stopped", "restart policy of {service}");

@@ -513,6 +513,15 @@ fn deploy_up_keeps_the_ttyd_socket_to_its_own_user() {
         !nobody_connects(&socket),
         "another uid must not reach ttyd's socket"
     );
+    // The read-only pool of share links: the same directory and mode, and no -W.
+    let view = state.join("ttyd/ttyd-view.sock");
+    assert_eq!(mode(&view), 0o600, "the viewers' socket");
+    let args = cmdline_containing(view.to_str().expect("utf-8 path"));
+    assert!(
+        !args.iter().any(|a| a == "-W" || a == "--writable"),
+        "the viewers' pool is read-only: {args:?}"
+    );
+    assert!(!nobody_connects(&view), "another uid must not reach it");
 
     // The stack it printed works: the sign-in link's token lists sessions.
     let link = printed

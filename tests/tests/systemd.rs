@@ -8,9 +8,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const UNITS: [&str; 3] = [
+const UNITS: [&str; 4] = [
     "termgate-control.service",
     "termgate-ttyd@.service",
+    "termgate-ttyd-view@.service",
     "termgate-gateway.service",
 ];
 
@@ -68,6 +69,7 @@ fn verify(analyze: &Path, dir: &Path) -> Output {
             "--man=no",
             "./termgate-control.service",
             "./termgate-ttyd@local.service",
+            "./termgate-ttyd-view@local.service",
             "./termgate-gateway.service",
         ])
         .output()
@@ -170,6 +172,30 @@ fn systemd_units_verify_and_keep_the_red_lines() {
         gateway_env.contains(&wanted),
         "the gateway's socket is the pool's: {gateway_env:?}"
     );
+    // The read-only pool of share links: the same rules, and never -W.
+    let view = keys("termgate-ttyd-view@.service");
+    assert_eq!(one(&view, "view pool", "User"), user);
+    assert_eq!(one(&view, "view pool", "RuntimeDirectoryMode"), "0700");
+    let view_runtime = one(&view, "view pool", "RuntimeDirectory");
+    let view_exec = one(&view, "view pool", "ExecStart");
+    assert!(
+        view_exec.contains(&format!("-i %t/{view_runtime}/ttyd-view.sock ")),
+        "{view_exec}"
+    );
+    assert!(
+        !view_exec.split(' ').any(|a| a == "-W" || a == "--writable"),
+        "the viewers' pool is read-only: {view_exec}"
+    );
+    assert!(
+        view["Environment"].contains(&"TERMGATE_ATTACH_READ_ONLY=1".to_owned()),
+        "viewers attach without stdin: {:?}",
+        view["Environment"]
+    );
+    let wanted = format!(
+        "TERMGATE__TTYD__VIEWER_SOCKET=/run/{}/ttyd-view.sock",
+        view_runtime.replace("%i", "local")
+    );
+    assert!(gateway_env.contains(&wanted), "{gateway_env:?}");
 
     // Red line: the gateway never reaches the Docker socket; control and the pool do,
     // through the docker group that only their units add.

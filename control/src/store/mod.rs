@@ -165,6 +165,8 @@ pub struct Store {
     change_log_len: u64,
     /// The ttyd pool of each Docker host that has its own: where routes point.
     pools: Pools,
+    /// The read-only ttyd pool of each Docker host that has one: where viewers go.
+    viewer_pools: Pools,
     write_lock: Mutex<()>,
     /// Holds the newest committed-and-flushed revision; receivers are feed pollers.
     rev_tx: watch::Sender<u64>,
@@ -269,6 +271,7 @@ impl Store {
             poisoned: AtomicBool::new(false),
             change_log_len: u64::try_from(change_log_len.max(1)).unwrap_or(u64::MAX),
             pools: Pools::new(),
+            viewer_pools: Pools::new(),
             write_lock: Mutex::new(()),
             rev_tx: watch::channel(0).0,
         };
@@ -283,9 +286,16 @@ impl Store {
         self.pools = pools;
     }
 
+    /// Aims the share-link viewers of each host's sessions at that host's read-only
+    /// pool. Set once, before the store is shared.
+    pub fn set_viewer_pools(&mut self, pools: Pools) {
+        self.viewer_pools = pools;
+    }
+
     /// The route gateways need for `s`, if any (see [`Session::route_via`]).
     pub fn route_of(&self, s: &Session) -> Option<Route> {
         s.route_via(&self.pools)
+            .map(|r| s.with_viewers(r, &self.viewer_pools))
     }
 
     /// The newest revision that has been committed and flushed.

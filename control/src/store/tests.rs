@@ -36,6 +36,7 @@ fn session(n: u32, owner: &str) -> Session {
         end_reason: None,
         last_input: None,
         record: Default::default(),
+        shares: Vec::new(),
     }
 }
 
@@ -873,4 +874,53 @@ fn input_times_only_move_forward_skip_unknown_ids_and_never_bump_the_revision() 
     drop(store);
     let store = open(dir.path());
     assert_eq!(store.get(&id(2)).unwrap().unwrap().last_input, Some(3000));
+}
+
+#[test]
+fn share_links_ride_the_route_to_the_hosts_read_only_pool_and_a_revoke_is_an_upsert() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path());
+    let pool = |path: &str| crate::model::TtydAddress {
+        addrs: vec![format!("unix:{path}")],
+        base_path: String::new(),
+    };
+    store.set_pools(Pools::from([("gpu-1".to_owned(), pool("/run/gpu-1.sock"))]));
+    store.set_viewer_pools(Pools::from([(
+        "gpu-1".to_owned(),
+        pool("/run/gpu-1-view.sock"),
+    )]));
+    let mut s = session(1, "a");
+    store
+        .insert_placed(&mut s, ROOMY, |_| Ok("gpu-1".into()))
+        .unwrap();
+    run(&store, 1, "c1");
+    let token = policy::share::ShareToken::from_random(id(1), [9; 16]);
+    let grant = token.grant(100, Some(2), policy::share::ShareMode::Anyone);
+    let rev = store.rev();
+    store
+        .update(&id(1), |s| s.shares.push(grant.clone()))
+        .unwrap();
+    let route = match store.feed(rev).unwrap().changes.as_slice() {
+        [Change::Upsert { route, .. }] => route.clone(),
+        other => panic!("expected one upsert, got {other:?}"),
+    };
+    assert_eq!(route.shares, vec![grant.clone()]);
+    assert_eq!(route.viewer_upstream, Some(pool("/run/gpu-1-view.sock")));
+    assert!(
+        !serde_json::to_string(&route)
+            .unwrap()
+            .contains(&token.to_string()),
+        "the feed carries the hash, never the link"
+    );
+    let looked_up = store.lookup(&id(1)).unwrap().unwrap().route;
+    assert_eq!(looked_up.shares, vec![grant]);
+    // Revoked: the next upsert has no share, so gateways close its viewers.
+    let rev = store.rev();
+    store.update(&id(1), |s| s.shares.clear()).unwrap();
+    match store.feed(rev).unwrap().changes.as_slice() {
+        [Change::Upsert { route: after, .. }] => {
+            assert_eq!(route.shares_gone(after), vec![token.id()]);
+        }
+        other => panic!("expected one upsert, got {other:?}"),
+    }
 }

@@ -66,6 +66,7 @@ impl Store {
                             targets,
                             change_log_len: self.change_log_len,
                             pools: &self.pools,
+                            viewer_pools: &self.viewer_pools,
                         })
                     },
                 )
@@ -88,6 +89,7 @@ pub(super) struct Tx<'a> {
     pub(super) targets: &'a TransactionalTree,
     change_log_len: u64,
     pools: &'a Pools,
+    viewer_pools: &'a Pools,
 }
 
 impl Tx<'_> {
@@ -151,7 +153,10 @@ impl Tx<'_> {
     /// The change a session write publishes: its route when running, else a removal.
     pub(super) fn bump_for(&self, s: &Session) -> TxResult<u64> {
         match s.route_via(self.pools) {
-            Some(route) => self.bump(|rev| Change::Upsert { rev, route }),
+            Some(route) => {
+                let route = s.with_viewers(route, self.viewer_pools);
+                self.bump(|rev| Change::Upsert { rev, route })
+            }
             None => self.bump(|rev| Change::Remove { rev, session: s.id }),
         }
     }

@@ -7,14 +7,15 @@ use std::sync::Arc;
 use pingora::http::RequestHeader;
 use pingora::proxy::Session;
 use policy::feed::{Route, TargetCredential};
+use policy::share::ShareToken;
 use policy::{Decision, Principal, Refusal, SessionId, TerminalPart};
 
 use super::credential::{authenticate, credential};
 use super::reply::Json;
 use super::{header, Allowed, Ctx, Next, TtydRequest, Upstream};
 use crate::routes::Lookup;
-use crate::state::Gateway;
-use crate::terminals::{LimitHit, Ticket};
+use crate::state::{now, Gateway};
+use crate::terminals::{LimitHit, Ticket, ViewerRequest};
 
 /// Admits a request for a terminal's page, token or websocket, or says why not.
 pub(super) async fn terminal(
@@ -95,6 +96,115 @@ pub(super) async fn terminal(
             credential,
             auth_token: auth_token.filter(|_| part == TerminalPart::Ws),
             record: route.record,
+        })),
+    })
+}
+
+/// Admits a share link's viewer: the viewer's page (`part` `None`), or the read-only
+/// terminal's page, token or websocket, sent to a ttyd pool started without `-W` with
+/// the session's container as `arg`. A termgate token is optional: with one (not
+/// locked) the viewer is recorded by `sub`, and a `signed-in` link requires it. Every
+/// link that grants nothing is the 404 of an unknown path (`policy::share`).
+pub(super) async fn share(
+    g: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+    token: ShareToken,
+    part: Option<TerminalPart>,
+) -> Result<Allowed, Refusal> {
+    let id = token.session();
+    ctx.session = Some(id);
+    ctx.terminal_request = part.is_some();
+    bodiless_get(session.req_header())?;
+    if part == Some(TerminalPart::Ws) {
+        websocket_handshake(session.req_header())?;
+    }
+    let viewer = match credential(session.req_header(), &g.config.auth.cookie_name) {
+        None => None,
+        Some(presented) => match authenticate(g, session, ctx, Some(presented)).await {
+            Ok((p, source)) if !g.routes.is_locked(p.sub.as_str()) => Some((p, source)),
+            // A refused or locked sign-in watches as anyone would.
+            _ => {
+                ctx.reason = "";
+                ctx.token = None;
+                None
+            }
+        },
+    };
+    if let (Some((_, source)), Some(TerminalPart::Ws)) = (&viewer, part) {
+        g.origins
+            .check(header(session.req_header(), "origin"), *source)?;
+    }
+    let principal = viewer.map(|(p, _)| p);
+    let lookup_key = principal
+        .as_ref()
+        .map_or("-", |p| p.sub.as_str())
+        .to_owned();
+    let route = route(g, &id, &lookup_key).await?;
+    let owner_locked = route.as_ref().is_some_and(|r| g.routes.is_locked(&r.owner));
+    let grant = policy::share::decide_view(
+        route.as_deref(),
+        &token,
+        now(),
+        owner_locked,
+        principal.is_some(),
+    )?
+    .clone();
+    let route = route.ok_or(Refusal::PAGE_NOT_FOUND)?;
+    ctx.share = Some(grant.id.clone());
+    ctx.principal.clone_from(&principal);
+    let Some(part) = part else {
+        return Ok(Allowed {
+            reason: "share",
+            next: Next::ViewerPage,
+        });
+    };
+    // A session on a host of its own pool is watched through that host's read-only
+    // pool; control creates no link for a host without one.
+    let address = match (&route.upstream, &route.viewer_upstream) {
+        (_, Some(viewers)) => viewers.clone(),
+        (None, None) => g.viewer_pool.clone(),
+        (Some(_), None) => return Err(Refusal::TERMINAL_UNAVAILABLE),
+    };
+    if part == TerminalPart::Ws {
+        let expires = principal
+            .as_ref()
+            .filter(|_| g.config.gateway.close_on_token_expiry)
+            .map(|p| p.expires_at);
+        let request = ViewerRequest {
+            session: id,
+            share: &grant.id,
+            owner: &route.owner,
+            share_expires_at: grant.expires_at,
+            max_viewers: grant.max_viewers,
+            viewer: principal.as_ref().map(|p| (p, expires)),
+            credential: g.credential_key(ctx.token.as_deref().unwrap_or_default().as_bytes()),
+        };
+        let ticket = g
+            .terminals
+            .admit_viewer(&request)
+            .map_err(|_| Refusal::TOO_MANY_VIEWERS)?;
+        // As for an owner's slot: a revocation applied before this point is seen here,
+        // one applied after it finds the slot and closes it.
+        let still = matches!(g.routes.get(&id), Lookup::Hit(r)
+            if r.shares.iter().any(|s| s.id == grant.id) && !g.routes.is_locked(&r.owner));
+        if !still {
+            return Err(Refusal::PAGE_NOT_FOUND);
+        }
+        ctx.ticket = Some(ticket);
+    }
+    let who = principal.as_ref().map_or("anyone", |p| p.sub.as_str());
+    Ok(Allowed {
+        reason: "share",
+        next: Next::Proxy(Upstream::Ttyd(TtydRequest {
+            part,
+            arg: route.arg().map(str::to_owned),
+            address: Some(address),
+            // ttyd (`-H`) wants the header; it names the viewer, never the owner.
+            credential: Some(("X-Termgate-User".to_owned(), format!("viewer:{who}"))),
+            auth_token: None,
+            // A viewer sees what the owner's recorded terminals already hold.
+            record: policy::feed::Recording::Off,
         })),
     })
 }
@@ -224,6 +334,7 @@ fn slot(
                 LimitHit::User => Refusal::TOO_MANY_TERMINALS,
                 LimitHit::Session => Refusal::TOO_MANY_TERMINALS
                     .with_message("this session has too many open terminals"),
+                LimitHit::Viewers => Refusal::TOO_MANY_VIEWERS,
             })?;
     let still = matches!(g.routes.get(&id), Lookup::Hit(r) if *r == *route);
     if !still {

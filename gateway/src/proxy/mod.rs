@@ -122,6 +122,8 @@ enum Next {
     AdminPage,
     /// Is answered with a redirect (sign-in through the identity provider).
     Redirect(sign_in::Redirect),
+    /// Is answered with a share link's viewer page.
+    ViewerPage,
 }
 
 /// Per-request state.
@@ -152,6 +154,8 @@ pub struct Ctx {
     tunnelled: bool,
     /// Why the gateway's own tunnel could not open, for the access line.
     error: Option<String>,
+    /// The share link a viewer came through (its id, never its token).
+    share: Option<String>,
 }
 
 /// What the access line says of the request itself.
@@ -277,6 +281,9 @@ impl Proxy {
                 PublicRoute::Terminal {
                     part: TerminalPart::Ws,
                     ..
+                } | PublicRoute::Share {
+                    part: Some(TerminalPart::Ws),
+                    ..
                 }
             )
         {
@@ -299,6 +306,9 @@ impl Proxy {
                 ctx.terminal_request = true;
                 ctx.session = Some(id);
                 admission::terminal(g, session, ctx, id, part).await
+            }
+            PublicRoute::Share { token, part } => {
+                admission::share(g, session, ctx, token, part).await
             }
         }
     }
@@ -329,6 +339,7 @@ impl ProxyHttp for Proxy {
             bytes_down: 0,
             tunnelled: false,
             error: None,
+            share: None,
         }
     }
 
@@ -381,8 +392,12 @@ impl ProxyHttp for Proxy {
                     ..
                 }) = &upstream
                 {
-                    // A Docker session's typing keeps it alive (idle_timeout_seconds).
-                    let clock = arg.as_ref().and(ctx.session);
+                    // A Docker session's typing keeps it alive (idle_timeout_seconds);
+                    // a viewer's never reaches it.
+                    let clock = arg
+                        .as_ref()
+                        .and(ctx.session)
+                        .filter(|_| ctx.share.is_none());
                     let clock = clock.map(|id| self.g.activity.clock(id));
                     ctx.frames = Some(ws_frames::FrameSizes::new(clock));
                 }
@@ -416,6 +431,9 @@ impl ProxyHttp for Proxy {
                 ui::serve_admin(session).await?;
             }
             Next::Redirect(to) => reply::redirect(session, to).await?,
+            Next::ViewerPage => {
+                ui::serve_viewer(session).await?;
+            }
         }
         Ok(true)
     }
@@ -600,11 +618,17 @@ fn log(metrics: &Metrics, line: &RequestLine, error: Option<&str>, ctx: &Ctx) {
         .map(|r| r.as_str())
         .unwrap_or("");
     let decision = ctx.decision.as_str();
+    // A share link's path is its token: the access line names the share instead.
+    let path = match (&ctx.share, line.path.starts_with("/v/")) {
+        (Some(share), true) => format!("/v/<share {share}>"),
+        (None, true) => "/v/<token>".to_owned(),
+        (_, false) => line.path.clone(),
+    };
     tracing::info!(
         target: "access",
         request_id = ctx.request_id,
         method = %line.method,
-        path = %line.path,
+        path = %path,
         sub,
         session = %session_id,
         decision,
@@ -617,6 +641,9 @@ fn log(metrics: &Metrics, line: &RequestLine, error: Option<&str>, ctx: &Ctx) {
         error = error.unwrap_or_default(),
         "request"
     );
+    if let (Some(share), true) = (&ctx.share, ctx.terminal_request) {
+        tracing::info!(target: "audit", request_id = ctx.request_id, viewer = sub, session = %session_id, share = %share, decision, reason = ctx.reason, status, "share view");
+    }
     if ctx.terminal_request {
         tracing::info!(target: "audit", request_id = ctx.request_id, sub, session = %session_id, decision, reason = ctx.reason, status, "terminal access");
         let outcome = if ctx.decision == Decision::Allow {

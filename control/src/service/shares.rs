@@ -1,0 +1,153 @@
+//! Read-only share links of a running session: created, listed and revoked by its
+//! owner (or an admin). A link lives in the session's record as a hash
+//! ([`ShareGrant`]); every change is a route change, so gateways learn it through the
+//! route feed within one long poll and decide viewers locally. The link itself
+//! (`/v/<token>`) is answered once, at creation, and kept nowhere.
+
+use policy::share::{self, ShareToken};
+use policy::{Action, Principal, Refusal, SessionId};
+use serde::{Deserialize, Serialize};
+
+use super::{now, Control};
+use crate::error::ApiError;
+use crate::model::{SessionState, ShareGrant};
+
+/// Most live links one session holds at once.
+pub const MAX_SHARES_PER_SESSION: usize = 16;
+
+/// Body of `POST /v1/sessions/<id>/shares`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShareRequest {
+    /// How long the link admits viewers, seconds (1 s to 7 days).
+    pub ttl_seconds: u64,
+    /// Most viewers at once (per gateway); absent: no bound but the gateway's.
+    #[serde(default)]
+    pub max_viewers: Option<u32>,
+}
+
+/// A link just created: the only time its token is seen.
+#[derive(Debug, Serialize)]
+pub struct CreatedShare {
+    id: String,
+    /// The link, as a path on the gateway (`/v/<token>`).
+    url: String,
+    expires_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_viewers: Option<u32>,
+    signed_in: bool,
+}
+
+/// A live link as its owner sees it: never its token.
+#[derive(Debug, Serialize)]
+pub struct ShareView {
+    id: String,
+    expires_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_viewers: Option<u32>,
+    signed_in: bool,
+    /// Viewers open now over every gateway that reports.
+    viewers: u32,
+    /// The signed-in viewers' `sub`s.
+    subs: Vec<String>,
+}
+
+impl Control {
+    /// Creates a link to watch session `id` read-only, if its profile allows links,
+    /// it runs, and its host has a read-only pool.
+    pub fn create_share(
+        &self,
+        who: &Principal,
+        id: &SessionId,
+        req: &ShareRequest,
+    ) -> Result<CreatedShare, ApiError> {
+        let s = self.authorized(who, id, Action::Share)?;
+        let mode = self
+            .config
+            .profiles
+            .get(&s.profile)
+            .map_or(share::ShareMode::Off, config::Profile::share_mode);
+        share::check_request(mode, req.ttl_seconds, req.max_viewers)?;
+        if s.state != SessionState::Running {
+            return Err(Refusal::NOT_RUNNING);
+        }
+        if !self.hosts.has_viewer_pool(&s.host) {
+            return Err(Refusal::NO_VIEWER_POOL);
+        }
+        let mut secret = [0u8; 16];
+        getrandom::getrandom(&mut secret).map_err(|e| {
+            tracing::error!(error = %e, "no randomness for a share link");
+            Refusal::INTERNAL
+        })?;
+        let token = ShareToken::from_random(*id, secret);
+        let at = now();
+        let grant = token.grant(at.saturating_add(req.ttl_seconds), req.max_viewers, mode);
+        let mut full = false;
+        let added = grant.clone();
+        self.store.update(id, |s| {
+            s.shares.retain(|g| g.expires_at > at);
+            if s.shares.len() >= MAX_SHARES_PER_SESSION {
+                full = true;
+            } else {
+                s.shares.push(added);
+            }
+        })?;
+        if full {
+            return Err(Refusal::INVALID_SHARE.with_message(format!(
+                "a session holds at most {MAX_SHARES_PER_SESSION} live share links; revoke one"
+            )));
+        }
+        tracing::info!(target: "audit", session = %id, sub = %who.sub, share = %grant.id, expires_at = grant.expires_at, max_viewers = ?grant.max_viewers, signed_in = grant.signed_in, "share link created");
+        Ok(CreatedShare {
+            id: grant.id,
+            url: format!("/v/{token}"),
+            expires_at: grant.expires_at,
+            max_viewers: grant.max_viewers,
+            signed_in: grant.signed_in,
+        })
+    }
+
+    /// The live (unexpired) links of session `id`, with their viewers now.
+    pub fn list_shares(&self, who: &Principal, id: &SessionId) -> Result<Vec<ShareView>, ApiError> {
+        let s = self.authorized(who, id, Action::Share)?;
+        let at = now();
+        Ok(s.shares
+            .iter()
+            .filter(|g| g.expires_at > at)
+            .map(|g: &ShareGrant| {
+                let (viewers, subs) = self.live.viewers(id, &g.id);
+                ShareView {
+                    id: g.id.clone(),
+                    expires_at: g.expires_at,
+                    max_viewers: g.max_viewers,
+                    signed_in: g.signed_in,
+                    viewers,
+                    subs,
+                }
+            })
+            .collect())
+    }
+
+    /// Revokes link `share` of session `id`: gone from the route, so gateways close its
+    /// viewers as soon as the feed brings the change.
+    pub fn revoke_share(
+        &self,
+        who: &Principal,
+        id: &SessionId,
+        share: &str,
+    ) -> Result<(), ApiError> {
+        let s = self.authorized(who, id, Action::Share)?;
+        if !s.shares.iter().any(|g| g.id == share) {
+            return Err(Refusal::NOT_FOUND.with_message("no such share link"));
+        }
+        self.store
+            .update(id, |s| s.shares.retain(|g| g.id != share))?;
+        tracing::info!(target: "audit", session = %id, sub = %who.sub, share, "share link revoked");
+        Ok(())
+    }
+
+    /// Records the share-link viewers a gateway has open now.
+    pub fn record_viewers(&self, gateway: &str, viewers: Vec<crate::live::Viewers>) {
+        self.live.record_viewers(gateway, viewers);
+    }
+}
