@@ -64,21 +64,7 @@ impl ControlClient {
         req: Request<Full<Bytes>>,
         timeout: Duration,
     ) -> Result<(StatusCode, Bytes), Unavailable> {
-        let call = async {
-            let resp = self
-                .client
-                .request(req)
-                .await
-                .map_err(|e| Unavailable(e.to_string()))?;
-            let status = resp.status();
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| Unavailable(e.to_string()))?
-                .to_bytes();
-            Ok((status, body))
-        };
+        let call = async { status_and_body(self.client.request(req).await).await };
         tokio::time::timeout(timeout, call)
             .await
             .map_err(|_| Unavailable(format!("no answer within {timeout:?}")))?
@@ -211,14 +197,7 @@ impl ControlClient {
         };
         let call = async {
             let (resp, ()) = tokio::join!(self.streaming.request(req), feed);
-            let resp = resp.map_err(|e| Unavailable(e.to_string()))?;
-            let status = resp.status();
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| Unavailable(e.to_string()))?
-                .to_bytes();
+            let (status, body) = status_and_body(resp).await?;
             if status != StatusCode::NO_CONTENT {
                 return Err(Unavailable(format!(
                     "recording answered {status}: {}",
@@ -258,4 +237,19 @@ impl ControlClient {
         }
         serde_json::from_slice(&body).map_err(|e| Unavailable(format!("bad feed answer: {e}")))
     }
+}
+
+/// Control's answer, read whole: its status and body.
+async fn status_and_body(
+    resp: Result<hyper::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error>,
+) -> Result<(StatusCode, Bytes), Unavailable> {
+    let resp = resp.map_err(|e| Unavailable(e.to_string()))?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| Unavailable(e.to_string()))?
+        .to_bytes();
+    Ok((status, body))
 }
