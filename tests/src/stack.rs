@@ -10,12 +10,30 @@ use serde_json::Value;
 use crate::{binary, random_hex, ConfigDir};
 
 /// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).
+/// A port to listen on, free now, below the kernel's ephemeral range: a port the kernel
+/// hands out for `:0` is also one it hands to outgoing connections, which can take it
+/// between this call and the process's own bind (thousands of connections run in
+/// parallel tests). Ports here are taken only by a listener asking for them by number.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    use std::sync::atomic::{AtomicU16, Ordering};
+    // Spread by process so that parallel test binaries start apart.
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let span = EPHEMERAL_START - FIRST_PORT;
+    let seed = (std::process::id() % u32::from(span)) as u16;
+    for _ in 0..span {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed) % span;
+        let port = FIRST_PORT + (seed + step) % span;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between {FIRST_PORT} and {EPHEMERAL_START}");
 }
+
+/// The first port [`free_port`] hands out.
+const FIRST_PORT: u16 = 20_000;
+/// Where Linux's default ephemeral range (`ip_local_port_range`) starts.
+const EPHEMERAL_START: u16 = 32_768;
 
 /// Waits until `f` returns `Some`, or panics after `deadline` naming `what`.
 pub fn wait_for<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Option<T>) -> T {
