@@ -7,6 +7,10 @@
 //!   by control's `GET /v1/authz`;
 //! - **termgate**: the gateway.
 //!
+//! Scenarios: upgrade latency at 1/16/64 clients at once, to a working terminal, the
+//! highest sustained upgrade rate (closed-loop clients, more each step, until a step
+//! fails), keystroke round trip, bulk output, idle memory per terminal.
+//!
 //! Run with `deploy/bench` (release build; writes `docs/bench/`). Counts scale with
 //! `BENCH_SCALE` (default 1), `BENCH_BULK_MB` (default 64) and `BENCH_IDLE` (default
 //! `1000,5000`). Prints the report and writes `results.md` and one SVG per scenario
@@ -181,6 +185,47 @@ fn upgrade_batch(e: &Endpoint, workers: usize, each: usize, full: bool, into: &m
                 into.last_error = Some(e);
             }
         }
+    }
+}
+
+/// Upgrades per second with `workers` clients, each upgrading (connect → `101` →
+/// close) one after another for `window`; and how many failed.
+struct Rate {
+    per_second: f64,
+    failed: usize,
+    last_error: Option<String>,
+}
+
+fn upgrade_rate(e: &Endpoint, workers: usize, window: Duration) -> Rate {
+    let start = Instant::now();
+    let results: Vec<(usize, usize, Option<String>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let (mut done, mut failed, mut last) = (0, 0, None);
+                    while start.elapsed() < window {
+                        match upgrade_once(e, false) {
+                            Outcome::Done(..) => done += 1,
+                            Outcome::ClosedAfter101(err) | Outcome::Failed(err) => {
+                                failed += 1;
+                                last = Some(err);
+                            }
+                        }
+                    }
+                    (done, failed, last)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or((0, 1, Some("a client panicked".into()))))
+            .collect()
+    });
+    let took = start.elapsed().as_secs_f64();
+    Rate {
+        per_second: results.iter().map(|r| r.0).sum::<usize>() as f64 / took,
+        failed: results.iter().map(|r| r.1).sum(),
+        last_error: results.into_iter().find_map(|r| r.2),
     }
 }
 
@@ -476,6 +521,39 @@ fn main() {
         began.elapsed().as_secs_f64()
     );
 
+    // A''. The highest sustained upgrade rate: closed-loop clients upgrading for a
+    // window, more of them each step, paths interleaved; a step with a failure ends
+    // that path's climb.
+    let window = Duration::from_secs_f64(2.0 * env_f64("BENCH_SCALE", 1.0).max(0.5));
+    let rate_levels = [8usize, 32, 128, 256];
+    let mut rates: Vec<Vec<Option<Rate>>> = (0..4).map(|_| Vec::new()).collect();
+    let mut stopped = [false; 4];
+    for (i, &c) in rate_levels.iter().enumerate() {
+        for k in 0..4 {
+            let p = (i + k) % 4;
+            if stopped[p] {
+                rates[p].push(None);
+                continue;
+            }
+            let r = upgrade_rate(&endpoints[p], c, window);
+            if r.failed > 0 {
+                stopped[p] = true;
+                if let Some(e) = &r.last_error {
+                    eprintln!(
+                        "{} at {c} clients: {} failed; last: {e}",
+                        PATHS[p], r.failed
+                    );
+                }
+            }
+            rates[p].push(Some(r));
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    eprintln!(
+        "sustained rates done ({:.0} s)",
+        began.elapsed().as_secs_f64()
+    );
+
     // B. Keystroke round trip and C. bulk output: one session of the two-CPU profile per
     // path, so that no terminal sees another's output.
     let bench_endpoints: Vec<Endpoint> = (0..4)
@@ -661,6 +739,52 @@ fn main() {
                 PATHS[p], u.closed_after_101, u.failed
             );
         }
+    }
+    let _ = writeln!(
+        md,
+        "\nHighest sustained upgrade rate: `c` clients, each upgrading (connect → `101` → close)\n\
+         one after another for {:.0} s; upgrades per second, and failures. A path's climb ends at\n\
+         its first step with a failure. The best rate without a failure is the path's sustained rate.\n",
+        window.as_secs_f64()
+    );
+    let _ = writeln!(
+        md,
+        "| path | {} | sustained | ÷ nginx |\n|---|{}---|---|",
+        rate_levels
+            .iter()
+            .map(|c| format!("c={c}"))
+            .collect::<Vec<_>>()
+            .join(" | "),
+        "---|".repeat(rate_levels.len())
+    );
+    let best: Vec<f64> = rates
+        .iter()
+        .map(|steps| {
+            steps
+                .iter()
+                .flatten()
+                .filter(|r| r.failed == 0)
+                .map(|r| r.per_second)
+                .fold(0.0, f64::max)
+        })
+        .collect();
+    for (p, steps) in rates.iter().enumerate() {
+        let cells: Vec<String> = steps
+            .iter()
+            .map(|r| match r {
+                Some(r) if r.failed == 0 => format!("{:.0}/s", r.per_second),
+                Some(r) => format!("{:.0}/s, {} failed", r.per_second, r.failed),
+                None => "—".into(),
+            })
+            .collect();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.0}/s | {} |",
+            PATHS[p],
+            cells.join(" | "),
+            best[p],
+            ratio(best[p], best[NGINX])
+        );
     }
     let chart = Chart {
         title: "Websocket upgrade: connect to 101",
