@@ -628,7 +628,21 @@ fn main() {
     let fits = |n: usize| (n as u64) * 2 + 512 <= nofile;
     let mut idles: Vec<Idle> = Vec::new();
     let mut skipped: Vec<usize> = Vec::new();
-    let gw_pid = stack.gateways[gw].pid();
+    // A fresh gateway for this: the one measured above holds heap that its earlier
+    // scenarios freed, which idle terminals would reuse (a reading of 0.0 KiB).
+    let idle_gw = stack.spawn_gateway(&[
+        ("TERMGATE__GATEWAY__MAX_TERMINALS_PER_USER", "100000"),
+        ("TERMGATE__GATEWAY__MAX_TERMINALS_PER_SESSION", "100000"),
+    ]);
+    let idle_termgate = Paths {
+        socket: paths.socket.clone(),
+        plain: paths.plain,
+        authz: paths.authz,
+        gateway: stack.gateways[idle_gw].port,
+        bearer: paths.bearer.clone(),
+    }
+    .endpoint(TERMGATE, &up_id, &up_container);
+    let gw_pid = stack.gateways[idle_gw].pid();
     for &count in &wanted {
         if !fits(count) {
             skipped.push(count);
@@ -641,7 +655,12 @@ fn main() {
             } else {
                 nginx.pids()
             };
-            idles.push(idle(&endpoints[p], count, &pids, p));
+            let e = if p == TERMGATE {
+                &idle_termgate
+            } else {
+                &endpoints[p]
+            };
+            idles.push(idle(e, count, &pids, p));
         }
         eprintln!("idle {count} done ({:.0} s)", began.elapsed().as_secs_f64());
     }
@@ -899,7 +918,7 @@ fn main() {
     let _ = writeln!(md, "\n### Idle memory per terminal\n");
     let _ = writeln!(
         md,
-        "Upgraded websockets held idle (no first message, so ttyd starts no attach; pings answered), the proxy's resident memory after minus before, per terminal (nginx: master and two workers; termgate: the gateway process).\n"
+        "Upgraded websockets held idle (no first message, so ttyd starts no attach; pings answered), the proxy's resident memory after minus before, per terminal (nginx: master and two workers; termgate: a gateway process started for this measurement, beside the one measured above).\n"
     );
     let _ = writeln!(
         md,
