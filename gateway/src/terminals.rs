@@ -418,18 +418,23 @@ fn duplicate(fd: RawFd) -> std::io::Result<socket2::Socket> {
 }
 
 impl Ticket {
+    /// This ticket's slot in the locked registry.
+    fn slot<'a>(&self, inner: &'a mut Inner) -> std::io::Result<&'a mut Live> {
+        inner.live.get_mut(&self.id).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the terminal's slot is no longer registered",
+            )
+        })
+    }
+
     /// Remembers the upstream socket so enforcement can shut it down. If the terminal
     /// was revoked before the connection existed, it is shut down at once. A socket that
     /// cannot be kept is an error: that terminal could never be closed by enforcement.
     pub fn attach_upstream(&self, fd: RawFd) -> std::io::Result<()> {
         let socket = duplicate(fd)?;
         let mut inner = self.registry.lock();
-        let live = inner.live.get_mut(&self.id).ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "the terminal's slot is no longer registered",
-            )
-        })?;
+        let live = self.slot(&mut inner)?;
         if live.closed.is_some() {
             // Revoked already: the socket is cut; the proxy loop ends at once.
             socket.shutdown(Shutdown::Both)?;
@@ -456,12 +461,7 @@ impl Ticket {
             )
         };
         let mut inner = self.registry.lock();
-        let live = inner.live.get_mut(&self.id).ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "the terminal's slot is no longer registered",
-            )
-        })?;
+        let live = self.slot(&mut inner)?;
         if live.closed.is_some() {
             up.shutdown(Shutdown::Both)?;
         }
