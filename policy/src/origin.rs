@@ -129,14 +129,9 @@ pub enum OriginDenied {
 }
 
 impl OriginDenied {
-    /// Stable reason code.
+    /// Stable reason code: the code of its `Refusal`.
     pub fn reason(&self) -> &'static str {
-        match self {
-            OriginDenied::Missing => "origin_missing",
-            OriginDenied::Null => "origin_null",
-            OriginDenied::Malformed => "origin_malformed",
-            OriginDenied::NotAllowed => "origin_not_allowed",
-        }
+        crate::Refusal::from(*self).code
     }
 }
 

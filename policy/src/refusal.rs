@@ -377,17 +377,18 @@ mod tests {
 
     #[test]
     fn origin_refusals_keep_their_codes_and_messages() {
-        for d in [
-            OriginDenied::Missing,
-            OriginDenied::Null,
-            OriginDenied::Malformed,
-            OriginDenied::NotAllowed,
+        for (d, code) in [
+            (OriginDenied::Missing, "origin_missing"),
+            (OriginDenied::Null, "origin_null"),
+            (OriginDenied::Malformed, "origin_malformed"),
+            (OriginDenied::NotAllowed, "origin_not_allowed"),
         ] {
             let r = Refusal::from(d);
             assert_eq!(
                 (r.status, r.code, r.message.as_ref()),
-                (403, d.reason(), d.to_string().as_str())
+                (403, code, d.to_string().as_str())
             );
+            assert_eq!(d.reason(), code);
         }
     }
 
