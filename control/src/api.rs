@@ -24,7 +24,7 @@ use tokio::net::TcpListener;
 use crate::audit::{AuditEntry, AuditQuery};
 use crate::authz::AuthzRequest;
 use crate::error::ApiError;
-use crate::recordings::{RecordingView, Recordings};
+use crate::recordings::RecordingView;
 use crate::service::{
     Control, CreateRequest, ListedTarget, RedrawRequest, SessionView, ShareRequest, TargetPatch,
     TargetRequest, TargetView,
@@ -176,14 +176,6 @@ struct AuditLines {
 #[derive(Serialize)]
 struct RecordingList {
     recordings: Vec<RecordingView>,
-}
-
-fn recordings(control: &Control) -> Recordings {
-    let c = control.config();
-    Recordings::new(
-        c.resolve(&c.control.recordings_dir),
-        c.control.max_recording_bytes,
-    )
 }
 
 #[derive(Serialize)]
@@ -520,7 +512,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
             }
             let id = session_id(id)?;
             let name = (*name).to_owned();
-            recordings(&control)
+            control.recordings()
                 .put(&id, &name, req.into_body())
                 .await?;
             Ok(empty(204))
@@ -533,7 +525,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
             }
             // Owner or admin, for active and ended sessions alike; others: 404.
             control.get(&who, &id)?;
-            let list = recordings(&control).list(&id);
+            let list = control.recordings().list(&id);
             Ok(json(200, &RecordingList { recordings: list }))
         }
         ["sessions", id, "recordings", name] => {
@@ -543,7 +535,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 return Err(not_allowed());
             }
             control.get(&who, &id)?;
-            let bytes = recordings(&control).read(&id, name).await?;
+            let bytes = control.recordings().read(&id, name).await?;
             tracing::info!(target: "audit", sub = %who.sub, session = %id, recording = %name, "recording read");
             let mut r = Response::new(Full::new(bytes));
             let headers = r.headers_mut();

@@ -21,6 +21,7 @@ use crate::hosts::Hosts;
 use crate::labels;
 use crate::metrics::Metrics;
 use crate::model::{FeedPage, RouteLookup, Session, SessionState};
+use crate::recordings::Recordings;
 use crate::store::{Ending, Store, StoreError};
 
 mod shares;
@@ -254,6 +255,15 @@ impl Control {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The recordings gateways handed over: their directory and size limit.
+    pub fn recordings(&self) -> Recordings {
+        let c = &self.config;
+        Recordings::new(
+            c.resolve(&c.control.recordings_dir),
+            c.control.max_recording_bytes,
+        )
     }
 
     /// The store; the reconciler reads and repairs it directly.
