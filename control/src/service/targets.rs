@@ -9,7 +9,7 @@ use sha2::Digest;
 
 use super::{now, Control};
 use crate::error::ApiError;
-use crate::model::{Target, TargetCredential};
+use crate::model::{SessionState, Target, TargetCredential};
 use crate::store::StoreError;
 
 /// Who registered the targets of the configuration.
@@ -85,7 +85,7 @@ impl<'a> From<&'a Target> for ListedTarget<'a> {
             name: &t.name,
             kind: "external",
             profile: "existing ttyd",
-            state: "running",
+            state: SessionState::Running.as_str(),
             created_at: t.created_at,
             terminal_url: format!("/s/{}/", t.id),
         }
