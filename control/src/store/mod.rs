@@ -93,7 +93,7 @@ pub enum StoreError {
     Encode(#[source] serde_json::Error),
     /// The system gave no randomness for this opening's feed epoch.
     #[error("store database error: no randomness for the feed epoch: {0}")]
-    Randomness(getrandom::Error),
+    Randomness(#[source] getrandom::Error),
 }
 
 /// What is wrong with a stored record.
