@@ -58,15 +58,11 @@ fn credential<'a>(
     if let Some(token) = req.authorization.and_then(policy::identity::bearer) {
         return Some((token, CredentialSource::Bearer));
     }
-    req.cookies.iter().find_map(|value| {
-        value.split(|b| *b == b';').find_map(|pair| {
-            let token = pair
-                .trim_ascii()
-                .strip_prefix(cookie_name.as_bytes())?
-                .strip_prefix(b"=")?;
-            Some((token, CredentialSource::Cookie))
-        })
-    })
+    let token = req
+        .cookies
+        .iter()
+        .find_map(|value| policy::identity::cookie(value, cookie_name))?;
+    Some((token, CredentialSource::Cookie))
 }
 
 /// The terminal a URI names: `/s/<id>/`, `/s/<id>/token` or `/s/<id>/ws`, parsed as

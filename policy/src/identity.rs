@@ -90,6 +90,17 @@ pub fn bearer(header_value: &[u8]) -> Option<&[u8]> {
     (scheme.eq_ignore_ascii_case(b"bearer") && !token.is_empty()).then_some(token)
 }
 
+/// The value of the cookie `name` in one `Cookie` header value: the first pair whose
+/// name is exactly `name`, whitespace around the pair ignored. The value is returned as
+/// sent (an empty value is `Some(b"")`); a pair without `=` is no cookie.
+pub fn cookie<'a>(header_value: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    header_value.split(|b| *b == b';').find_map(|pair| {
+        pair.trim_ascii()
+            .strip_prefix(name.as_bytes())?
+            .strip_prefix(b"=")
+    })
+}
+
 /// A PEM public key, optionally named by `kid`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PemKey {
@@ -765,6 +776,28 @@ mod tests {
                 None,
                 "{:?}",
                 String::from_utf8_lossy(refused)
+            );
+        }
+    }
+
+    #[test]
+    fn cookie_takes_the_first_pair_of_the_exact_name() {
+        let header = b"a=1; termgate_sessionx=no;  termgate_session=yes ;termgate_session=late";
+        assert_eq!(cookie(header, "termgate_session"), Some(b"yes".as_slice()));
+        assert_eq!(cookie(header, "a"), Some(b"1".as_slice()));
+        assert_eq!(cookie(b"x=", "x"), Some(b"".as_slice()));
+        for absent in [
+            b"".as_slice(),
+            b"termgate_session",
+            b"xtermgate_session=no",
+            b"termgate_session_2=no",
+            b"a=termgate_session=no",
+        ] {
+            assert_eq!(
+                cookie(absent, "termgate_session"),
+                None,
+                "{}",
+                String::from_utf8_lossy(absent)
             );
         }
     }

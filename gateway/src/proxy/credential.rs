@@ -39,13 +39,7 @@ pub(super) fn credential(req: &RequestHeader, cookie_name: &str) -> Option<Crede
         .headers
         .get_all("cookie")
         .into_iter()
-        .find_map(|value| {
-            value.as_bytes().split(|b| *b == b';').find_map(|pair| {
-                pair.trim_ascii()
-                    .strip_prefix(cookie_name.as_bytes())?
-                    .strip_prefix(b"=")
-            })
-        })?;
+        .find_map(|value| policy::identity::cookie(value.as_bytes(), cookie_name))?;
     Some(Credential {
         token: token.to_vec(),
         source: CredentialSource::Cookie,

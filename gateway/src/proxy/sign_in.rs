@@ -132,14 +132,14 @@ fn redirect(reason: &'static str, location: String, cookies: Vec<String>) -> All
     }
 }
 
-/// The value of the cookie `name`, from any `Cookie` header.
+/// The value of the cookie `name`, from any `Cookie` header; not UTF-8 is none.
 fn cookie<'a>(req: &'a RequestHeader, name: &str) -> Option<&'a str> {
-    req.headers.get_all("cookie").into_iter().find_map(|value| {
-        let value = std::str::from_utf8(value.as_bytes()).ok()?;
-        value
-            .split(';')
-            .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
-    })
+    let value = req
+        .headers
+        .get_all("cookie")
+        .into_iter()
+        .find_map(|value| policy::identity::cookie(value.as_bytes(), name))?;
+    std::str::from_utf8(value).ok()
 }
 
 #[cfg(test)]
