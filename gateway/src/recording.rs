@@ -35,6 +35,7 @@ use pingora::services::background::BackgroundService;
 use policy::SessionId;
 use tokio::sync::Notify;
 
+use crate::proxy::ws_frames::FrameHead;
 use crate::state::Gateway;
 
 /// Largest resize or first message gathered from a browser, bytes (ttyd's are tens).
@@ -371,7 +372,7 @@ pub(crate) enum Piece<'a> {
 /// pieces of data messages by their ttyd command.
 #[derive(Debug, Default)]
 pub(crate) struct FrameReader {
-    head: [u8; 14],
+    head: [u8; FrameHead::MAX],
     have: usize,
     /// Payload bytes of the current frame still to come.
     left: u64,
@@ -433,40 +434,17 @@ impl FrameReader {
             self.head[self.have] = data[0];
             self.have += 1;
             data = &data[1..];
-            if self.have < 2 {
-                continue;
-            }
-            let masked = self.head[1] & 0x80 != 0;
-            let len_bytes = match self.head[1] & 0x7f {
-                126 => 2,
-                127 => 8,
-                _ => 0,
+            let head = match FrameHead::parse(&self.head[..self.have]) {
+                Some(head) if self.have >= head.size => head,
+                _ => continue,
             };
-            let need = 2 + len_bytes + if masked { 4 } else { 0 };
-            if self.have < need {
-                continue;
-            }
-            self.left = match len_bytes {
-                0 => u64::from(self.head[1] & 0x7f),
-                n => self.head[2..2 + n]
-                    .iter()
-                    .fold(0u64, |acc, b| (acc << 8) | u64::from(*b)),
-            };
-            self.mask = masked.then(|| {
-                let at = 2 + len_bytes;
-                [
-                    self.head[at],
-                    self.head[at + 1],
-                    self.head[at + 2],
-                    self.head[at + 3],
-                ]
-            });
+            self.left = head.len;
+            self.mask = head.mask(&self.head);
             self.have = 0;
             self.offset = 0;
-            self.fin = self.head[0] & 0x80 != 0;
-            let opcode = self.head[0] & 0x0f;
-            self.control = opcode >= 8;
-            if matches!(opcode, 1 | 2) {
+            self.fin = head.fin;
+            self.control = head.opcode >= 8;
+            if matches!(head.opcode, 1 | 2) {
                 self.command = None;
                 self.want_command = true;
             }

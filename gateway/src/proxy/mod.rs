@@ -15,7 +15,7 @@ mod reply;
 mod sign_in;
 mod tunnel;
 mod upstream;
-mod ws_frames;
+pub(crate) mod ws_frames;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

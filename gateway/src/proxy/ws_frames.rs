@@ -14,13 +14,71 @@
 
 use crate::activity::InputClock;
 
+/// A websocket frame's header, read as far as its payload length (RFC 6455 §5.2): the
+/// one reader of frame headers, used here and by `recording`'s reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FrameHead {
+    /// The last frame of its message.
+    pub fin: bool,
+    /// `1` text, `2` binary, `0` continuation, `8` and up control frames.
+    pub opcode: u8,
+    /// The payload's length.
+    pub len: u64,
+    /// The whole header's length, masking key included: 2 to 14 bytes.
+    pub size: usize,
+    masked: bool,
+}
+
+impl FrameHead {
+    /// The longest header: 2 bytes, an 8-byte length and a 4-byte masking key.
+    pub(crate) const MAX: usize = 14;
+
+    /// Reads the first bytes of a header; `None` until they hold the payload length.
+    #[inline]
+    pub(crate) fn parse(bytes: &[u8]) -> Option<FrameHead> {
+        let [b0, b1, rest @ ..] = bytes else {
+            return None;
+        };
+        let masked = b1 & 0x80 != 0;
+        let (len_bytes, len) = match b1 & 0x7f {
+            126 => (2, None),
+            127 => (8, None),
+            n => (0, Some(u64::from(n))),
+        };
+        let len = match len {
+            Some(len) => len,
+            None => rest
+                .get(..len_bytes)?
+                .iter()
+                .fold(0u64, |acc, b| (acc << 8) | u64::from(*b)),
+        };
+        Some(FrameHead {
+            fin: b0 & 0x80 != 0,
+            opcode: b0 & 0x0f,
+            len,
+            size: 2 + len_bytes + if masked { 4 } else { 0 },
+            masked,
+        })
+    }
+
+    /// The masking key of a masked frame, from its whole header (`size` bytes or more);
+    /// `None` when unmasked.
+    #[inline]
+    pub(crate) fn mask(&self, bytes: &[u8]) -> Option<[u8; 4]> {
+        if !self.masked {
+            return None;
+        }
+        bytes.get(self.size - 4..self.size)?.try_into().ok()
+    }
+}
+
 /// Where the reader is in the stream of client frames.
 #[derive(Debug, Default)]
 pub(super) struct FrameSizes {
     /// Payload bytes of the current frame still to pass.
     skip: u64,
-    /// Bytes of a frame header received so far (at most 14: 2 + 8 length + 4 mask).
-    head: [u8; 14],
+    /// Bytes of a frame header received so far.
+    head: [u8; FrameHead::MAX],
     have: usize,
     /// Touched on input; `None`: input is not recorded (a target's terminal).
     clock: Option<InputClock>,
@@ -68,36 +126,22 @@ impl FrameSizes {
             self.head[self.have] = data[0];
             self.have += 1;
             data = &data[1..];
-            if self.have < 2 {
+            let Some(head) = FrameHead::parse(&self.head[..self.have]) else {
                 continue;
-            }
-            let masked = self.head[1] & 0x80 != 0;
-            let (len_bytes, short) = match self.head[1] & 0x7f {
-                126 => (2, None),
-                127 => (8, None),
-                n => (0, Some(u64::from(n))),
             };
-            if self.have < 2 + len_bytes {
-                continue;
-            }
-            let len = short.unwrap_or_else(|| {
-                self.head[2..2 + len_bytes]
-                    .iter()
-                    .fold(0u64, |acc, b| (acc << 8) | u64::from(*b))
-            });
             // Refused as soon as the length is known, before the mask arrives.
-            if len > max {
-                return Err(TooLarge(len));
+            if head.len > max {
+                return Err(TooLarge(head.len));
             }
-            if self.have < 2 + len_bytes + if masked { 4 } else { 0 } {
+            if self.have < head.size {
                 continue;
             }
-            self.skip = len;
+            self.skip = head.len;
             self.have = 0;
             // Text or binary, not a continuation: its first byte is ttyd's command.
-            let opcode = self.head[0] & 0x0f;
-            self.command_mask = (self.clock.is_some() && len > 0 && matches!(opcode, 1 | 2))
-                .then(|| if masked { self.head[2 + len_bytes] } else { 0 });
+            self.command_mask =
+                (self.clock.is_some() && head.len > 0 && matches!(head.opcode, 1 | 2))
+                    .then(|| head.mask(&self.head).map_or(0, |m| m[0]));
         }
         Ok(())
     }
@@ -130,6 +174,31 @@ mod tests {
         f.extend_from_slice(&mask);
         f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
         f
+    }
+
+    #[test]
+    fn a_frame_head_is_read_as_far_as_its_length_then_whole() {
+        for len in [0, 125, 126, 65535, 65536] {
+            let f = framed(0x82, &vec![b'x'; len]);
+            let size = f.len() - len;
+            for short in 0..size {
+                let head = FrameHead::parse(&f[..short]);
+                let known = short >= size - 4;
+                assert_eq!(head.is_some(), known, "len {len}, {short} bytes");
+            }
+            let head = FrameHead::parse(&f[..size]).unwrap();
+            assert_eq!(
+                (head.fin, head.opcode, head.len, head.size),
+                (true, 2, len as u64, size)
+            );
+            assert_eq!(head.mask(&f[..size]), Some([0x37, 0xfa, 0x21, 0x3d]));
+        }
+        let unmasked = FrameHead::parse(&[0x01, 5]).unwrap();
+        assert_eq!(
+            (unmasked.fin, unmasked.opcode, unmasked.len, unmasked.size),
+            (false, 1, 5, 2)
+        );
+        assert_eq!(unmasked.mask(&[0x01, 5]), None);
     }
 
     /// Feeds `stream` in chunks of `chunk`; whether the clock was touched.
