@@ -17,7 +17,7 @@ use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use policy::audit::{AuditReport, MAX_REPORT_ENTRIES};
-use policy::{Principal, SessionId};
+use policy::{Principal, SessionId, Sub};
 use serde::Serialize;
 use tokio::net::TcpListener;
 
@@ -26,8 +26,8 @@ use crate::authz::AuthzRequest;
 use crate::error::ApiError;
 use crate::recordings::RecordingView;
 use crate::service::{
-    Control, CreateRequest, ListedTarget, RedrawRequest, SessionView, ShareRequest, TargetPatch,
-    TargetRequest, TargetView,
+    may_lock, Control, CreateRequest, ListedTarget, RedrawRequest, SessionView, ShareRequest,
+    TargetPatch, TargetRequest, TargetView, Whose,
 };
 
 /// `POST /v1/terminals`: the terminals one gateway has open, per session (a zero for
@@ -422,12 +422,14 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
             let who = authenticate(&control, &req)?;
             match method {
                 Method::GET => {
-                    let all = query_param(&req, "all") == Some("true");
-                    let owner = query_param(&req, "owner").map(str::to_owned);
-                    let list = control.list(&who, owner.as_deref(), all)?;
+                    let whose = Whose::asked(
+                        query_param(&req, "all") == Some("true"),
+                        query_param(&req, "owner"),
+                    );
+                    let list = control.list(&who, &whose)?;
                     // Targets that allow the caller are listed with their own sessions
                     // (not in an admin's listing of someone else's).
-                    let targets = if owner.is_none() && !all {
+                    let targets = if whose == Whose::Own {
                         control.targets_for(&who)?
                     } else {
                         Vec::new()
@@ -467,9 +469,11 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
             if method != Method::GET {
                 return Err(not_allowed());
             }
-            let all = query_param(&req, "all") == Some("true");
-            let owner = query_param(&req, "owner").map(str::to_owned);
-            let list = control.history(&who, owner.as_deref(), all)?;
+            let whose = Whose::asked(
+                query_param(&req, "all") == Some("true"),
+                query_param(&req, "owner"),
+            );
+            let list = control.history(&who, &whose)?;
             Ok(json(
                 200,
                 &Sessions {
@@ -512,7 +516,8 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
             }
             let id = session_id(id)?;
             let name = (*name).to_owned();
-            control.recordings()
+            control
+                .recordings()
                 .put(&id, &name, req.into_body())
                 .await?;
             Ok(empty(204))
@@ -653,12 +658,14 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
         }
         ["users", sub, "lock"] => {
             let who = authenticate(&control, &req)?;
-            let sub = (*sub).to_owned();
-            match method {
-                Method::POST => control.set_lock(&who, &sub, true).map(|_| empty(204)),
-                Method::DELETE => control.set_lock(&who, &sub, false).map(|_| empty(204)),
-                _ => Err(not_allowed()),
-            }
+            let lock = match method {
+                Method::POST => true,
+                Method::DELETE => false,
+                _ => return Err(not_allowed()),
+            };
+            may_lock(&who)?;
+            let sub = Sub::parse(sub).ok_or(ApiError::INVALID_SUB)?;
+            control.set_lock(&who, &sub, lock).map(|_| empty(204))
         }
         _ => Err(ApiError::PAGE_NOT_FOUND.with_message("no such endpoint")),
     }

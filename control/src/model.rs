@@ -200,9 +200,9 @@ impl Target {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserLock {
     /// Locked user.
-    pub sub: String,
+    pub sub: Sub,
     /// Admin who locked.
-    pub by: String,
+    pub by: Sub,
     /// When, seconds since the Unix epoch.
     pub at: u64,
 }

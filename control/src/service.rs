@@ -192,13 +192,48 @@ pub struct Control {
     live: crate::live::LiveTerminals,
 }
 
-/// Whose sessions a listing shows.
-enum Scope {
-    /// Everyone's (admin, `all`).
+/// Whether `who` may lock and unlock users: admins only. Checked before the user named
+/// is even read, so a non-admin learns nothing from the name.
+pub fn may_lock(who: &Principal) -> Result<(), ApiError> {
+    if who.admin {
+        Ok(())
+    } else {
+        Err(ApiError::ADMIN_REQUIRED.with_message("only an admin may lock users"))
+    }
+}
+
+/// Whose sessions a listing asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Whose {
+    /// The caller's own.
+    Own,
+    /// One owner's (admin).
+    Owner(Sub),
+    /// An owner named by something that is no valid sub, so owns no session (admin).
+    NoValidOwner,
+    /// Everyone's (admin).
+    Everyone,
+}
+
+impl Whose {
+    /// From a request's `all` and `owner`: `all` wins; an `owner` that is no valid sub
+    /// owns nothing.
+    pub fn asked(all: bool, owner: Option<&str>) -> Whose {
+        match (all, owner) {
+            (true, _) => Whose::Everyone,
+            (false, Some(o)) => Sub::parse(o).map_or(Whose::NoValidOwner, Whose::Owner),
+            (false, None) => Whose::Own,
+        }
+    }
+}
+
+/// Whose sessions a listing shows, once allowed.
+enum Scope<'a> {
+    /// Everyone's.
     Everyone,
     /// One owner's.
-    Owner(Sub),
-    /// No one's: the asked-for owner is no valid sub, so owns no session.
+    Owner(&'a Sub),
+    /// No one's.
     Nobody,
 }
 
@@ -701,53 +736,38 @@ impl Control {
         Ok(Some(cause))
     }
 
-    /// Active sessions of `who`, or (admin) of `owner`, or (admin, `all`) of everyone.
-    pub fn list(
-        &self,
-        who: &Principal,
-        owner: Option<&str>,
-        all: bool,
-    ) -> Result<Vec<Session>, ApiError> {
-        Ok(match self.list_target(who, owner, all)? {
+    /// Active sessions of `who`, or (admin) of another owner or of everyone.
+    pub fn list(&self, who: &Principal, whose: &Whose) -> Result<Vec<Session>, ApiError> {
+        Ok(match self.list_target(who, whose)? {
             Scope::Everyone => self.store.list_active(None)?,
-            Scope::Owner(o) => self.store.list_active(Some(&o))?,
+            Scope::Owner(o) => self.store.list_active(Some(o))?,
             Scope::Nobody => Vec::new(),
         })
     }
 
     /// Ended sessions, newest first, with the same visibility as [`Control::list`].
-    pub fn history(
-        &self,
-        who: &Principal,
-        owner: Option<&str>,
-        all: bool,
-    ) -> Result<Vec<Session>, ApiError> {
+    pub fn history(&self, who: &Principal, whose: &Whose) -> Result<Vec<Session>, ApiError> {
         let limit = self.config.control.history_per_user;
-        Ok(match self.list_target(who, owner, all)? {
+        Ok(match self.list_target(who, whose)? {
             Scope::Everyone => self.store.list_history(None, limit)?,
-            Scope::Owner(o) => self.store.list_history(Some(&o), limit)?,
+            Scope::Owner(o) => self.store.list_history(Some(o), limit)?,
             Scope::Nobody => Vec::new(),
         })
     }
 
-    fn list_target(
-        &self,
-        who: &Principal,
-        owner: Option<&str>,
-        all: bool,
-    ) -> Result<Scope, ApiError> {
+    fn list_target<'a>(&self, who: &'a Principal, whose: &'a Whose) -> Result<Scope<'a>, ApiError> {
         if self.is_locked(&who.sub)? {
             return Err(ApiError::LOCKED);
         }
-        if (owner.is_some() || all) && !who.admin {
+        if *whose != Whose::Own && !who.admin {
             return Err(ApiError::ADMIN_REQUIRED
                 .with_message("only an admin may list other users' sessions"));
         }
-        Ok(match (all, owner) {
-            (true, _) => Scope::Everyone,
-            // A name that is no valid sub owns nothing.
-            (false, Some(o)) => Sub::parse(o).map_or(Scope::Nobody, Scope::Owner),
-            (false, None) => Scope::Owner(who.sub.clone()),
+        Ok(match whose {
+            Whose::Own => Scope::Owner(&who.sub),
+            Whose::Owner(o) => Scope::Owner(o),
+            Whose::NoValidOwner => Scope::Nobody,
+            Whose::Everyone => Scope::Everyone,
         })
     }
 
@@ -926,22 +946,17 @@ impl Control {
     }
 
     /// Locks (`true`) or unlocks a user; admin only. Published on the route feed.
-    pub fn set_lock(&self, who: &Principal, sub: &str, lock: bool) -> Result<(), ApiError> {
-        if !who.admin {
-            return Err(ApiError::ADMIN_REQUIRED.with_message("only an admin may lock users"));
-        }
-        let Some(sub) = Sub::parse(sub) else {
-            return Err(ApiError::INVALID_SUB);
-        };
-        if sub == who.sub {
+    pub fn set_lock(&self, who: &Principal, sub: &Sub, lock: bool) -> Result<(), ApiError> {
+        may_lock(who)?;
+        if *sub == who.sub {
             // An admin who could lock themselves could lock the last unlocked admin
             // out; one who could unlock themselves would make locks meaningless.
             return Err(ApiError::OWN_LOCK);
         }
         let changed = if lock {
-            self.store.lock_user(&sub, &who.sub, now())?
+            self.store.lock_user(sub, &who.sub, now())?
         } else {
-            self.store.unlock_user(&sub)?
+            self.store.unlock_user(sub)?
         };
         self.refresh_gauges();
         tracing::info!(target: "audit", sub = %sub, by = %who.sub, locked = lock, changed, "user lock");

@@ -692,8 +692,8 @@ impl Store {
     /// bump then).
     pub fn lock_user(&self, sub: &Sub, by: &Sub, now: u64) -> Result<bool> {
         let lock = UserLock {
-            sub: sub.to_string(),
-            by: by.to_string(),
+            sub: sub.clone(),
+            by: by.clone(),
             at: now,
         };
         let _guard = self.write_lock()?;
@@ -746,14 +746,14 @@ impl Store {
             let lock: UserLock = serde_json::from_slice(&value).map_err(|e| {
                 StoreError::undecodable(format!("lock {}", String::from_utf8_lossy(&key)), e)
             })?;
-            if lock.sub.as_bytes() != key.as_ref() {
+            if lock.sub.as_str().as_bytes() != key.as_ref() {
                 return Err(StoreError::corrupt(format!(
                     "lock stored under {} names {}",
                     String::from_utf8_lossy(&key),
                     lock.sub
                 )));
             }
-            out.push(lock.sub);
+            out.push(lock.sub.to_string());
         }
         Ok(out)
     }
