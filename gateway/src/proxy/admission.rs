@@ -10,9 +10,9 @@ use policy::feed::{Route, TargetCredential};
 use policy::share::ShareToken;
 use policy::{Decision, Principal, Refusal, SessionId, TerminalPart};
 
-use super::credential::{authenticate, credential};
+use super::credential::{authenticate, credential, Verified};
 use super::reply::Json;
-use super::{header, Allowed, Ctx, Next, TtydRequest, Upstream};
+use super::{header, Allowed, Denied, Next, TtydRequest, Upstream};
 use crate::routes::Lookup;
 use crate::state::{now, Gateway};
 use crate::terminals::{LimitHit, Ticket, ViewerRequest};
@@ -21,25 +21,43 @@ use crate::terminals::{LimitHit, Ticket, ViewerRequest};
 pub(super) async fn terminal(
     g: &Gateway,
     session: &mut Session,
-    ctx: &mut Ctx,
     id: SessionId,
     part: TerminalPart,
-) -> Result<Allowed, Refusal> {
+) -> Result<Allowed, Denied> {
     bodiless_get(session.req_header())?;
     if part == TerminalPart::Ws {
         websocket_handshake(session.req_header())?;
     }
     let presented = credential(session.req_header(), &g.config.auth.cookie_name);
-    let (principal, source) = authenticate(g, session, ctx, presented).await?;
-    ctx.principal = Some(principal.clone());
+    let verified = authenticate(g, session, presented).await?;
+    // From here on, a refusal still names who was refused.
+    match terminal_of(g, session, &verified, id, part).await {
+        Ok(allowed) => Ok(Allowed {
+            principal: Some(verified.principal),
+            token: verified.token,
+            ..allowed
+        }),
+        Err(refusal) => Err(Denied::of(refusal, Some(verified.principal))),
+    }
+}
+
+/// The rest of [`terminal`], for a verified caller.
+async fn terminal_of(
+    g: &Gateway,
+    session: &Session,
+    verified: &Verified,
+    id: SessionId,
+    part: TerminalPart,
+) -> Result<Allowed, Refusal> {
+    let principal = &verified.principal;
     if part == TerminalPart::Ws {
         g.origins
-            .check(header(session.req_header(), "origin"), source)?;
+            .check(header(session.req_header(), "origin"), verified.source)?;
     }
     let sub = principal.sub.as_str();
     let route = route(g, &id, sub).await?;
     let as_admin =
-        match policy::decide_terminal(&principal, route.as_deref(), g.routes.is_locked(sub)) {
+        match policy::decide_terminal(principal, route.as_deref(), g.routes.is_locked(sub)) {
             Decision::Allow { as_admin } => as_admin,
             Decision::Deny(refusal) => return Err(refusal),
         };
@@ -59,18 +77,19 @@ pub(super) async fn terminal(
             if part == TerminalPart::Token {
                 // ttyd would answer its credential here, for the page to send back in
                 // the first message; the gateway writes it there itself instead.
-                return Ok(Allowed {
-                    reason: "allowed",
-                    next: Next::Reply(Json::ok(&serde_json::json!({ "token": "" }))),
-                });
+                return Ok(Allowed::new(
+                    "allowed",
+                    Next::Reply(Json::ok(&serde_json::json!({ "token": "" }))),
+                ));
             }
             auth_token = value.strip_prefix("Basic ").map(str::to_owned);
             Some(("Authorization".to_owned(), value.to_string()))
         }
     };
+    let mut ticket = None;
     if part == TerminalPart::Ws {
-        match slot(g, ctx.token.as_deref(), &principal, id, &route) {
-            Ok(ticket) => ctx.ticket = Some(ticket),
+        match slot(g, verified.token.as_deref(), principal, id, &route) {
+            Ok(taken) => ticket = Some(taken),
             Err(refusal) => {
                 if refusal.code == Refusal::TOO_MANY_TERMINALS.code {
                     // Like a failed sign-in past its limit: a short pause throttles a
@@ -88,15 +107,18 @@ pub(super) async fn terminal(
         (false, false) => "owner",
     };
     Ok(Allowed {
-        reason,
-        next: Next::Proxy(Upstream::Ttyd(TtydRequest {
-            part,
-            arg: route.arg().map(str::to_owned),
-            address: route.upstream.clone(),
-            credential,
-            auth_token: auth_token.filter(|_| part == TerminalPart::Ws),
-            record: route.record,
-        })),
+        ticket,
+        ..Allowed::new(
+            reason,
+            Next::Proxy(Upstream::Ttyd(TtydRequest {
+                part,
+                arg: route.arg().map(str::to_owned),
+                address: route.upstream.clone(),
+                credential,
+                auth_token: auth_token.filter(|_| part == TerminalPart::Ws),
+                record: route.record,
+            })),
+        )
     })
 }
 
@@ -108,34 +130,31 @@ pub(super) async fn terminal(
 pub(super) async fn share(
     g: &Gateway,
     session: &mut Session,
-    ctx: &mut Ctx,
     token: ShareToken,
     part: Option<TerminalPart>,
-) -> Result<Allowed, Refusal> {
+) -> Result<Allowed, Denied> {
     let id = token.session();
-    ctx.session = Some(id);
-    ctx.terminal_request = part.is_some();
     bodiless_get(session.req_header())?;
     if part == Some(TerminalPart::Ws) {
         websocket_handshake(session.req_header())?;
     }
     let viewer = match credential(session.req_header(), &g.config.auth.cookie_name) {
         None => None,
-        Some(presented) => match authenticate(g, session, ctx, Some(presented)).await {
-            Ok((p, source)) if !g.routes.is_locked(p.sub.as_str()) => Some((p, source)),
+        Some(presented) => match authenticate(g, session, Some(presented)).await {
+            Ok(v) if !g.routes.is_locked(v.principal.sub.as_str()) => Some(v),
             // A refused or locked sign-in watches as anyone would.
-            _ => {
-                ctx.reason = "";
-                ctx.token = None;
-                None
-            }
+            _ => None,
         },
     };
-    if let (Some((_, source)), Some(TerminalPart::Ws)) = (&viewer, part) {
+    if let (Some(v), Some(TerminalPart::Ws)) = (&viewer, part) {
         g.origins
-            .check(header(session.req_header(), "origin"), *source)?;
+            .check(header(session.req_header(), "origin"), v.source)
+            .map_err(Refusal::from)?;
     }
-    let principal = viewer.map(|(p, _)| p);
+    let (principal, viewer_token) = match viewer {
+        Some(v) => (Some(v.principal), v.token),
+        None => (None, None),
+    };
     let lookup_key = principal
         .as_ref()
         .map_or("-", |p| p.sub.as_str())
@@ -151,12 +170,17 @@ pub(super) async fn share(
     )?
     .clone();
     let route = route.ok_or(Refusal::PAGE_NOT_FOUND)?;
-    ctx.share = Some(grant.id.clone());
-    ctx.principal.clone_from(&principal);
+    // From here on, a refusal still names the share and the viewer.
+    let denied = |refusal: Refusal| Denied {
+        share: Some(grant.id.clone()),
+        ..Denied::of(refusal, principal.clone())
+    };
     let Some(part) = part else {
         return Ok(Allowed {
-            reason: "share",
-            next: Next::ViewerPage,
+            principal,
+            token: viewer_token,
+            share: Some(grant.id),
+            ..Allowed::new("share", Next::ViewerPage)
         });
     };
     // A session on a host of its own pool is watched through that host's read-only
@@ -164,8 +188,9 @@ pub(super) async fn share(
     let address = match (&route.upstream, &route.viewer_upstream) {
         (_, Some(viewers)) => viewers.clone(),
         (None, None) => g.viewer_pool.clone(),
-        (Some(_), None) => return Err(Refusal::TERMINAL_UNAVAILABLE),
+        (Some(_), None) => return Err(denied(Refusal::TERMINAL_UNAVAILABLE)),
     };
+    let mut ticket = None;
     if part == TerminalPart::Ws {
         let expires = principal
             .as_ref()
@@ -178,34 +203,38 @@ pub(super) async fn share(
             share_expires_at: grant.expires_at,
             max_viewers: grant.max_viewers,
             viewer: principal.as_ref().map(|p| (p, expires)),
-            credential: g.credential_key(ctx.token.as_deref().unwrap_or_default().as_bytes()),
+            credential: g.credential_key(viewer_token.as_deref().unwrap_or_default().as_bytes()),
         };
-        let ticket = g
+        let taken = g
             .terminals
             .admit_viewer(&request)
-            .map_err(|_| Refusal::TOO_MANY_VIEWERS)?;
+            .map_err(|_| denied(Refusal::TOO_MANY_VIEWERS))?;
         // As for an owner's slot: a revocation applied before this point is seen here,
         // one applied after it finds the slot and closes it.
         let still = matches!(g.routes.get(&id), Lookup::Hit(r)
             if r.shares.iter().any(|s| s.id == grant.id) && !g.routes.is_locked(&r.owner));
         if !still {
-            return Err(Refusal::PAGE_NOT_FOUND);
+            return Err(denied(Refusal::PAGE_NOT_FOUND));
         }
-        ctx.ticket = Some(ticket);
+        ticket = Some(taken);
     }
     let who = principal.as_ref().map_or("anyone", |p| p.sub.as_str());
+    let next = Next::Proxy(Upstream::Ttyd(TtydRequest {
+        part,
+        arg: route.arg().map(str::to_owned),
+        address: Some(address),
+        // ttyd (`-H`) wants the header; it names the viewer, never the owner.
+        credential: Some(("X-Termgate-User".to_owned(), format!("viewer:{who}"))),
+        auth_token: None,
+        // A viewer sees what the owner's recorded terminals already hold.
+        record: policy::feed::Recording::Off,
+    }));
     Ok(Allowed {
-        reason: "share",
-        next: Next::Proxy(Upstream::Ttyd(TtydRequest {
-            part,
-            arg: route.arg().map(str::to_owned),
-            address: Some(address),
-            // ttyd (`-H`) wants the header; it names the viewer, never the owner.
-            credential: Some(("X-Termgate-User".to_owned(), format!("viewer:{who}"))),
-            auth_token: None,
-            // A viewer sees what the owner's recorded terminals already hold.
-            record: policy::feed::Recording::Off,
-        })),
+        principal,
+        token: viewer_token,
+        ticket,
+        share: Some(grant.id),
+        ..Allowed::new("share", next)
     })
 }
 
@@ -213,26 +242,26 @@ pub(super) async fn share(
 /// a refused one, a user who is not an admin) gets the 404 of an unknown path, so the
 /// console's existence tells them nothing. Its data comes from the API, which checks
 /// the admin role again on every call.
-pub(super) async fn admin_page(
-    g: &Gateway,
-    session: &mut Session,
-    ctx: &mut Ctx,
-) -> Result<Allowed, Refusal> {
+pub(super) async fn admin_page(g: &Gateway, session: &mut Session) -> Result<Allowed, Denied> {
     bodiless_get(session.req_header()).map_err(|_| Refusal::PAGE_NOT_FOUND)?;
     let Some(presented) = credential(session.req_header(), &g.config.auth.cookie_name) else {
-        return Err(Refusal::PAGE_NOT_FOUND);
+        return Err(Refusal::PAGE_NOT_FOUND.into());
     };
-    let (principal, _) = authenticate(g, session, ctx, Some(presented))
+    // A refused token is the same 404, its reason kept for the logs.
+    let verified = authenticate(g, session, Some(presented))
         .await
-        .map_err(|_| Refusal::PAGE_NOT_FOUND)?;
-    let admin = principal.admin && !g.routes.is_locked(principal.sub.as_str());
-    ctx.principal = Some(principal);
-    if !admin {
-        return Err(Refusal::PAGE_NOT_FOUND);
+        .map_err(|d| Denied {
+            refusal: Refusal::PAGE_NOT_FOUND,
+            ..d
+        })?;
+    let principal = verified.principal;
+    if !principal.admin || g.routes.is_locked(principal.sub.as_str()) {
+        return Err(Denied::of(Refusal::PAGE_NOT_FOUND, Some(principal)));
     }
     Ok(Allowed {
-        reason: "admin",
-        next: Next::AdminPage,
+        principal: Some(principal),
+        token: verified.token,
+        ..Allowed::new("admin", Next::AdminPage)
     })
 }
 

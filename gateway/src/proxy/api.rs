@@ -7,7 +7,7 @@ use policy::{CredentialSource, Principal, Refusal};
 
 use super::credential::{authenticate, credential, Credential};
 use super::reply::Json;
-use super::{header, Allowed, Ctx, Next, Upstream};
+use super::{header, Allowed, Denied, Next, Upstream};
 use crate::state::{now, Gateway};
 use crate::terminals::CloseReason;
 
@@ -22,58 +22,56 @@ struct SignIn {
 }
 
 /// Admits an `/api/{rest}` call, to be proxied to control with the verified token.
-pub(super) async fn api(
-    g: &Gateway,
-    session: &mut Session,
-    ctx: &mut Ctx,
-    rest: &str,
-) -> Result<Allowed, Refusal> {
+pub(super) async fn api(g: &Gateway, session: &mut Session, rest: &str) -> Result<Allowed, Denied> {
     let presented = credential(session.req_header(), &g.config.auth.cookie_name);
-    let (principal, source) = authenticate(g, session, ctx, presented).await?;
+    let verified = authenticate(g, session, presented).await?;
+    let source = verified.source;
     let req = session.req_header();
     let unsafe_method = !matches!(req.method.as_str(), "GET" | "HEAD" | "OPTIONS");
     if source == CredentialSource::Cookie && unsafe_method {
         // Defence in depth next to SameSite=Strict: a cookie-borne change must come
         // from an allowed page.
-        g.origins.check(header(req, "origin"), source)?;
+        g.origins
+            .check(header(req, "origin"), source)
+            .map_err(Refusal::from)?;
     }
     let declared = header(req, "content-length")
         .and_then(|v| std::str::from_utf8(v).ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > g.config.gateway.max_body_bytes) {
-        return Err(Refusal::BODY_TOO_LARGE);
+        return Err(Refusal::BODY_TOO_LARGE.into());
     }
     let query = req.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
-    ctx.principal = Some(principal);
     Ok(Allowed {
-        reason: "api",
-        next: Next::Proxy(Upstream::Control(format!("/v1/{rest}{query}"))),
+        principal: Some(verified.principal),
+        token: verified.token,
+        ..Allowed::new(
+            "api",
+            Next::Proxy(Upstream::Control(format!("/v1/{rest}{query}"))),
+        )
     })
 }
 
 /// `/auth/session`: GET who am I, POST sign in (sets the cookie), DELETE sign out.
-pub(super) async fn auth_session(
-    g: &Gateway,
-    session: &mut Session,
-    ctx: &mut Ctx,
-) -> Result<Allowed, Refusal> {
+pub(super) async fn auth_session(g: &Gateway, session: &mut Session) -> Result<Allowed, Denied> {
     if let Some(origin) = header(session.req_header(), "origin") {
         // A sign-in posted from another site would log the victim into the attacker's
         // account.
-        g.origins.check(Some(origin), CredentialSource::Cookie)?;
+        g.origins
+            .check(Some(origin), CredentialSource::Cookie)
+            .map_err(Refusal::from)?;
     }
     match session.req_header().method.as_str() {
         "DELETE" => Ok(sign_out(g, session)),
         "GET" => {
             let presented = credential(session.req_header(), &g.config.auth.cookie_name);
-            let (p, _) = authenticate(g, session, ctx, presented).await?;
-            Ok(Allowed {
-                reason: "whoami",
-                next: Next::Reply(Json::ok(&who(&p))),
-            })
+            let p = authenticate(g, session, presented).await?.principal;
+            Ok(Allowed::new("whoami", Next::Reply(Json::ok(&who(&p)))))
         }
-        "POST" => sign_in(g, session, ctx).await,
-        _ => Err(Refusal::METHOD_NOT_ALLOWED.with_message("use GET, POST or DELETE")),
+        "POST" => sign_in(g, session).await,
+        _ => Err(Refusal::METHOD_NOT_ALLOWED
+            .with_message("use GET, POST or DELETE")
+            .into()),
     }
 }
 
@@ -89,17 +87,17 @@ fn sign_out(g: &Gateway, session: &Session) -> Allowed {
     }
     let secure = if g.secure_cookie { "; Secure" } else { "" };
     let clear = format!("{cookie}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}");
-    Allowed {
-        reason: "sign_out",
-        next: Next::Reply(
+    Allowed::new(
+        "sign_out",
+        Next::Reply(
             Json::new(200, br#"{"signed_in":false}"#.to_vec()).with_header("Set-Cookie", clear),
         ),
-    }
+    )
 }
 
 /// Verifies the token of a bearer header or of the body and sets it as the cookie,
 /// for as long as the token is valid.
-async fn sign_in(g: &Gateway, session: &mut Session, ctx: &mut Ctx) -> Result<Allowed, Refusal> {
+async fn sign_in(g: &Gateway, session: &mut Session) -> Result<Allowed, Denied> {
     let token = match header(session.req_header(), "authorization")
         .and_then(policy::identity::bearer)
     {
@@ -117,19 +115,19 @@ async fn sign_in(g: &Gateway, session: &mut Session, ctx: &mut Ctx) -> Result<Al
         token,
         source: CredentialSource::Bearer,
     };
-    let (p, _) = authenticate(g, session, ctx, Some(presented)).await?;
+    let verified = authenticate(g, session, Some(presented)).await?;
+    let p = verified.principal;
     let max_age = p.expires_at.saturating_sub(now());
-    let token = ctx.token.take().unwrap_or_default();
+    let token = verified.token.unwrap_or_default();
     let cookie = &g.config.auth.cookie_name;
     let secure = if g.secure_cookie { "; Secure" } else { "" };
     let set =
         format!("{cookie}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{secure}");
     tracing::info!(target: "audit", sub = %p.sub, decision = "allow", reason = "sign_in", "signed in");
     let reply = Json::ok(&who(&p)).with_header("Set-Cookie", set);
-    ctx.principal = Some(p);
     Ok(Allowed {
-        reason: "sign_in",
-        next: Next::Reply(reply),
+        principal: Some(p),
+        ..Allowed::new("sign_in", Next::Reply(reply))
     })
 }
 

@@ -9,7 +9,7 @@ use pingora::http::RequestHeader;
 use pingora::proxy::Session;
 use policy::{CredentialSource, Principal, Refusal, TrustedProxies};
 
-use super::{header, Ctx};
+use super::{header, Denied};
 use crate::metrics::Metrics;
 use crate::state::{now, Gateway};
 
@@ -67,24 +67,34 @@ pub(super) fn client_ip(session: &Session, trusted: &TrustedProxies) -> IpAddr {
     trusted.client(peer, forwarded)
 }
 
-/// Verifies the presented credential (`None`: nothing presented) and keeps its token in
-/// `ctx` for the upstream. Only failures count against the client's address: past
-/// `auth_failures_per_minute` a failure is refused 429 instead of 401, and a valid token
-/// is never refused by that limit (one address may be many users behind a proxy).
+/// A verified credential: who, where the token came from, and the token itself for the
+/// upstream.
+pub(super) struct Verified {
+    pub principal: Principal,
+    pub source: CredentialSource,
+    pub token: Option<String>,
+}
+
+/// Verifies the presented credential (`None`: nothing presented). Only failures count
+/// against the client's address: past `auth_failures_per_minute` a failure is refused
+/// 429 instead of 401, and a valid token is never refused by that limit (one address
+/// may be many users behind a proxy).
 pub(super) async fn authenticate(
     g: &Gateway,
     session: &mut Session,
-    ctx: &mut Ctx,
     presented: Option<Credential>,
-) -> Result<(Principal, CredentialSource), Refusal> {
+) -> Result<Verified, Denied> {
     let Some(Credential { token, source }) = presented else {
         Metrics::inc(&g.metrics.auth_failures, "missing");
-        return Err(Refusal::UNAUTHENTICATED);
+        return Err(Refusal::UNAUTHENTICATED.into());
     };
     let e = match g.verifier.verify(&token, now()) {
         Ok(principal) => {
-            ctx.token = String::from_utf8(token).ok();
-            return Ok((principal, source));
+            return Ok(Verified {
+                principal,
+                source,
+                token: String::from_utf8(token).ok(),
+            });
         }
         Err(e) => e,
     };
@@ -98,11 +108,13 @@ pub(super) async fn authenticate(
         // attempts a second without costing CPU, so a flood cannot slow everyone else
         // down.
         tokio::time::sleep(REFUSAL_PAUSE).await;
-        return Err(Refusal::TOO_MANY_FAILURES);
+        return Err(Refusal::TOO_MANY_FAILURES.into());
     }
     // The logs and metrics keep the precise reason the token was refused.
-    ctx.reason = e.reason();
-    Err(Refusal::from(&e))
+    Err(Denied {
+        reason: e.reason(),
+        ..Refusal::from(&e).into()
+    })
 }
 
 #[cfg(test)]

@@ -104,10 +104,66 @@ impl Decision {
     }
 }
 
-/// An allowed request: why it was allowed (for the logs) and what happens next.
+/// An allowed request: why it was allowed (for the logs), what happens next, and what
+/// admission learnt of it; `request_filter` alone keeps these in `Ctx`.
 struct Allowed {
     reason: &'static str,
     next: Next,
+    /// The verified caller.
+    principal: Option<Principal>,
+    /// The verified token, passed on to control as a bearer header.
+    token: Option<String>,
+    /// A terminal websocket's slot among the open terminals.
+    ticket: Option<Ticket>,
+    /// The share link a viewer came through (its id, never its token).
+    share: Option<String>,
+}
+
+impl Allowed {
+    /// Allowed for `reason`, with nothing learnt of the caller.
+    fn new(reason: &'static str, next: Next) -> Self {
+        Allowed {
+            reason,
+            next,
+            principal: None,
+            token: None,
+            ticket: None,
+            share: None,
+        }
+    }
+}
+
+/// A refused request: the refusal to answer, and what the access and audit lines keep
+/// of it.
+struct Denied {
+    refusal: Refusal,
+    /// A finer reason than the refusal's code (why a token was refused); empty: none.
+    reason: &'static str,
+    /// The caller, when verified before the refusal.
+    principal: Option<Principal>,
+    /// The share link a viewer came through, when known before the refusal.
+    share: Option<String>,
+}
+
+impl Denied {
+    /// `refusal`, of a caller verified before it.
+    fn of(refusal: Refusal, principal: Option<Principal>) -> Self {
+        Denied {
+            principal,
+            ..Denied::from(refusal)
+        }
+    }
+}
+
+impl From<Refusal> for Denied {
+    fn from(refusal: Refusal) -> Self {
+        Denied {
+            refusal,
+            reason: "",
+            principal: None,
+            share: None,
+        }
+    }
 }
 
 /// What an allowed request does next.
@@ -256,17 +312,17 @@ impl Proxy {
     }
 
     /// Parses the path and hands the request to the handler of its route.
-    async fn admit(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Allowed, Refusal> {
+    async fn admit(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Allowed, Denied> {
         let g = &self.g;
         if header_bytes(session.req_header()) > g.config.gateway.max_request_header_bytes {
-            return Err(Refusal::HEADERS_TOO_LARGE);
+            return Err(Refusal::HEADERS_TOO_LARGE.into());
         }
         let req = session.req_header();
         // One copy each, or the request means different things to different readers
         // (a proxy in front may read the other copy).
         for once in ["host", "authorization", "content-length"] {
             if req.headers.get_all(once).iter().nth(1).is_some() {
-                return Err(Refusal::BAD_HEADERS);
+                return Err(Refusal::BAD_HEADERS.into());
             }
         }
         let upgrade = req.headers.contains_key("upgrade");
@@ -274,7 +330,7 @@ impl Proxy {
         // that is none (`GET s/x HTTP/1.1` reads as `/`).
         let raw = req.raw_path();
         let path = raw[..raw.iter().position(|b| *b == b'?').unwrap_or(raw.len())].to_vec();
-        let route = policy::classify(&path)?;
+        let route = policy::classify(&path).map_err(Refusal::from)?;
         if upgrade
             && !matches!(
                 route,
@@ -287,28 +343,27 @@ impl Proxy {
                 }
             )
         {
-            return Err(Refusal::BAD_UPGRADE);
+            return Err(Refusal::BAD_UPGRADE.into());
         }
         match route {
-            PublicRoute::Health => Ok(Allowed {
-                reason: "",
-                next: Next::Reply(Json::new(200, br#"{"status":"ok"}"#.to_vec())),
-            }),
-            PublicRoute::Asset(name) => Ok(Allowed {
-                reason: "",
-                next: Next::Asset(name.to_owned()),
-            }),
-            PublicRoute::AuthSession => api::auth_session(g, session, ctx).await,
-            PublicRoute::Oidc(step) => sign_in::step(g, session, ctx, step).await,
-            PublicRoute::Admin => admission::admin_page(g, session, ctx).await,
-            PublicRoute::Api(rest) => api::api(g, session, ctx, rest).await,
+            PublicRoute::Health => Ok(Allowed::new(
+                "",
+                Next::Reply(Json::new(200, br#"{"status":"ok"}"#.to_vec())),
+            )),
+            PublicRoute::Asset(name) => Ok(Allowed::new("", Next::Asset(name.to_owned()))),
+            PublicRoute::AuthSession => api::auth_session(g, session).await,
+            PublicRoute::Oidc(step) => sign_in::step(g, session, step).await,
+            PublicRoute::Admin => admission::admin_page(g, session).await,
+            PublicRoute::Api(rest) => api::api(g, session, rest).await,
             PublicRoute::Terminal { id, part } => {
                 ctx.terminal_request = true;
                 ctx.session = Some(id);
-                admission::terminal(g, session, ctx, id, part).await
+                admission::terminal(g, session, id, part).await
             }
             PublicRoute::Share { token, part } => {
-                admission::share(g, session, ctx, token, part).await
+                ctx.session = Some(token.session());
+                ctx.terminal_request = part.is_some();
+                admission::share(g, session, token, part).await
             }
         }
     }
@@ -353,18 +408,26 @@ impl ProxyHttp for Proxy {
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let allowed = match self.admit(session, ctx).await {
             Ok(allowed) => allowed,
-            Err(refusal) => {
+            Err(denied) => {
                 ctx.decision = Decision::Deny;
-                // A handler may have recorded a finer reason (why a token was refused).
-                if ctx.reason.is_empty() {
-                    ctx.reason = refusal.code;
-                }
-                reply::refusal(session, &refusal).await?;
+                // A handler may give a finer reason (why a token was refused).
+                ctx.reason = if denied.reason.is_empty() {
+                    denied.refusal.code
+                } else {
+                    denied.reason
+                };
+                ctx.principal = denied.principal;
+                ctx.share = denied.share;
+                reply::refusal(session, &denied.refusal).await?;
                 return Ok(true);
             }
         };
         ctx.decision = Decision::Allow;
         ctx.reason = allowed.reason;
+        ctx.principal = allowed.principal;
+        ctx.token = allowed.token;
+        ctx.ticket = allowed.ticket;
+        ctx.share = allowed.share;
         match allowed.next {
             Next::Proxy(mut upstream) => {
                 if let Upstream::Ttyd(t) = &mut upstream {

@@ -8,7 +8,7 @@ use policy::{OidcStep, Refusal};
 
 use super::credential::{client_ip, credential, Credential, REFUSAL_PAUSE};
 use super::reply::Json;
-use super::{header, Allowed, Ctx, Next};
+use super::{header, Allowed, Denied, Next};
 use crate::oidc::{FLOW_COOKIE, ID_TOKEN_COOKIE};
 use crate::state::{now, Gateway};
 use crate::terminals::CloseReason;
@@ -24,39 +24,40 @@ pub(super) struct Redirect {
 pub(super) async fn step(
     g: &Gateway,
     session: &mut Session,
-    ctx: &mut Ctx,
     step: OidcStep,
-) -> Result<Allowed, Refusal> {
+) -> Result<Allowed, Denied> {
     if session.req_header().method != "GET" {
-        return Err(Refusal::METHOD_NOT_ALLOWED.with_message("use GET"));
+        return Err(Refusal::METHOD_NOT_ALLOWED.with_message("use GET").into());
     }
     if step == OidcStep::Providers {
         let oidc = g
             .oidc
             .as_ref()
             .map(|o| serde_json::json!({"name": o.display_name(), "login": "/auth/login"}));
-        return Ok(Allowed {
-            reason: "providers",
-            next: Next::Reply(Json::ok(&serde_json::json!({ "oidc": oidc }))),
-        });
+        return Ok(Allowed::new(
+            "providers",
+            Next::Reply(Json::ok(&serde_json::json!({ "oidc": oidc }))),
+        ));
     }
     let Some(oidc) = g.oidc.clone() else {
-        return Err(Refusal::PAGE_NOT_FOUND);
+        return Err(Refusal::PAGE_NOT_FOUND.into());
     };
     let secure = if oidc.secure() || g.secure_cookie {
         "; Secure"
     } else {
         ""
     };
-    let fail = |ctx: &mut Ctx, e: policy::oidc::OidcError| {
-        ctx.reason = e.code();
+    let fail = |e: policy::oidc::OidcError| {
         tracing::info!(target: "audit", decision = "deny", reason = e.code(), error = %e, "sign-in refused");
-        Refusal::from(&e)
+        Denied {
+            reason: e.code(),
+            ..Refusal::from(&e).into()
+        }
     };
     match step {
         OidcStep::Providers => unreachable!("answered above"),
         OidcStep::Login => {
-            let (location, flow) = oidc.login(now()).await.map_err(|e| fail(ctx, e))?;
+            let (location, flow) = oidc.login(now()).await.map_err(fail)?;
             // Lax: the provider's redirect back is a cross-site navigation.
             let cookie = format!(
                 "{FLOW_COOKIE}={flow}; HttpOnly; SameSite=Lax; Path=/auth/callback; Max-Age={}{secure}",
@@ -72,7 +73,7 @@ pub(super) async fn step(
                 isize::try_from(g.config.gateway.auth_failures_per_minute).unwrap_or(isize::MAX);
             if g.auth_failures.observe(&ip, 0) >= limit {
                 tokio::time::sleep(REFUSAL_PAUSE).await;
-                return Err(Refusal::TOO_MANY_FAILURES);
+                return Err(Refusal::TOO_MANY_FAILURES.into());
             }
             let req = session.req_header();
             let query = req.uri.query().unwrap_or_default().to_owned();
@@ -82,7 +83,7 @@ pub(super) async fn step(
                 .await
                 .map_err(|e| {
                     g.auth_failures.observe(&ip, 1);
-                    fail(ctx, e)
+                    fail(e)
                 })?;
             let name = &g.config.auth.cookie_name;
             let max_age = signed_in.grant.exp.saturating_sub(now());
@@ -104,7 +105,7 @@ pub(super) async fn step(
             let req = session.req_header();
             if header(req, "sec-fetch-site") == Some(b"cross-site") {
                 // Another site may not sign people out (and close their terminals).
-                return Err(Refusal::ORIGIN_NOT_ALLOWED);
+                return Err(Refusal::ORIGIN_NOT_ALLOWED.into());
             }
             let name = &g.config.auth.cookie_name;
             if let Some(Credential { token, .. }) = credential(req, name) {
@@ -126,10 +127,7 @@ pub(super) async fn step(
 }
 
 fn redirect(reason: &'static str, location: String, cookies: Vec<String>) -> Allowed {
-    Allowed {
-        reason,
-        next: Next::Redirect(Redirect { location, cookies }),
-    }
+    Allowed::new(reason, Next::Redirect(Redirect { location, cookies }))
 }
 
 /// The value of the cookie `name`, from any `Cookie` header; not UTF-8 is none.
