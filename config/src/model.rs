@@ -378,6 +378,10 @@ pub struct DockerHostConfig {
     /// Client private key (PEM).
     #[serde(default)]
     pub tls_key_file: Option<PathBuf>,
+    /// Speak to a `tcp://` endpoint without TLS. Refused unless set: a daemon's API in
+    /// the clear is root on that host to anyone who can reach or watch the port.
+    #[serde(default)]
+    pub allow_plain_tcp: bool,
     /// The addresses of the ttyd pool that attaches to this host's containers
     /// (`unix:/path` or `host:port`), at least one.
     #[serde(default)]
@@ -768,6 +772,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("docker.hosts.tls_ca_file", ""),
     ("docker.hosts.tls_cert_file", ""),
     ("docker.hosts.tls_key_file", ""),
+    ("docker.hosts.allow_plain_tcp", ""),
     ("docker.hosts.ttyd_pool", ""),
     ("docker.hosts.viewer_pool", ""),
     ("docker.hosts.capacity", ""),

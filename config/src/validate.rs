@@ -571,6 +571,21 @@ fn validate_hosts(c: &Config, err: &mut impl FnMut(&str, String)) {
                 "TLS files are only used with a tcp:// endpoint".into(),
             );
         }
+        if tcp && given == 0 && !h.allow_plain_tcp {
+            err(
+                &format!("{key}.endpoint"),
+                "a tcp:// endpoint needs tls_ca_file, tls_cert_file and tls_key_file: the \
+                 daemon's API in the clear is root on that host to anyone on the path \
+                 (allow_plain_tcp = true accepts it on a network you trust)"
+                    .into(),
+            );
+        }
+        if h.allow_plain_tcp && !tcp {
+            err(
+                &format!("{key}.allow_plain_tcp"),
+                "only means something with a tcp:// endpoint".into(),
+            );
+        }
         for (field, file) in tls {
             match file {
                 Some(f) => check_readable(c, f, &format!("{key}.{field}"), err),

@@ -555,6 +555,7 @@ capacity = 10
 [[docker.hosts]]
 name = "gpu-1"
 endpoint = "tcp://10.0.0.5:2375"
+allow_plain_tcp = true
 ttyd_pool = ["10.0.0.5:7681", "10.0.0.6:7681"]
 capacity = 2
 "#;
@@ -633,6 +634,33 @@ capacity = 1
         "{e}"
     );
     assert!(e.mentions("control.docker_host", "docker.hosts"), "{e}");
+}
+
+#[test]
+fn a_tcp_host_without_tls_is_refused_unless_plain_tcp_is_allowed() {
+    let host = |extra: &str| {
+        format!(
+            "{EXAMPLE}\n[[docker.hosts]]\nname = \"far\"\nendpoint = \"tcp://10.0.0.9:2375\"\n\
+             {extra}ttyd_pool = [\"10.0.0.9:7681\"]\ncapacity = 1\n"
+        )
+    };
+    let e = load_text(&host(""), &[]).unwrap_err();
+    assert!(e.mentions("docker.hosts[0].endpoint", "tls_ca_file"), "{e}");
+    assert!(
+        e.mentions("docker.hosts[0].endpoint", "allow_plain_tcp"),
+        "{e}"
+    );
+    let c = load_text(&host("allow_plain_tcp = true\n"), &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.docker_hosts()[0].tls.is_none());
+    let unix = format!(
+        "{EXAMPLE}\n[[docker.hosts]]\nname = \"near\"\nendpoint = \"unix:///x.sock\"\n\
+         allow_plain_tcp = true\nttyd_pool = [\"unix:/p.sock\"]\ncapacity = 1\n"
+    );
+    let e = load_text(&unix, &[]).unwrap_err();
+    assert!(
+        e.mentions("docker.hosts[0].allow_plain_tcp", "tcp://"),
+        "{e}"
+    );
 }
 
 #[test]

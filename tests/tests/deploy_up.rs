@@ -548,6 +548,111 @@ fn deploy_up_keeps_the_ttyd_socket_to_its_own_user() {
     );
 }
 
+/// The environment variable `name` of process `pid`.
+fn environ_of(pid: u32, name: &str) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    raw.split(|b| *b == 0).find_map(|kv| {
+        let kv = String::from_utf8_lossy(kv);
+        kv.strip_prefix(&format!("{name}=")).map(str::to_owned)
+    })
+}
+
+#[test]
+fn deploy_up_starts_one_pool_per_docker_host_each_attaching_to_its_own_daemon() {
+    if let Some(why) = e2e::daemon::cannot_run() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let d2 = e2e::daemon::TestDaemon::start();
+    d2.load_session_image();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).expect("state dir");
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let main_host = std::env::var("DOCKER_HOST")
+        .ok()
+        .filter(|h| h.starts_with("unix://"))
+        .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+    let (main_sock, second_sock) = (state.join("ttyd/main.sock"), state.join("ttyd/second.sock"));
+    // The configuration a newcomer writes: the example, with two hosts added.
+    let example = std::fs::read_to_string(checkout().join("config/termgate.example.toml"))
+        .expect("example config");
+    let ttyd = std::env::var("TERMGATE_TTYD").unwrap_or_else(|_| "ttyd".into());
+    let image =
+        std::env::var("TERMGATE_SESSION_IMAGE").unwrap_or_else(|_| "termgate/session:dev".into());
+    let config = example
+        .replace("binary = \"ttyd\"", &format!("binary = \"{ttyd}\""))
+        .replace(
+            "image = \"termgate/session:dev\"",
+            &format!("image = \"{image}\""),
+        );
+    std::fs::write(
+        state.join("termgate.toml"),
+        format!(
+            "{config}\n[[docker.hosts]]\nname = \"main\"\nendpoint = \"{main_host}\"\n\
+             ttyd_pool = [\"unix:{}\"]\ncapacity = 2\n\n[[docker.hosts]]\nname = \"second\"\n\
+             endpoint = \"{}\"\nttyd_pool = [\"unix:{}\"]\ncapacity = 2\n",
+            main_sock.display(),
+            d2.host,
+            second_sock.display()
+        ),
+    )
+    .expect("write config");
+
+    let up = start_up(&state);
+    let token = demo_token(&wait_up(&up));
+    // One pool per host, each on its own socket, each attaching through its own daemon.
+    for (sock, host) in [(&main_sock, &main_host), (&second_sock, &d2.host)] {
+        assert_eq!(mode(sock), 0o600, "{}", sock.display());
+        let pool = processes()
+            .into_iter()
+            .find(|p| {
+                p.args.first().is_some_and(|a| a.ends_with("ttyd"))
+                    && p.args.iter().any(|a| Path::new(a) == sock.as_path())
+            })
+            .unwrap_or_else(|| panic!("no ttyd pool on {}", sock.display()));
+        assert_eq!(
+            environ_of(pool.pid, "DOCKER_HOST").as_deref(),
+            Some(host.as_str()),
+            "the pool on {} attaches through {host}",
+            sock.display()
+        );
+        assert!(
+            !nobody_connects(sock),
+            "another uid reaches {}",
+            sock.display()
+        );
+    }
+
+    // Placement: the first session on main, the second on the emptier second host;
+    // each opens through the one gateway and reaches its own container.
+    let first = up.create_session(&token);
+    let second = up.create_session(&token);
+    let on_second = d2.containers(&format!("termgate.session={second}"));
+    assert_eq!(
+        on_second.len(),
+        1,
+        "the second session runs on the second daemon"
+    );
+    assert!(
+        d2.containers(&format!("termgate.session={first}"))
+            .is_empty(),
+        "the first does not"
+    );
+    let on_main = container_of(&up.instance, &first);
+    for (id, container) in [(&first, on_main.trim()), (&second, on_second[0].as_str())] {
+        let term = up.open_terminal(id, &token);
+        let mut n = 0;
+        echo(&term, &mut n, ECHO).unwrap_or_else(|e| panic!("session {id}: {e}"));
+        // A container's host name is its id's first 12 characters.
+        term.send_input(b"hostname\r").unwrap();
+        term.read_until(&container[..12], ECHO)
+            .unwrap_or_else(|e| panic!("session {id}'s shell is not in {container}: {e}"));
+    }
+    drop(up);
+    drop(d2);
+}
+
 /// Bound on one terminal round trip; the echoes take milliseconds, the margin is for
 /// a loaded machine.
 const ECHO: Duration = Duration::from_secs(10);

@@ -223,6 +223,39 @@ fn sessions_spread_over_two_hosts_and_a_silent_host_is_unreachable_until_it_answ
     drop(t2);
     drop(t1);
 
+    // The store lost: control rebuilds it from the labels on each host, every session
+    // on the host its container runs on.
+    stack.control.kill9();
+    std::fs::remove_dir_all(stack.control.dir.dir.path().join("store")).unwrap();
+    stack.control.spawn(&[]);
+    assert!(
+        stack
+            .control
+            .log_text()
+            .contains("rebuilt from container labels"),
+        "{}",
+        stack.control.log_text()
+    );
+    let s5_id = s5["id"].as_str().unwrap();
+    for (token, id, host) in [
+        (&alice, id1, "main"),
+        (&bob, id2, "second"),
+        (&frank, s5_id, "main"),
+    ] {
+        let s = wait_for("the rebuilt session to be running", T, || {
+            let s = session(&stack, token, id);
+            (s["state"] == "running").then_some(s)
+        });
+        assert_eq!(s["host"], host, "rebuilt on its host: {s}");
+    }
+    let t2 = wait_for("s2's terminal to open after the rebuild", T, || {
+        stack.open_as(0, id2, &bob_cookie).ok()
+    });
+    t2.send_input(b"echo rebuilt-$((80+2))\r").unwrap();
+    t2.read_until("rebuilt-82", T)
+        .expect("the rebuilt route sends s2 to the second host's pool");
+    drop(t2);
+
     eprintln!(
         "figures: second dockerd stop (SIGTERM) took {stop_took:?}; s2 unreachable in the API {unreachable_after:?} after the signal, refused by the gateway (502 host_unavailable) {refused_after:?} after; restarted daemon answered in {daemon_up:?}, s2 running again {running_after:?} after the restart began, s4 (killed meanwhile) ended exited"
     );

@@ -76,9 +76,21 @@ fn raw_get(port: u16, head: &str) -> u16 {
 #[test]
 fn existing_ttyds_of_every_kind_open_for_the_users_and_roles_they_allow() {
     let plain = TtydPool::start_plain(false, &[]);
+    // ttyd -H X-Remote-User: the gateway sets it to the sub.
+    let header = TtydPool::start_plain(false, &["-H", "X-Remote-User"]);
+    // On a unix socket, allowed by role.
+    let unix = TtydPool::start_plain(true, &[]);
+    let unix_upstream = format!("unix:{}", unix.socket_path().unwrap().display());
+    // The header and unix kinds are registered both ways: in the configuration and
+    // through the API.
     let stack = GatewayStack::start(&format!(
-        "[[targets]]\nname = \"plain\"\nupstream = \"{}\"\nusers = [\"alice\"]\n",
-        tcp_upstream(&plain)
+        "[[targets]]\nname = \"plain\"\nupstream = \"{}\"\nusers = [\"alice\"]\n\
+         [[targets]]\nname = \"header-configured\"\nupstream = \"{}\"\nusers = [\"alice\"]\n\
+         credential = {{ header = \"X-Remote-User\" }}\n\
+         [[targets]]\nname = \"socket-configured\"\nupstream = \"{unix_upstream}\"\n\
+         roles = [\"ops\"]\n",
+        tcp_upstream(&plain),
+        tcp_upstream(&header),
     ));
 
     // ttyd -c user:pass, its credential in a file the gateway reads.
@@ -92,33 +104,32 @@ fn existing_ttyds_of_every_kind_open_for_the_users_and_roles_they_allow() {
         json!({"name": "basic", "upstream": tcp_upstream(&basic), "users": ["alice"],
                "credential": {"basic_file": cred.to_str().unwrap()}}),
     );
-    // ttyd -H X-Remote-User: the gateway sets it to the sub.
-    let header = TtydPool::start_plain(false, &["-H", "X-Remote-User"]);
     let header_id = register_ok(
         &stack,
         json!({"name": "header", "upstream": tcp_upstream(&header), "users": ["alice"],
                "credential": {"header": "X-Remote-User"}}),
     );
-    // On a unix socket, allowed by role.
-    let unix = TtydPool::start_plain(true, &[]);
     let unix_id = register_ok(
         &stack,
-        json!({"name": "on-a-socket",
-               "upstream": format!("unix:{}", unix.socket_path().unwrap().display()),
-               "roles": ["ops"]}),
+        json!({"name": "on-a-socket", "upstream": unix_upstream, "roles": ["ops"]}),
     );
 
     let admin = stack.control.token("root", true);
     let all = http("GET", &stack.url(0, "/api/targets"), Some(&admin), None).unwrap();
     assert_eq!(all.status, 200, "{}", all.text);
-    let plain_id = all.body["targets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "plain")
-        .map(|t| t["id"].as_str().unwrap().to_owned())
-        .expect("the configured target is listed");
-    assert_eq!(all.body["targets"].as_array().unwrap().len(), 4);
+    let configured = |name: &str| {
+        all.body["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .map(|t| t["id"].as_str().unwrap().to_owned())
+            .unwrap_or_else(|| panic!("the configured target {name} is listed"))
+    };
+    let plain_id = configured("plain");
+    let header_configured = configured("header-configured");
+    let unix_configured = configured("socket-configured");
+    assert_eq!(all.body["targets"].as_array().unwrap().len(), 6);
     assert!(
         !all.text.contains(secret),
         "the credential is a file reference, never its content"
@@ -127,16 +138,34 @@ fn existing_ttyds_of_every_kind_open_for_the_users_and_roles_they_allow() {
     let alice_token = stack.control.token("alice", false);
     let alice = stack.sign_in("alice");
     let mine = listed(&stack, &alice_token);
-    for id in [&plain_id, &basic_id, &header_id] {
+    let kinds = http(
+        "GET",
+        &stack.url(0, "/api/sessions"),
+        Some(&alice_token),
+        None,
+    )
+    .unwrap();
+    for s in kinds.body["sessions"].as_array().unwrap() {
+        assert_eq!(s["kind"], "external", "a target is listed as external: {s}");
+    }
+    for id in [&plain_id, &basic_id, &header_id, &header_configured] {
         assert!(mine.contains(id), "alice's list lacks {id}: {mine:?}");
         type_and_read(&stack, id, &alice);
     }
-    assert!(!mine.contains(&unix_id), "alice has no role ops");
+    assert!(
+        !mine.contains(&unix_id) && !mine.contains(&unix_configured),
+        "alice has no role ops"
+    );
 
     let olga_token = stack.control.token_with("olga", vec!["ops".into()], 3600);
     let olga = stack.sign_in_with(0, &olga_token);
-    assert_eq!(listed(&stack, &olga_token), vec![unix_id.clone()]);
+    let mut hers = listed(&stack, &olga_token);
+    hers.sort();
+    let mut expected = vec![unix_id.clone(), unix_configured.clone()];
+    expected.sort();
+    assert_eq!(hers, expected);
     type_and_read(&stack, &unix_id, &olga);
+    type_and_read(&stack, &unix_configured, &olga);
 
     // The basic credential reaches ttyd (it answered above) and never the browser:
     // the token endpoint ttyd would fill with it answers empty.
@@ -204,10 +233,27 @@ fn non_allowed_and_unknown_get_the_same_404_and_the_target_sees_no_connection() 
     .unwrap();
     assert_eq!(read.status, 404);
     assert!(!listed(&stack, &bob_token).contains(&id));
+
+    // The allowed user, without a credential or from another site: the same 401 and
+    // 403 as a container session.
+    let alice = stack.sign_in("alice");
+    let ws = format!("/s/{id}/ws");
+    let anonymous = stack
+        .open(0, &ws, &[("Origin", &stack.origin(0))])
+        .expect_err("no credential");
+    assert_eq!(anonymous.status(), Some(401));
+    let cross_site = stack
+        .open(
+            0,
+            &ws,
+            &[("Cookie", &alice), ("Origin", "https://evil.example")],
+        )
+        .expect_err("another site");
+    assert_eq!(cross_site.status(), Some(403));
     assert_eq!(counter.connections(), 0, "the target saw a connection");
 
     // The positive control: the allowed user reaches it, through the counter.
-    type_and_read(&stack, &id, &stack.sign_in("alice"));
+    type_and_read(&stack, &id, &alice);
     assert!(counter.connections() > 0);
 }
 
@@ -243,23 +289,45 @@ fn client_identity_headers_and_args_never_reach_a_target() {
             ),
         );
         assert_eq!(status, 200, "target {id}");
+        // The websocket's upgrade carries the same claims, and loses them the same way.
+        let status = raw_get(
+            port,
+            &format!(
+                "GET /s/{id}/ws?arg=evil HTTP/1.1\r\nHost: x\r\nOrigin: {origin}\r\n\
+                 Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+                 Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: tty\r\n\
+                 Cookie: termgate_session={token}; other=1\r\nX-Remote-User: mallory\r\n\
+                 Remote-User: mallory\r\nX-Termgate-User: mallory\r\n\r\n",
+                origin = stack.origin(0)
+            ),
+        );
+        assert_eq!(status, 101, "target {id}'s websocket");
     }
     let seen = by_header.requests();
-    assert_eq!(seen.len(), 1);
-    let r = &seen[0];
-    assert_eq!(r.target, "/", "no client query reaches a target");
-    assert_eq!(r.header_all("x-remote-user"), vec!["alice"]);
-    assert_eq!(r.header_all("x-termgate-user"), vec!["alice"]);
-    assert!(r.header("authorization").is_none() && r.header("cookie").is_none());
+    assert_eq!(seen.len(), 2);
+    for r in &seen {
+        let expected = if r.is_upgrade() { "/ws" } else { "/" };
+        assert_eq!(r.target, expected, "no client query reaches a target");
+        assert_eq!(r.header_all("x-remote-user"), vec!["alice"]);
+        assert_eq!(r.header_all("x-termgate-user"), vec!["alice"]);
+        assert!(r.header("authorization").is_none() && r.header("cookie").is_none());
+        assert!(r.header("remote-user").is_none());
+    }
+    assert!(seen.iter().any(|r| r.is_upgrade()));
     let seen = by_basic.requests();
-    assert_eq!(seen.len(), 1);
-    let r = &seen[0];
-    assert_eq!(r.header_all("authorization"), vec!["Basic c3ZjOnB3"]);
-    assert!(r.header("cookie").is_none());
-    assert!(
-        !r.headers.iter().any(|(_, v)| v.contains(&token)),
-        "the user's token reached the target"
-    );
+    assert_eq!(seen.len(), 2);
+    assert!(seen.iter().any(|r| r.is_upgrade()));
+    for r in &seen {
+        assert_eq!(r.header_all("authorization"), vec!["Basic c3ZjOnB3"]);
+        assert!(r.header("cookie").is_none());
+        // Only a target that asked for a user header gets one, and never the client's.
+        assert!(r.header("x-remote-user").is_none() && r.header("remote-user").is_none());
+        assert_eq!(r.header_all("x-termgate-user"), vec!["alice"]);
+        assert!(
+            !r.headers.iter().any(|(_, v)| v.contains(&token)),
+            "the user's token reached the target"
+        );
+    }
 }
 
 #[test]
@@ -436,4 +504,48 @@ fn control_without_any_docker_host_starts_says_so_and_fronts_targets() {
     );
     assert_eq!(create.status, 503, "{}", create.text);
     assert_eq!(create.body["error"]["code"], "no_host_available");
+}
+
+#[test]
+fn targets_are_outside_the_session_quota() {
+    // The test stack's quota is three sessions per user.
+    let stack = GatewayStack::start("");
+    let ttyd = TtydPool::start_plain(false, &[]);
+    let ids: Vec<String> = (0..4)
+        .map(|n| {
+            register_ok(
+                &stack,
+                json!({"name": format!("team-{n}"), "upstream": tcp_upstream(&ttyd),
+                       "users": ["alice"]}),
+            )
+        })
+        .collect();
+    let alice_token = stack.control.token("alice", false);
+    let create = || {
+        http(
+            "POST",
+            &stack.url(0, "/api/sessions"),
+            Some(&alice_token),
+            Some(&json!({"profile": "default"})),
+        )
+        .unwrap()
+    };
+    // Four targets allowed to her take none of her three sessions.
+    for n in 0..3 {
+        let a = create();
+        assert_eq!(a.status, 201, "create {n} beside four targets: {}", a.text);
+    }
+    let past = create();
+    assert_eq!(
+        (past.status, past.body["error"]["code"].as_str()),
+        (429, Some("quota_exceeded")),
+        "{}",
+        past.text
+    );
+    // At her quota, every target still opens.
+    let alice = stack.sign_in("alice");
+    for id in &ids {
+        type_and_read(&stack, id, &alice);
+    }
+    assert_eq!(listed(&stack, &alice_token).len(), 7);
 }

@@ -149,15 +149,32 @@ impl Upstream {
     }
 }
 
+/// The headers through which proxies in front of a web terminal commonly name the user
+/// (ttyd's `-H`, `auth_request`, oauth2-proxy): a client's copy is never passed on.
+const CLAIMED_USER_HEADERS: [&str; 8] = [
+    "proxy-authorization",
+    "remote-user",
+    "x-remote-user",
+    "x-forwarded-user",
+    "x-forwarded-email",
+    "x-auth-request-user",
+    "x-auth-request-email",
+    "x-webauth-user",
+];
+
 /// Removes every header through which a client could claim an identity: nothing the
-/// client says about who it is reaches an upstream.
+/// client says about who it is reaches an upstream. (A target's own credential header,
+/// whatever its name, is replaced in [`Upstream::rewrite`].)
 pub(super) fn strip_identity(up: &mut RequestHeader) {
     let claimed: Vec<_> = up
         .headers
         .keys()
         .filter(|k| {
             let k = k.as_str();
-            k == "cookie" || k == "authorization" || k.starts_with("x-termgate-")
+            k == "cookie"
+                || k == "authorization"
+                || k.starts_with("x-termgate-")
+                || CLAIMED_USER_HEADERS.contains(&k)
         })
         .cloned()
         .collect();
@@ -185,6 +202,9 @@ mod tests {
             ("Cookie", "termgate_session=t"),
             ("Authorization", "Bearer t"),
             ("X-Termgate-User", "root"),
+            ("X-Remote-User", "root"),
+            ("Remote-User", "root"),
+            ("Proxy-Authorization", "Basic cm9vdDo="),
             ("Upgrade", "websocket"),
         ] {
             up.append_header(k, v).unwrap();
@@ -208,6 +228,14 @@ mod tests {
         assert_eq!(up.uri, "/ws?arg=c1");
         assert_eq!(up.headers.get("x-termgate-user").unwrap(), "alice");
         assert_eq!(up.headers.get("upgrade").unwrap(), "websocket");
-        assert!(up.headers.get("cookie").is_none() && up.headers.get("authorization").is_none());
+        for claimed in [
+            "cookie",
+            "authorization",
+            "x-remote-user",
+            "remote-user",
+            "proxy-authorization",
+        ] {
+            assert!(up.headers.get(claimed).is_none(), "{claimed} was passed on");
+        }
     }
 }
