@@ -90,6 +90,34 @@ pub fn bearer(header_value: &[u8]) -> Option<&[u8]> {
     (scheme.eq_ignore_ascii_case(b"bearer") && !token.is_empty()).then_some(token)
 }
 
+/// Whether the `Cookie` header values carry the cookie `name` with two different
+/// values (in one header or across several). Which one counts would be a guess, and a
+/// proxy in front may guess differently, so such a request is refused like a repeated
+/// `Authorization` header. The same value twice is no ambiguity.
+pub fn session_cookie_is_ambiguous<'a>(
+    cookie_headers: impl IntoIterator<Item = &'a [u8]>,
+    name: &str,
+) -> bool {
+    let mut first: Option<&[u8]> = None;
+    for value in cookie_headers {
+        for pair in value.split(|b| *b == b';') {
+            let Some(v) = pair
+                .trim_ascii()
+                .strip_prefix(name.as_bytes())
+                .and_then(|rest| rest.strip_prefix(b"="))
+            else {
+                continue;
+            };
+            match first {
+                None => first = Some(v),
+                Some(f) if f != v => return true,
+                Some(_) => {}
+            }
+        }
+    }
+    false
+}
+
 /// A PEM public key, optionally named by `kid`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PemKey {
@@ -767,6 +795,23 @@ mod tests {
                 String::from_utf8_lossy(refused)
             );
         }
+    }
+
+    #[test]
+    fn two_different_session_cookies_are_ambiguous_and_the_same_one_twice_is_not() {
+        let amb = |headers: &[&str]| {
+            session_cookie_is_ambiguous(headers.iter().map(|h| h.as_bytes()), "sid")
+        };
+        assert!(amb(&["sid=a; sid=b"]));
+        assert!(amb(&["sid=a", "x=1; sid=b"]));
+        assert!(amb(&["sid=a; sid="]));
+        assert!(amb(&["sid=a; sid=a; sid=b"]));
+        assert!(!amb(&[]));
+        assert!(!amb(&["sid=a"]));
+        assert!(!amb(&["sid=a; sid=a"]));
+        assert!(!amb(&["sid=a", " sid=a "]));
+        // Other names, however similar, are other cookies.
+        assert!(!amb(&["sid=a; sid2=b; xsid=c; sid =d; SID=e"]));
     }
 
     #[test]
