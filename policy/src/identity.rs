@@ -90,15 +90,42 @@ pub fn bearer(header_value: &[u8]) -> Option<&[u8]> {
     (scheme.eq_ignore_ascii_case(b"bearer") && !token.is_empty()).then_some(token)
 }
 
-/// The value of the cookie `name` in one `Cookie` header value: the first pair whose
-/// name is exactly `name`, whitespace around the pair ignored. The value is returned as
-/// sent (an empty value is `Some(b"")`); a pair without `=` is no cookie.
-pub fn cookie<'a>(header_value: &'a [u8], name: &str) -> Option<&'a [u8]> {
-    header_value.split(|b| *b == b';').find_map(|pair| {
+/// The values of the cookie `name` in one `Cookie` header value, in order: each pair
+/// whose name is exactly `name`, whitespace around the pair ignored, its value as sent
+/// (an empty value is `b""`); a pair without `=` is no cookie.
+fn cookie_values<'a>(header_value: &'a [u8], name: &'a str) -> impl Iterator<Item = &'a [u8]> {
+    header_value.split(|b| *b == b';').filter_map(move |pair| {
         pair.trim_ascii()
             .strip_prefix(name.as_bytes())?
             .strip_prefix(b"=")
     })
+}
+
+/// The value of the cookie `name` in one `Cookie` header value: the first pair whose
+/// name is exactly `name` (see [`cookie_values`]).
+pub fn cookie<'a>(header_value: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    cookie_values(header_value, name).next()
+}
+
+/// Whether the `Cookie` header values carry the cookie `name` with two different
+/// values (in one header or across several). Which one counts would be a guess, and a
+/// proxy in front may guess differently, so such a request is refused like a repeated
+/// `Authorization` header. The same value twice is no ambiguity.
+pub fn session_cookie_is_ambiguous<'a>(
+    cookie_headers: impl IntoIterator<Item = &'a [u8]>,
+    name: &str,
+) -> bool {
+    let mut first: Option<&[u8]> = None;
+    for value in cookie_headers {
+        for v in cookie_values(value, name) {
+            match first {
+                None => first = Some(v),
+                Some(f) if f != v => return true,
+                Some(_) => {}
+            }
+        }
+    }
+    false
 }
 
 /// A PEM public key, optionally named by `kid`.
@@ -800,6 +827,23 @@ mod tests {
                 String::from_utf8_lossy(absent)
             );
         }
+    }
+
+    #[test]
+    fn two_different_session_cookies_are_ambiguous_and_the_same_one_twice_is_not() {
+        let amb = |headers: &[&str]| {
+            session_cookie_is_ambiguous(headers.iter().map(|h| h.as_bytes()), "sid")
+        };
+        assert!(amb(&["sid=a; sid=b"]));
+        assert!(amb(&["sid=a", "x=1; sid=b"]));
+        assert!(amb(&["sid=a; sid="]));
+        assert!(amb(&["sid=a; sid=a; sid=b"]));
+        assert!(!amb(&[]));
+        assert!(!amb(&["sid=a"]));
+        assert!(!amb(&["sid=a; sid=a"]));
+        assert!(!amb(&["sid=a", " sid=a "]));
+        // Other names, however similar, are other cookies.
+        assert!(!amb(&["sid=a; sid2=b; xsid=c; sid =d; SID=e"]));
     }
 
     #[test]

@@ -56,11 +56,12 @@ impl Refusal {
     /// A path no route can have (encodings, control bytes, …).
     pub const BAD_PATH: Refusal = refusal(400, "bad_path", "the path is malformed");
     /// Headers that must appear once (`Host`, `Authorization`, `Content-Length`)
-    /// repeated: which copy counts would be a guess, and proxies guess differently.
+    /// repeated, or the session cookie with two different values: which copy counts
+    /// would be a guess, and proxies guess differently.
     pub const BAD_HEADERS: Refusal = refusal(
         400,
         "bad_headers",
-        "Host, Authorization and Content-Length may each appear only once",
+        "Host, Authorization and Content-Length may each appear only once, the session cookie with one value",
     );
     /// An upgrade that is not a websocket handshake ttyd would accept, or an upgrade of
     /// anything but a terminal's websocket (`h2c` included).

@@ -331,13 +331,26 @@ pub struct CountingProxy {
     accepted: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     open: Arc<Mutex<OpenConnections>>,
+    peaks: Arc<Mutex<Peaks>>,
     acceptor: Option<JoinHandle<()>>,
 }
 
-/// The sockets of each forwarded connection that is still open, by number: kept to
-/// shut them down on drop, and forgotten when the connection ends (a proxy that
-/// kept them all would run out of descriptors in a long or hostile test).
-type OpenConnections = std::collections::HashMap<u64, Vec<Stream>>;
+/// Each forwarded connection that is still open, by number: kept to shut its sockets
+/// down on drop, and forgotten when the connection ends (a proxy that kept them all
+/// would run out of descriptors in a long or hostile test).
+type OpenConnections = std::collections::HashMap<u64, Open>;
+
+/// One forwarded connection.
+struct Open {
+    /// The client's socket (the gateway's end) and the upstream's.
+    sockets: [Stream; 2],
+    /// The request line of its first request, once it has arrived.
+    request_line: Option<String>,
+}
+
+/// The most connections with the same request line that were open at once, by
+/// request line.
+type Peaks = std::collections::HashMap<String, usize>;
 
 static NEXT_CONNECTION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -350,9 +363,14 @@ impl CountingProxy {
         let accepted = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let open = Arc::new(Mutex::new(OpenConnections::new()));
+        let peaks = Arc::new(Mutex::new(Peaks::new()));
         let acceptor = {
-            let (accepted, stop, open) =
-                (Arc::clone(&accepted), Arc::clone(&stop), Arc::clone(&open));
+            let (accepted, stop, open, peaks) = (
+                Arc::clone(&accepted),
+                Arc::clone(&stop),
+                Arc::clone(&open),
+                Arc::clone(&peaks),
+            );
             std::thread::Builder::new()
                 .name("counting-proxy".into())
                 .spawn(move || {
@@ -362,7 +380,7 @@ impl CountingProxy {
                         }
                         let Ok(client) = client else { continue };
                         accepted.fetch_add(1, Ordering::SeqCst);
-                        if let Err(e) = forward(Stream::Unix(client), &target, &open) {
+                        if let Err(e) = forward(Stream::Unix(client), &target, &open, &peaks) {
                             eprintln!("counting proxy: forwarding to {target}: {e}");
                         }
                     }
@@ -375,6 +393,7 @@ impl CountingProxy {
             accepted,
             stop,
             open,
+            peaks,
             acceptor: Some(acceptor),
         }
     }
@@ -398,11 +417,63 @@ impl CountingProxy {
     pub fn connections(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
     }
+
+    /// The most connections that were open at once with the same request line (for a
+    /// terminal: `GET /ws?arg=<container> HTTP/1.1`, so one session's terminals), by
+    /// request line. A connection counts as open until its client has closed it, as
+    /// the kernel tells, so a copy thread that has not yet woken up adds nothing.
+    pub fn peak_open_by_request_line(&self) -> Peaks {
+        self.peaks.lock().expect("proxy peaks").clone()
+    }
+}
+
+/// Whether the peer of `s` has closed or shut down its end (without reading from it).
+fn peer_closed(s: &Stream) -> bool {
+    use std::os::fd::AsRawFd;
+    let fd = match s {
+        Stream::Tcp(t) => t.as_raw_fd(),
+        Stream::Unix(u) => u.as_raw_fd(),
+    };
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, and a zero timeout.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// Notes the request line of connection `id` and the open connections that share it.
+fn note_request_line(id: u64, head: &[u8], open: &Mutex<OpenConnections>, peaks: &Mutex<Peaks>) {
+    let end = head
+        .iter()
+        .position(|b| *b == b'\r' || *b == b'\n')
+        .unwrap_or(head.len());
+    let line = String::from_utf8_lossy(&head[..end]).into_owned();
+    let Ok(mut open) = open.lock() else { return };
+    let Some(this) = open.get_mut(&id) else {
+        return;
+    };
+    this.request_line = Some(line.clone());
+    let now = open
+        .values()
+        .filter(|o| o.request_line.as_ref() == Some(&line) && !peer_closed(&o.sockets[0]))
+        .count();
+    if let Ok(mut peaks) = peaks.lock() {
+        let peak = peaks.entry(line).or_default();
+        *peak = (*peak).max(now);
+    }
 }
 
 /// Connects to `target` and copies both ways on two threads; whichever direction ends
 /// first shuts both sockets down.
-fn forward(client: Stream, target: &Target, open: &Arc<Mutex<OpenConnections>>) -> io::Result<()> {
+fn forward(
+    client: Stream,
+    target: &Target,
+    open: &Arc<Mutex<OpenConnections>>,
+    peaks: &Arc<Mutex<Peaks>>,
+) -> io::Result<()> {
     let upstream = match target.connect(Duration::from_secs(5)) {
         Ok(u) => u,
         Err(e) => {
@@ -411,19 +482,35 @@ fn forward(client: Stream, target: &Target, open: &Arc<Mutex<OpenConnections>>) 
         }
     };
     let id = NEXT_CONNECTION.fetch_add(1, Ordering::SeqCst);
-    open.lock()
-        .expect("proxy connection list")
-        .insert(id, vec![client.try_clone()?, upstream.try_clone()?]);
+    open.lock().expect("proxy connection list").insert(
+        id,
+        Open {
+            sockets: [client.try_clone()?, upstream.try_clone()?],
+            request_line: None,
+        },
+    );
     let pairs = [
-        (client.try_clone()?, upstream.try_clone()?),
-        (upstream, client),
+        (client.try_clone()?, upstream.try_clone()?, true),
+        (upstream, client, false),
     ];
-    for (mut from, mut to) in pairs {
-        let open = Arc::clone(open);
+    for (mut from, mut to, up) in pairs {
+        let (open, peaks) = (Arc::clone(open), Arc::clone(peaks));
         std::thread::Builder::new()
             .name("counting-proxy-copy".into())
             .spawn(move || {
-                let _ = io::copy(&mut from, &mut to);
+                if up {
+                    // The first read carries the request line: note it, then copy on.
+                    use std::io::{Read, Write};
+                    let mut head = [0u8; 4096];
+                    if let Ok(n @ 1..) = from.read(&mut head) {
+                        note_request_line(id, &head[..n], &open, &peaks);
+                        if to.write_all(&head[..n]).is_ok() {
+                            let _ = io::copy(&mut from, &mut to);
+                        }
+                    }
+                } else {
+                    let _ = io::copy(&mut from, &mut to);
+                }
                 from.shutdown();
                 to.shutdown();
                 if let Ok(mut open) = open.lock() {
@@ -448,7 +535,7 @@ impl Drop for CountingProxy {
             .map(|mut v| std::mem::take(&mut *v))
             .unwrap_or_default()
             .into_values()
-            .flatten()
+            .flat_map(|o| o.sockets)
         {
             s.shutdown();
         }

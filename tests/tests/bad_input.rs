@@ -600,6 +600,58 @@ fn the_bad_input_corpus_gets_its_documented_answers_and_nothing_reaches_ttyd() {
         400,
         Some("bad_headers"),
     ));
+    // Two different session cookies are the same ambiguity as two Authorization
+    // headers (a proxy in front may read the other one); the same one twice is not.
+    let api_get = |cookies: &[String]| {
+        let lines: String = cookies.iter().map(|c| format!("Cookie: {c}\r\n")).collect();
+        format!("GET /api/sessions HTTP/1.1\r\nHost: x\r\n{lines}Origin: {origin}\r\nConnection: close\r\n\r\n")
+    };
+    let one_header = |a: &str, b: &str| vec![format!("{}; {}", cookie(a), cookie(b))];
+    let two_headers = |a: &str, b: &str| vec![cookie(a), cookie(b)];
+    for (name, cookies) in [
+        ("two users in one Cookie header", one_header(&alice, &bob)),
+        (
+            "two users in one Cookie header, the owner last",
+            one_header(&bob, &alice),
+        ),
+        ("two users in two Cookie headers", two_headers(&alice, &bob)),
+        ("the owner and an empty value", one_header(&alice, "")),
+    ] {
+        let mut extra: Vec<(&str, &str)> = cookies.iter().map(|c| ("Cookie", c.as_str())).collect();
+        extra.push(("Origin", &origin));
+        cases.push(case(
+            format!("session cookie twice on the upgrade: {name}"),
+            g,
+            upgrade_head(gw, &ws, &extra),
+            400,
+            Some("bad_headers"),
+        ));
+        cases.push(case(
+            format!("session cookie twice on /api/sessions: {name}"),
+            g,
+            api_get(&cookies),
+            400,
+            Some("bad_headers"),
+        ));
+    }
+    for (name, cookies) in [
+        ("in one Cookie header", one_header(&alice, &alice)),
+        ("in two Cookie headers", two_headers(&alice, &alice)),
+    ] {
+        let mut extra: Vec<(&str, &str)> = cookies.iter().map(|c| ("Cookie", c.as_str())).collect();
+        extra.push(("Origin", &origin));
+        cases.push(legit(
+            &format!("the owner's session cookie twice, the same value, {name}"),
+            upgrade_head(gw, &ws, &extra),
+        ));
+        cases.push(case(
+            format!("the owner's session cookie twice on /api/sessions, the same value, {name}"),
+            g,
+            api_get(&cookies),
+            200,
+            None,
+        ));
+    }
     let sign_in = |extra: &str, body: &str| {
         format!("POST /auth/session HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n{extra}\r\n{body}")
     };

@@ -102,12 +102,18 @@ impl Up {
 
     /// Waits until a printed line contains every one of `parts`; returns that line.
     fn wait_line(&self, parts: &[&str], deadline: Duration) -> String {
+        self.wait_nth_line(parts, 1, deadline)
+    }
+
+    /// The `nth` (from 1) printed line with every one of `parts`, waiting for it.
+    fn wait_nth_line(&self, parts: &[&str], nth: usize, deadline: Duration) -> String {
         let found = || {
             self.output
                 .lock()
                 .expect("output lock")
                 .iter()
-                .find(|l| parts.iter().all(|p| l.contains(p)))
+                .filter(|l| parts.iter().all(|p| l.contains(p)))
+                .nth(nth - 1)
                 .cloned()
         };
         let start = Instant::now();
@@ -724,6 +730,33 @@ fn a_killed_control_is_restarted_while_open_terminals_keep_echoing() {
     assert!(!term.is_closed(), "{:?}", term.close_reason());
     let after = echo(&term, &mut n, ECHO).expect("echo after control is back");
 
+    // A second quick exit (the restarted control ran for less than a minute) waits
+    // twice as long before its restart.
+    let control = restarted;
+    kill("KILL", control.pid);
+    let ran = killed.elapsed();
+    assert!(
+        ran < Duration::from_secs(55),
+        "the second kill came {ran:?} after the first: too late to count as a quick exit"
+    );
+    wait_for("the killed control to be gone", ECHO, || {
+        gone(&control).then_some(())
+    });
+    let doubled = up.wait_line(
+        &[
+            "control exited with status 137 (SIGKILL)",
+            "restarting in 1.0 s",
+        ],
+        ECHO,
+    );
+    up.wait_nth_line(&["control is back"], 2, BACK);
+    assert_ne!(
+        up.component("termgate-control").pid,
+        control.pid,
+        "a new control process serves again"
+    );
+    echo(&term, &mut n, ECHO).expect("echo after the second restart");
+
     // Control works again end to end: a new session, and its terminal.
     let second = wait_for(
         "a new session after the restart",
@@ -748,7 +781,8 @@ fn a_killed_control_is_restarted_while_open_terminals_keep_echoing() {
     echo(&term, &mut n, ECHO).expect("the first terminal still echoes");
     eprintln!(
         "control killed: gone for {down_for:?} (until /v1/healthz answered); {during} echoes \
-         typed meanwhile, slowest {slowest:?}, next {after:?}; printed: {line:?} / {back:?}"
+         typed meanwhile, slowest {slowest:?}, next {after:?}; printed: {line:?} / {back:?}; \
+         killed again: {doubled:?}"
     );
 }
 
@@ -988,8 +1022,20 @@ fn sigterm_stops_exactly_what_deploy_up_started_and_leaves_sessions_running() {
         "the session container keeps running"
     );
     assert!(term.is_closed(), "the terminal ended with the gateway");
+    let names: Vec<String> = started
+        .iter()
+        .map(|p| {
+            let words: Vec<&str> = p
+                .args
+                .iter()
+                .take(2)
+                .map(|a| a.rsplit('/').next().unwrap_or(a))
+                .collect();
+            words.join(" ")
+        })
+        .collect();
     eprintln!(
-        "SIGTERM: deploy/up and its {} processes gone {stopped:?} after the signal",
+        "SIGTERM: deploy/up and its {} processes gone {stopped:?} after the signal: {names:?}",
         started.len()
     );
 }

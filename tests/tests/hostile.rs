@@ -334,9 +334,16 @@ fn half_open_upgrades_hold_no_more_than_the_users_slots() {
     );
     let upstream_before = arena.stack.counter.connections();
     let held = Arc::new(AtomicUsize::new(0));
+    // Some of the unauthenticated upgrades, kept (as a second descriptor) to read later.
+    const KEPT_REFUSED: usize = 40;
+    let refused = Arc::new(Mutex::new(Vec::<TcpStream>::new()));
     let attack = || {
-        let (mallory_head, bad_head, attempts) =
-            (mallory_head.clone(), bad_head.clone(), Arc::clone(&held));
+        let (mallory_head, bad_head, attempts, refused) = (
+            mallory_head.clone(),
+            bad_head.clone(),
+            Arc::clone(&held),
+            Arc::clone(&refused),
+        );
         let before = held.load(Ordering::SeqCst);
         let a = Attack::spawn(2, move |w, stop| {
             let mut socks = Vec::new();
@@ -346,6 +353,12 @@ fn half_open_upgrades_hold_no_more_than_the_users_slots() {
                 let head = if w == 0 { &mallory_head } else { &bad_head };
                 if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
                     let _ = s.write_all(head.as_bytes());
+                    if w == 1 {
+                        let mut kept = refused.lock().expect("kept sockets");
+                        if kept.len() < KEPT_REFUSED {
+                            kept.extend(s.try_clone());
+                        }
+                    }
                     socks.push(s);
                     if w == 0 {
                         attempts.fetch_add(1, Ordering::SeqCst);
@@ -381,6 +394,41 @@ fn half_open_upgrades_hold_no_more_than_the_users_slots() {
         mallory_reached < held.load(Ordering::SeqCst) / 4,
         "most half-open upgrades past the user's slots must be refused before ttyd"
     );
+    // At ttyd, one session's terminals (one request line) were never more than the
+    // user's limit at once, and mallory's did fill her slots: the bound was reached.
+    let peaks = arena.stack.counter.peak_open_by_request_line();
+    let peak = peaks.values().copied().max().unwrap_or(0);
+    println!("most terminals of one session open at ttyd at once: {peak} ({peaks:?})");
+    assert_eq!(
+        peak, 4,
+        "one session's terminals open at ttyd at once, with a per-user limit of 4: {peaks:?}"
+    );
+    // Each refused upgrade was answered (401, or 429 past the minute's allowance of
+    // failed authentications) and then closed by the gateway, not left to the client.
+    let refused = std::mem::take(&mut *refused.lock().expect("kept sockets"));
+    assert_eq!(
+        refused.len(),
+        KEPT_REFUSED,
+        "too few refused upgrades were kept"
+    );
+    let mut unauthenticated = 0;
+    for mut s in refused {
+        s.set_read_timeout(Some(T)).expect("read timeout");
+        let mut answer = Vec::new();
+        let read = s.read_to_end(&mut answer);
+        let text = String::from_utf8_lossy(&answer);
+        assert!(
+            read.is_ok(),
+            "a refused upgrade was not closed by the gateway within {T:?}: {read:?} after {text:?}"
+        );
+        assert!(
+            text.starts_with("HTTP/1.1 401") || text.starts_with("HTTP/1.1 429"),
+            "a refused upgrade's answer: {text:?}"
+        );
+        unauthenticated += usize::from(text.starts_with("HTTP/1.1 401"));
+    }
+    println!("refused upgrades read back: {KEPT_REFUSED} closed by the gateway, {unauthenticated} of them 401");
+    assert!(unauthenticated > 0, "no refused upgrade was answered 401");
     // At rest, mallory's slots free up: a fresh proper upgrade of hers succeeds.
     wait_for("mallory's slots to be freed", T, || {
         Terminal::connect(

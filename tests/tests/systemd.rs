@@ -122,11 +122,13 @@ fn systemd_units_verify_and_keep_the_red_lines() {
     let control = keys("termgate-control.service");
     let pool = keys("termgate-ttyd@.service");
     let gateway = keys("termgate-gateway.service");
+    let view = keys("termgate-ttyd-view@.service");
 
     // Every service comes back on its own, and none gives up after a burst of crashes.
     for (unit, k) in [
         ("control", &control),
         ("pool", &pool),
+        ("view pool", &view),
         ("gateway", &gateway),
     ] {
         assert_eq!(one(k, unit, "Restart"), "on-failure", "{unit}");
@@ -173,7 +175,6 @@ fn systemd_units_verify_and_keep_the_red_lines() {
         "the gateway's socket is the pool's: {gateway_env:?}"
     );
     // The read-only pool of share links: the same rules, and never -W.
-    let view = keys("termgate-ttyd-view@.service");
     assert_eq!(one(&view, "view pool", "User"), user);
     assert_eq!(one(&view, "view pool", "RuntimeDirectoryMode"), "0700");
     let view_runtime = one(&view, "view pool", "RuntimeDirectory");
@@ -207,7 +208,7 @@ fn systemd_units_verify_and_keep_the_red_lines() {
         !gateway.contains_key("SupplementaryGroups"),
         "the gateway gets no extra group"
     );
-    for (unit, k) in [("control", &control), ("pool", &pool)] {
+    for (unit, k) in [("control", &control), ("pool", &pool), ("view pool", &view)] {
         assert!(
             one(k, unit, "SupplementaryGroups")
                 .split_whitespace()
@@ -229,6 +230,7 @@ fn systemd_units_verify_and_keep_the_red_lines() {
     for unit in [
         "termgate-control.service",
         "termgate-ttyd@local.service",
+        "termgate-ttyd-view@local.service",
         "termgate-gateway.service",
     ] {
         let out = Command::new(&analyze)

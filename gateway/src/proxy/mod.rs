@@ -325,6 +325,14 @@ impl Proxy {
                 return Err(Refusal::BAD_HEADERS.into());
             }
         }
+        let cookies = req
+            .headers
+            .get_all("cookie")
+            .into_iter()
+            .map(|v| v.as_bytes());
+        if policy::identity::session_cookie_is_ambiguous(cookies, &g.config.auth.cookie_name) {
+            return Err(Refusal::BAD_HEADERS);
+        }
         let upgrade = req.headers.contains_key("upgrade");
         // The request target as sent: the parsed URI makes a path even of a target
         // that is none (`GET s/x HTTP/1.1` reads as `/`).
@@ -418,6 +426,12 @@ impl ProxyHttp for Proxy {
                 };
                 ctx.principal = denied.principal;
                 ctx.share = denied.share;
+                // A refused websocket handshake ends its connection (RFC 6455 §4.1: the
+                // client fails it anyway); kept alive, a flood of them would hold one
+                // idle connection each.
+                if session.req_header().headers.contains_key("upgrade") {
+                    session.set_keepalive(None);
+                }
                 reply::refusal(session, &denied.refusal).await?;
                 return Ok(true);
             }
