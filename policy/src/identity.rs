@@ -93,7 +93,10 @@ pub fn bearer(header_value: &[u8]) -> Option<&[u8]> {
 /// The values of the cookie `name` in one `Cookie` header value, in order: each pair
 /// whose name is exactly `name`, whitespace around the pair ignored, its value as sent
 /// (an empty value is `b""`); a pair without `=` is no cookie.
-fn cookie_values<'a>(header_value: &'a [u8], name: &'a str) -> impl Iterator<Item = &'a [u8]> {
+fn cookie_values<'a, 'n>(
+    header_value: &'a [u8],
+    name: &'n str,
+) -> impl Iterator<Item = &'a [u8]> + use<'a, 'n> {
     header_value.split(|b| *b == b';').filter_map(move |pair| {
         pair.trim_ascii()
             .strip_prefix(name.as_bytes())?

@@ -331,7 +331,7 @@ impl Proxy {
             .into_iter()
             .map(|v| v.as_bytes());
         if policy::identity::session_cookie_is_ambiguous(cookies, &g.config.auth.cookie_name) {
-            return Err(Refusal::BAD_HEADERS);
+            return Err(Refusal::BAD_HEADERS.into());
         }
         let upgrade = req.headers.contains_key("upgrade");
         // The request target as sent: the parsed URI makes a path even of a target
