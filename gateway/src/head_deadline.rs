@@ -80,7 +80,15 @@ pub struct HeadDeadline {
     timeout: Duration,
     /// Allocated on the first head of the connection and reset for later ones.
     sleep: Option<Pin<Box<Sleep>>>,
+    /// Whether the connection is a plain TCP socket: [`UNKNOWN`] until first asked
+    /// (one `getsockname`, for terminal upgrades only).
+    plain_tcp: AtomicU8,
 }
+
+/// [`HeadDeadline::plain_tcp`] not yet known.
+const UNKNOWN: u8 = 0;
+const PLAIN: u8 = 1;
+const NOT_PLAIN: u8 = 2;
 
 impl HeadDeadline {
     fn new(inner: Stream, timeout: Duration) -> Self {
@@ -89,6 +97,7 @@ impl HeadDeadline {
             state: AtomicU8::new(IDLE),
             timeout,
             sleep: None,
+            plain_tcp: AtomicU8::new(UNKNOWN),
         }
     }
 
@@ -127,7 +136,12 @@ impl HeadDeadline {
     /// Whether the connection is a plain TCP socket of Pingora's (no TLS), the only kind
     /// [`HeadDeadline::into_tcp`] can release.
     pub fn is_plain_tcp(&self) -> bool {
-        self.inner.get_ssl().is_none()
+        match self.plain_tcp.load(Ordering::Relaxed) {
+            PLAIN => return true,
+            NOT_PLAIN => return false,
+            _ => {}
+        }
+        let plain = self.inner.get_ssl().is_none()
             && (*self.inner)
                 .as_any()
                 .is::<pingora::protocols::l4::stream::Stream>()
@@ -137,7 +151,37 @@ impl HeadDeadline {
                 socket2::SockRef::from(&fd)
                     .local_addr()
                     .is_ok_and(|a| a.as_socket().is_some())
+            };
+        let known = if plain { PLAIN } else { NOT_PLAIN };
+        self.plain_tcp.store(known, Ordering::Relaxed);
+        plain
+    }
+
+    /// Writes what a plain connection's socket takes of `bytes` now, without waiting and
+    /// past Pingora's buffers (none hold anything between requests): the `101` goes out
+    /// before the socket leaves Pingora, which costs system calls of its own.
+    pub fn write_now(&self, bytes: &[u8]) -> std::io::Result<usize> {
+        if !self.is_plain_tcp() {
+            return Err(std::io::Error::other("not a plain TCP connection"));
+        }
+        use std::io::Write as _;
+        use std::os::fd::FromRawFd as _;
+        // SAFETY: `inner` owns the descriptor and is alive for this call; the view is
+        // never dropped, so it never closes it.
+        let socket = std::mem::ManuallyDrop::new(unsafe {
+            std::net::TcpStream::from_raw_fd(self.inner.id())
+        });
+        let mut sent = 0;
+        while sent < bytes.len() {
+            match (&*socket).write(&bytes[sent..]) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
+        }
+        Ok(sent)
     }
 
     /// Releases the TCP socket under a plain connection, without Pingora's buffers: the

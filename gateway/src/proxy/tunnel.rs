@@ -56,11 +56,15 @@ thread_local! {
 /// Whether the request's connection can leave Pingora for a tunnel of the gateway's own:
 /// HTTP/1 on a plain TCP listener.
 pub(super) fn eligible(session: &Session) -> bool {
+    downstream(session).is_some_and(HeadDeadline::is_plain_tcp)
+}
+
+/// The browser's connection, as this gateway's listener accepted it.
+fn downstream(session: &Session) -> Option<&HeadDeadline> {
     session
         .as_downstream()
         .stream()
         .and_then(|s| (**s).as_any().downcast_ref::<HeadDeadline>())
-        .is_some_and(HeadDeadline::is_plain_tcp)
 }
 
 /// A socket at either end of a tunnel.
@@ -84,8 +88,12 @@ impl Socket {
                 let path = a
                     .as_pathname()
                     .ok_or_else(|| io::Error::other("an unnamed unix socket"))?;
-                let s = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
-                s.set_nonblocking(true)?;
+                // Non-blocking from the start: one system call.
+                let s = socket2::Socket::new(
+                    socket2::Domain::UNIX,
+                    socket2::Type::STREAM.nonblocking(),
+                    None,
+                )?;
                 s.connect(&socket2::SockAddr::unix(path)?)?;
                 let s = std::os::unix::net::UnixStream::from(std::os::fd::OwnedFd::from(s));
                 let sent = write_now(&s, head)?;
@@ -398,13 +406,6 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
         log(&g.metrics, &line, Some(&why), &ctx);
         ctx.ticket = None;
     };
-    let down = match take_downstream(session) {
-        Ok(down) => down,
-        Err(e) => {
-            fail(ctx, format!("taking the browser's socket: {e}"));
-            return Ok(());
-        }
-    };
     let mut reply = Vec::with_capacity(256);
     reply.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\n");
     for (name, value) in resp.headers.iter() {
@@ -416,9 +417,29 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
     reply.extend_from_slice(b"\r\n");
     reply.extend_from_slice(&answer.rest);
     ctx.bytes_down += answer.rest.len() as u64;
-    // Written before the socket is registered with the runtime (nothing waits on it
-    // yet); what the socket does not take now, through the runtime.
-    let written = write_now(&down, &reply).and_then(|n| Ok((n, TcpStream::from_std(down)?)));
+    // Written while the socket is still Pingora's (taking it out costs system calls of
+    // its own), then through the socket once it is the tunnel's: what it did not take
+    // at once, through the runtime.
+    let written = downstream(session)
+        .ok_or_else(|| io::Error::other("not a connection of this gateway's listener"))
+        .and_then(|d| d.write_now(&reply));
+    let n = match written {
+        Ok(n) => n,
+        Err(e) => {
+            session.set_keepalive(None);
+            fail(ctx, format!("writing the 101: {e}"));
+            return Ok(());
+        }
+    };
+    let down = match take_downstream(session) {
+        Ok(down) => down,
+        Err(e) => {
+            session.set_keepalive(None);
+            fail(ctx, format!("taking the browser's socket: {e}"));
+            return Ok(());
+        }
+    };
+    let written = TcpStream::from_std(down).map(|down| (n, down));
     let down = match written {
         Ok((n, down)) => {
             let mut down = Socket::Tcp(down);

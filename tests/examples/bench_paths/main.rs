@@ -153,6 +153,8 @@ fn upgrade_once(e: &Endpoint, full: bool) -> Outcome {
 #[derive(Default)]
 struct Upgrades {
     upgrade: Vec<Duration>,
+    /// CPU time the path's proxy processes spent over these upgrades, in nanoseconds.
+    cpu_ns: u64,
     first: Vec<Duration>,
     closed_after_101: usize,
     failed: usize,
@@ -327,6 +329,18 @@ fn machine_facts() -> String {
 }
 
 /// Total resident memory (KiB) and open files of `pids`.
+/// CPU time of processes `pids`, all their threads, in nanoseconds (the first field of
+/// each thread's `/proc/<pid>/task/<tid>/schedstat`: time spent running).
+fn cpu_ns(pids: &[u32]) -> u64 {
+    pids.iter()
+        .filter_map(|pid| std::fs::read_dir(format!("/proc/{pid}/task")).ok())
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 fn footprint(pids: &[u32]) -> (u64, usize) {
     (
         pids.iter().map(|p| rss_kib(*p)).sum(),
@@ -486,6 +500,18 @@ fn main() {
     }
     eprintln!("stack up in {:.1} s", began.elapsed().as_secs_f64());
 
+    // The processes each path adds in front of ttyd, for their CPU time per upgrade.
+    let proxies: [Vec<u32>; 4] = [
+        Vec::new(),
+        nginx.pids(),
+        nginx
+            .pids()
+            .into_iter()
+            .chain([stack.control.pid()])
+            .collect(),
+        vec![stack.gateways[gw].pid()],
+    ];
+
     // A. Upgrade latency at three concurrencies, paths interleaved round by round.
     let rounds = 4;
     let levels: [(usize, usize); 3] = [(1, scaled(100)), (16, scaled(10)), (64, scaled(4))];
@@ -495,7 +521,9 @@ fn main() {
         for r in 0..rounds {
             for k in 0..4 {
                 let p = (r + k) % 4;
+                let before = cpu_ns(&proxies[p]);
                 upgrade_batch(&endpoints[p], c, each, false, &mut by_path[p]);
+                by_path[p].cpu_ns += cpu_ns(&proxies[p]).saturating_sub(before);
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
@@ -679,11 +707,13 @@ fn main() {
     let _ = writeln!(
         md,
         "Connect → `101`, then closed (so ttyd starts no `docker attach`: the path alone is\n\
-         measured). `c` clients at once; four rounds with the paths' order rotated.\n"
+         measured). `c` clients at once; four rounds with the paths' order rotated. Proxy CPU:\n\
+         the running time of the processes the path puts in front of ttyd (nginx's; nginx's and\n\
+         control's; the gateway's), over the upgrades and their close, per upgrade.\n"
     );
     let _ = writeln!(
         md,
-        "| c | path | n | p50 | p99 | p50 ÷ nginx | p99 ÷ nginx + auth_request | p50 − direct | failed |\n|---|---|---|---|---|---|---|---|---|"
+        "| c | path | n | p50 | p99 | p50 ÷ nginx | p99 ÷ nginx + auth_request | p50 − direct | proxy CPU per upgrade | failed |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     let mut upgrade_groups = Vec::new();
     for ((c, _), by_path) in levels.iter().zip(upgrades.iter_mut()) {
@@ -697,7 +727,7 @@ fn main() {
         for (p, u) in by_path.iter_mut().enumerate() {
             let _ = writeln!(
                 md,
-                "| {c} | {} | {} | {:.2} ms | {:.2} ms | {} | {} | {} | {} |",
+                "| {c} | {} | {} | {:.2} ms | {:.2} ms | {} | {} | {} | {} | {} |",
                 PATHS[p],
                 u.upgrade.len(),
                 p50s[p],
@@ -708,6 +738,14 @@ fn main() {
                     "—".into()
                 } else {
                     format!("{:+.2} ms", p50s[p] - p50s[DIRECT])
+                },
+                if p == DIRECT || u.upgrade.is_empty() {
+                    "—".into()
+                } else {
+                    format!(
+                        "{:.0} µs",
+                        u.cpu_ns as f64 / (u.upgrade.len() + u.failed) as f64 / 1000.0
+                    )
                 },
                 u.failed
             );
