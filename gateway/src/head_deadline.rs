@@ -28,7 +28,6 @@ use pingora::protocols::{
 };
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::{Instant, Sleep};
 
 /// No request in progress: the next bytes read start a head.
 const IDLE: u8 = 0;
@@ -73,13 +72,12 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for HeadDeadlineApp<A> {
 }
 
 /// A connection whose request heads must each arrive within a deadline.
-#[derive(Debug)]
 pub struct HeadDeadline {
     inner: Stream,
     state: AtomicU8,
     timeout: Duration,
-    /// Allocated on the first head of the connection and reset for later ones.
-    sleep: Option<Pin<Box<Sleep>>>,
+    /// Armed by the first bytes of each head.
+    sleep: Option<Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
     /// Whether the connection is a plain TCP socket: [`UNKNOWN`] until first asked
     /// (one `getsockname`, for terminal upgrades only).
     plain_tcp: AtomicU8,
@@ -89,6 +87,17 @@ pub struct HeadDeadline {
 const UNKNOWN: u8 = 0;
 const PLAIN: u8 = 1;
 const NOT_PLAIN: u8 = 2;
+
+impl std::fmt::Debug for HeadDeadline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeadDeadline")
+            .field("inner", &self.inner)
+            .field("state", &self.state)
+            .field("timeout", &self.timeout)
+            .field("armed", &self.sleep.is_some())
+            .finish()
+    }
+}
 
 impl HeadDeadline {
     fn new(inner: Stream, timeout: Duration) -> Self {
@@ -102,11 +111,10 @@ impl HeadDeadline {
     }
 
     fn arm(&mut self) {
-        let at = Instant::now() + self.timeout;
-        match &mut self.sleep {
-            Some(s) => s.as_mut().reset(at),
-            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
-        }
+        // Pingora's coarse timer (10 ms ticks, its own clock thread): arming it takes no
+        // wake-up of the runtime thread that waits on the sockets, which a tokio timer
+        // armed from another worker thread does.
+        self.sleep = Some(Box::pin(pingora_timeout::sleep(self.timeout)));
         self.state.store(HEAD, Ordering::Relaxed);
     }
 }

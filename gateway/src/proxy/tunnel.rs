@@ -286,7 +286,7 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
     }
     out.extend_from_slice(b"\r\n");
     let connect_timeout = Duration::from_millis(g.config.gateway.control_timeout_ms);
-    let up = tokio::time::timeout(
+    let up = pingora_timeout::timeout(
         connect_timeout,
         Socket::connect_and_send(&peer._address, &out),
     )
@@ -309,7 +309,7 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
         }
     };
     let answer_timeout = Duration::from_millis(g.config.gateway.header_timeout_ms);
-    let answer = match tokio::time::timeout(answer_timeout, read_answer(&up)).await {
+    let answer = match pingora_timeout::timeout(answer_timeout, read_answer(&up)).await {
         Ok(Ok(a)) => a,
         Ok(Err(e)) => {
             return Err(up_error(
@@ -361,7 +361,7 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
             .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse::<usize>().ok())
             .filter(|n| *n <= MAX_HEAD);
         if let Some(n) = declared {
-            let _ = tokio::time::timeout(answer_timeout, read_more(&up, &mut body, n)).await;
+            let _ = pingora_timeout::timeout(answer_timeout, read_more(&up, &mut body, n)).await;
             body.truncate(n);
         }
         resp.remove_header("transfer-encoding");
