@@ -165,31 +165,23 @@ impl HeadDeadline {
         plain
     }
 
-    /// Writes what a plain connection's socket takes of `bytes` now, without waiting and
-    /// past Pingora's buffers (none hold anything between requests): the `101` goes out
+    /// Lends the socket of a plain connection, still Pingora's, to `f`: for writing past
+    /// Pingora's buffers (none hold anything between requests), as the `101` is written
     /// before the socket leaves Pingora, which costs system calls of its own.
-    pub fn write_now(&self, bytes: &[u8]) -> std::io::Result<usize> {
+    pub fn with_tcp<R>(
+        &self,
+        f: impl FnOnce(&std::net::TcpStream) -> std::io::Result<R>,
+    ) -> std::io::Result<R> {
         if !self.is_plain_tcp() {
             return Err(std::io::Error::other("not a plain TCP connection"));
         }
-        use std::io::Write as _;
         use std::os::fd::FromRawFd as _;
         // SAFETY: `inner` owns the descriptor and is alive for this call; the view is
         // never dropped, so it never closes it.
         let socket = std::mem::ManuallyDrop::new(unsafe {
             std::net::TcpStream::from_raw_fd(self.inner.id())
         });
-        let mut sent = 0;
-        while sent < bytes.len() {
-            match (&*socket).write(&bytes[sent..]) {
-                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => sent += n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(sent)
+        f(&socket)
     }
 
     /// Releases the TCP socket under a plain connection, without Pingora's buffers: the

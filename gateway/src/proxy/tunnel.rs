@@ -422,7 +422,7 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
     // at once, through the runtime.
     let written = downstream(session)
         .ok_or_else(|| io::Error::other("not a connection of this gateway's listener"))
-        .and_then(|d| d.write_now(&reply));
+        .and_then(|d| d.with_tcp(|socket| write_now(socket, &reply)));
     let n = match written {
         Ok(n) => n,
         Err(e) => {
