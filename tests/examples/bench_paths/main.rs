@@ -328,7 +328,6 @@ fn machine_facts() -> String {
     s
 }
 
-/// Total resident memory (KiB) and open files of `pids`.
 /// CPU time of processes `pids`, all their threads, in nanoseconds (the first field of
 /// each thread's `/proc/<pid>/task/<tid>/schedstat`: time spent running).
 fn cpu_ns(pids: &[u32]) -> u64 {
@@ -341,6 +340,7 @@ fn cpu_ns(pids: &[u32]) -> u64 {
         .sum()
 }
 
+/// Total resident memory (KiB) and open files of `pids`.
 fn footprint(pids: &[u32]) -> (u64, usize) {
     (
         pids.iter().map(|p| rss_kib(*p)).sum(),
@@ -523,8 +523,9 @@ fn main() {
                 let p = (r + k) % 4;
                 let before = cpu_ns(&proxies[p]);
                 upgrade_batch(&endpoints[p], c, each, false, &mut by_path[p]);
-                by_path[p].cpu_ns += cpu_ns(&proxies[p]).saturating_sub(before);
+                // After the pause, so that the closes of the last upgrades are counted.
                 std::thread::sleep(Duration::from_millis(200));
+                by_path[p].cpu_ns += cpu_ns(&proxies[p]).saturating_sub(before);
             }
         }
         eprintln!(
