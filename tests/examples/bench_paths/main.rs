@@ -1,11 +1,13 @@
-//! The data plane side by side: four paths to the same ttyd pool, measured in one run,
+//! The data plane side by side: five paths to the same ttyd pool, measured in one run,
 //! interleaved, with the same client (`ws.rs`) for each.
 //!
 //! - **direct ttyd**: the pool's unix socket, `/ws?arg=<container>`;
 //! - **nginx**: nginx (the Debian package) as a plain proxy to that socket;
 //! - **nginx + auth_request**: `deploy/nginx/termgate-authz.conf`, each upgrade checked
 //!   by control's `GET /v1/authz`;
-//! - **termgate**: the gateway.
+//! - **termgate**: the gateway;
+//! - **tokio relay**: the floor of a proxy on tokio, in front of the same socket
+//!   ([`relay`]).
 //!
 //! Scenarios: upgrade latency at 1/16/64 clients at once, to a working terminal, the
 //! highest sustained upgrade rate (closed-loop clients, more each step, until a step
@@ -14,8 +16,10 @@
 //! Run with `deploy/bench` (release build; writes `docs/bench/`). Counts scale with
 //! `BENCH_SCALE` (default 1), `BENCH_BULK_MB` (default 64) and `BENCH_IDLE` (default
 //! `1000,5000`). Prints the report and writes `results.md` and one SVG per scenario
-//! into the directory given as the first argument.
+//! into the directory given as the first argument. `BENCH_ONLY=upgrades` measures the
+//! upgrade latency alone and prints it, writing nothing.
 
+mod relay;
 mod svg;
 mod ws;
 
@@ -34,11 +38,20 @@ use e2e::ttyd::{CountingProxy, TtydPool};
 use svg::{Bar, Chart};
 use ws::{Endpoint, Ws};
 
-const PATHS: [&str; 4] = ["direct ttyd", "nginx", "nginx + auth_request", "termgate"];
+const PATHS: [&str; 5] = [
+    "direct ttyd",
+    "nginx",
+    "nginx + auth_request",
+    "termgate",
+    "tokio relay",
+];
+/// How many paths each scenario interleaves.
+const N: usize = PATHS.len();
 const DIRECT: usize = 0;
 const NGINX: usize = 1;
 const AUTHZ: usize = 2;
 const TERMGATE: usize = 3;
+const RELAY: usize = 4;
 const DEADLINE: Duration = Duration::from_secs(20);
 
 fn env_f64(name: &str, default: f64) -> f64 {
@@ -75,6 +88,7 @@ struct Paths {
     plain: u16,
     authz: u16,
     gateway: u16,
+    relay: u16,
     bearer: String,
 }
 
@@ -102,6 +116,13 @@ impl Paths {
                 host: host(self.authz),
                 path: format!("/s/{id}/ws"),
                 headers: bearer,
+            },
+            RELAY => Endpoint {
+                target: tcp(self.relay),
+                host: host(self.relay),
+                // Passed on as sent: the relay reads no HTTP.
+                path: format!("/ws?arg={container}"),
+                headers: vec![("X-Termgate-User".into(), "alice".into())],
             },
             _ => Endpoint {
                 target: tcp(self.gateway),
@@ -416,6 +437,11 @@ fn write(dir: &Path, name: &str, text: &str) {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some(relay::ARG) {
+        let socket = std::env::args().nth(2).expect("the ttyd socket");
+        relay::serve(Path::new(&socket));
+        return;
+    }
     let out_dir = PathBuf::from(
         std::env::args()
             .nth(1)
@@ -469,12 +495,14 @@ fn main() {
         socket.display()
     );
     let nginx = Nginx::start(&site, authz_port, 2);
+    let relay = relay::Relay::start(&socket);
     let token = stack.control.token("alice", false);
     let paths = Paths {
         socket: socket.clone(),
         plain: plain_port,
         authz: authz_port,
         gateway: stack.gateways[gw].port,
+        relay: relay.port,
         bearer: format!("Bearer {token}"),
     };
     let create = |profile: &str| {
@@ -490,7 +518,7 @@ fn main() {
         (id, container)
     };
     let (up_id, up_container) = create("default");
-    let endpoints: Vec<Endpoint> = (0..4)
+    let endpoints: Vec<Endpoint> = (0..N)
         .map(|p| paths.endpoint(p, &up_id, &up_container))
         .collect();
     for (p, e) in endpoints.iter().enumerate() {
@@ -501,7 +529,7 @@ fn main() {
     eprintln!("stack up in {:.1} s", began.elapsed().as_secs_f64());
 
     // The processes each path adds in front of ttyd, for their CPU time per upgrade.
-    let proxies: [Vec<u32>; 4] = [
+    let proxies: [Vec<u32>; N] = [
         Vec::new(),
         nginx.pids(),
         nginx
@@ -510,6 +538,7 @@ fn main() {
             .chain([stack.control.pid()])
             .collect(),
         vec![stack.gateways[gw].pid()],
+        vec![relay.pid()],
     ];
 
     // A. Upgrade latency at three concurrencies, paths interleaved round by round.
@@ -517,10 +546,10 @@ fn main() {
     let levels: [(usize, usize); 3] = [(1, scaled(100)), (16, scaled(10)), (64, scaled(4))];
     let mut upgrades: Vec<Vec<Upgrades>> = Vec::new();
     for (c, each) in levels {
-        let mut by_path: Vec<Upgrades> = (0..4).map(|_| Upgrades::default()).collect();
+        let mut by_path: Vec<Upgrades> = (0..N).map(|_| Upgrades::default()).collect();
         for r in 0..rounds {
-            for k in 0..4 {
-                let p = (r + k) % 4;
+            for k in 0..N {
+                let p = (r + k) % N;
                 let before = cpu_ns(&proxies[p]);
                 upgrade_batch(&endpoints[p], c, each, false, &mut by_path[p]);
                 // After the pause, so that the closes of the last upgrades are counted.
@@ -534,14 +563,35 @@ fn main() {
         );
         upgrades.push(by_path);
     }
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "upgrades") {
+        // A quick look at the upgrade path alone: p50 and proxy CPU, no report written.
+        for ((c, _), by_path) in levels.iter().zip(upgrades.iter_mut()) {
+            let p50s: Vec<f64> = by_path
+                .iter_mut()
+                .map(|u| msf(pct(&mut u.upgrade, 0.5)))
+                .collect();
+            for (p, u) in by_path.iter().enumerate() {
+                let n = (u.upgrade.len() + u.failed).max(1) as f64;
+                eprintln!(
+                    "c={c:<3} {:<22} p50 {:.3} ms  {}  cpu {:.0} µs  failed {}",
+                    PATHS[p],
+                    p50s[p],
+                    ratio(p50s[p], p50s[NGINX]),
+                    u.cpu_ns as f64 / n / 1000.0,
+                    u.failed
+                );
+            }
+        }
+        return;
+    }
 
     // A'. To a working terminal: the first message each way, one client, and every
     // tunnel closed right after its 101 counted.
-    let mut full: Vec<Upgrades> = (0..4).map(|_| Upgrades::default()).collect();
+    let mut full: Vec<Upgrades> = (0..N).map(|_| Upgrades::default()).collect();
     let full_each = scaled(25);
     for r in 0..rounds {
-        for k in 0..4 {
-            let p = (r + k) % 4;
+        for k in 0..N {
+            let p = (r + k) % N;
             upgrade_batch(&endpoints[p], 1, full_each, true, &mut full[p]);
         }
     }
@@ -555,11 +605,11 @@ fn main() {
     // that path's climb.
     let window = Duration::from_secs_f64(2.0 * env_f64("BENCH_SCALE", 1.0).max(0.5));
     let rate_levels = [8usize, 32, 128, 256];
-    let mut rates: Vec<Vec<Option<Rate>>> = (0..4).map(|_| Vec::new()).collect();
-    let mut stopped = [false; 4];
+    let mut rates: Vec<Vec<Option<Rate>>> = (0..N).map(|_| Vec::new()).collect();
+    let mut stopped = [false; N];
     for (i, &c) in rate_levels.iter().enumerate() {
-        for k in 0..4 {
-            let p = (i + k) % 4;
+        for k in 0..N {
+            let p = (i + k) % N;
             if stopped[p] {
                 rates[p].push(None);
                 continue;
@@ -585,7 +635,7 @@ fn main() {
 
     // B. Keystroke round trip and C. bulk output: one session of the two-CPU profile per
     // path, so that no terminal sees another's output.
-    let bench_endpoints: Vec<Endpoint> = (0..4)
+    let bench_endpoints: Vec<Endpoint> = (0..N)
         .map(|p| {
             let (id, container) = create("bench");
             paths.endpoint(p, &id, &container)
@@ -593,10 +643,10 @@ fn main() {
         .collect();
     let mut terms: Vec<Ws> = bench_endpoints.iter().map(terminal).collect();
     let keys = scaled(40);
-    let mut keystrokes: Vec<Vec<Duration>> = vec![Vec::new(); 4];
+    let mut keystrokes: Vec<Vec<Duration>> = vec![Vec::new(); N];
     for r in 0..5 {
-        for k in 0..4 {
-            let p = (r + k) % 4;
+        for k in 0..N {
+            let p = (r + k) % N;
             let w = &mut terms[p];
             for i in 0..keys {
                 // Alternate a letter and a delete so the line stays short.
@@ -613,11 +663,11 @@ fn main() {
     eprintln!("keystrokes done ({:.0} s)", began.elapsed().as_secs_f64());
     let bulk_mb = env_f64("BENCH_BULK_MB", 64.0).max(1.0) as u64;
     let bulk_rounds = 3;
-    let mut bulk: Vec<Vec<(u64, Duration)>> = vec![Vec::new(); 4];
-    let mut bulk_failures = [0usize; 4];
+    let mut bulk: Vec<Vec<(u64, Duration)>> = vec![Vec::new(); N];
+    let mut bulk_failures = [0usize; N];
     for r in 0..bulk_rounds {
-        for k in 0..4 {
-            let p = (r + k) % 4;
+        for k in 0..N {
+            let p = (r + k) % N;
             // A fresh terminal: one left unread meanwhile would miss ttyd's pings
             // (`-P 5`) and be hung up.
             let mut fresh = terminal(&bench_endpoints[p]);
@@ -668,6 +718,7 @@ fn main() {
         plain: paths.plain,
         authz: paths.authz,
         gateway: stack.gateways[idle_gw].port,
+        relay: paths.relay,
         bearer: paths.bearer.clone(),
     }
     .endpoint(TERMGATE, &up_id, &up_container);
@@ -710,7 +761,10 @@ fn main() {
         "Connect → `101`, then closed (so ttyd starts no `docker attach`: the path alone is\n\
          measured). `c` clients at once; four rounds with the paths' order rotated. Proxy CPU:\n\
          the running time of the processes the path puts in front of ttyd (nginx's; nginx's and\n\
-         control's; the gateway's), over the upgrades and their close, per upgrade.\n"
+         control's; the gateway's; the relay's), over the upgrades and their close, per upgrade.\n\n\
+         The tokio relay is the floor of a proxy on tokio: a process that accepts, connects to the\n\
+         same socket and copies bytes both ways, reading no HTTP, checking nothing, logging\n\
+         nothing (`tests/examples/bench_paths/relay.rs`; the gateway's runtime, two workers).\n"
     );
     let _ = writeln!(
         md,
@@ -718,8 +772,8 @@ fn main() {
     );
     let mut upgrade_groups = Vec::new();
     for ((c, _), by_path) in levels.iter().zip(upgrades.iter_mut()) {
-        let mut p50s = [0.0; 4];
-        let mut p99s = [0.0; 4];
+        let mut p50s = [0.0; N];
+        let mut p99s = [0.0; N];
         for (p, u) in by_path.iter_mut().enumerate() {
             p50s[p] = msf(pct(&mut u.upgrade, 0.5));
             p99s[p] = msf(pct(&mut u.upgrade, 0.99));
@@ -771,7 +825,7 @@ fn main() {
         md,
         "| path | n | p50 | p99 | p50 − direct | closed after 101 | failed |\n|---|---|---|---|---|---|---|"
     );
-    let mut f50 = [0.0; 4];
+    let mut f50 = [0.0; N];
     for (p, u) in full.iter_mut().enumerate() {
         f50[p] = msf(pct(&mut u.first, 0.5));
     }
@@ -863,13 +917,13 @@ fn main() {
         md,
         "| path | p50 | p99 | p50 ÷ nginx | p50 − direct |\n|---|---|---|---|---|"
     );
-    let mut k50 = [0.0; 4];
-    let mut k99 = [0.0; 4];
-    for p in 0..4 {
+    let mut k50 = [0.0; N];
+    let mut k99 = [0.0; N];
+    for p in 0..N {
         k50[p] = msf(pct(&mut keystrokes[p], 0.5));
         k99[p] = msf(pct(&mut keystrokes[p], 0.99));
     }
-    for p in 0..4 {
+    for p in 0..N {
         let _ = writeln!(
             md,
             "| {} | {:.3} ms | {:.3} ms | {} | {} |",
@@ -890,7 +944,7 @@ fn main() {
         series: &PATHS,
         groups: vec![(
             "one byte → echo".into(),
-            (0..4)
+            (0..N)
                 .map(|p| {
                     Some(Bar {
                         value: k50[p],
@@ -922,7 +976,7 @@ fn main() {
             r.get(r.len() / 2).copied().unwrap_or(0.0)
         })
         .collect();
-    for p in 0..4 {
+    for p in 0..N {
         let each: Vec<String> = bulk[p].iter().map(|r| format!("{:.1}", rate(r))).collect();
         let _ = writeln!(
             md,
@@ -970,7 +1024,7 @@ fn main() {
             .iter()
             .find(|i| i.path == NGINX)
             .map_or(0.0, |i| i.kib_per);
-        let mut bars: Vec<Option<Bar>> = (0..4).map(|_| None).collect();
+        let mut bars: Vec<Option<Bar>> = (0..N).map(|_| None).collect();
         for i in &rows {
             let _ = writeln!(
                 md,
@@ -1010,6 +1064,7 @@ fn main() {
         "wrote {} (results.md, upgrade.svg, keystroke.svg, bulk.svg, idle-memory.svg)",
         out_dir.display()
     );
+    drop(relay);
     drop(nginx);
     drop(stack);
 }
