@@ -2,6 +2,8 @@
 //! copies bytes both ways until either side ends; it reads no HTTP, checks nothing and
 //! logs nothing. Its runtime is the gateway's (multi-threaded, two workers), so what
 //! termgate adds to it is authentication, admission, the tunnel's checks and the logs.
+//! `BENCH_RELAY_THREADS=1` makes it one thread with a single-threaded runtime, the shape
+//! of one nginx worker.
 //!
 //! It runs as a process of its own (`bench_paths --relay <socket>`), so its CPU time is
 //! read like the other proxies'.
@@ -55,11 +57,18 @@ impl Drop for Relay {
 
 /// Serves as the relay in front of `socket` until killed; prints its port first.
 pub fn serve(socket: &Path) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let threads = std::env::var("BENCH_RELAY_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(2);
+    let mut builder = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
+    let runtime = builder.enable_all().build().expect("a runtime");
     runtime.block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("local address").port();
