@@ -17,7 +17,7 @@ pub struct Chart<'a> {
     pub note: &'a str,
 }
 
-const COLORS: [&str; 4] = ["#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c"];
+const COLORS: [&str; 5] = ["#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"];
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
