@@ -32,7 +32,7 @@ use pingora::protocols::http::server::Session as ServerSession;
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::{TcpStream, UnixStream};
 
 use super::{first_message, log, ws_frames, Ctx, Proxy, RequestLine};
@@ -125,10 +125,28 @@ impl Socket {
         }
     }
 
+    /// Reads what the socket holds now. A read shorter than `buf` took all there was, so
+    /// it also clears the socket's readiness: the next read waits for new bytes instead of
+    /// being made only to find none (one `recv` per wake-up rather than two, a keystroke's
+    /// each way). tokio clears it only if no new readiness arrived since it was reported,
+    /// and never clears a closed state, so no bytes or end are missed.
     fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Socket::Tcp(s) => s.try_read(buf),
-            Socket::Unix(s) => s.try_read(buf),
+        let mut short = 0;
+        let len = buf.len();
+        let took = |read: io::Result<usize>, short: &mut usize| match read {
+            Ok(n) if n > 0 && n < len => {
+                *short = n;
+                Err(io::Error::from(ErrorKind::WouldBlock))
+            }
+            other => other,
+        };
+        let read = match self {
+            Socket::Tcp(s) => s.try_io(Interest::READABLE, || took(s.try_read(buf), &mut short)),
+            Socket::Unix(s) => s.try_io(Interest::READABLE, || took(s.try_read(buf), &mut short)),
+        };
+        match read {
+            Err(e) if e.kind() == ErrorKind::WouldBlock && short > 0 => Ok(short),
+            other => other,
         }
     }
 
