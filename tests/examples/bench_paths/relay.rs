@@ -77,6 +77,9 @@ pub fn serve(socket: &Path) {
         let _ = out.flush();
         loop {
             let Ok((client, _)) = listener.accept().await else {
+                // Out of descriptors, say: a pause, as nginx and Pingora take, rather than
+                // a core spent retrying beside the paths being measured.
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                 continue;
             };
             let socket = socket.to_path_buf();
