@@ -26,8 +26,8 @@ use crate::authz::AuthzRequest;
 use crate::error::ApiError;
 use crate::recordings::RecordingView;
 use crate::service::{
-    may_lock, Control, CreateRequest, ListedTarget, RedrawRequest, SessionView, ShareRequest,
-    TargetPatch, TargetRequest, TargetView, Whose,
+    may_lock, Control, CreateRequest, ListedTarget, RedrawRequest, RevocationRequest, SessionView,
+    ShareRequest, SignInReport, SignInView, TargetPatch, TargetRequest, TargetView, Whose,
 };
 
 /// `POST /v1/terminals`: the terminals one gateway has open, per session (a zero for
@@ -319,6 +319,58 @@ fn authz(control: &Control, req: &Request<Incoming>) -> Result<Reply, ApiError> 
     Ok(reply)
 }
 
+/// `/v1/signins…`: a gateway records a sign-in (`POST`, with the sign-in's own token);
+/// users list theirs (`GET`, admins `?sub=`), sign out the current one
+/// (`DELETE …/current`), one by id (`DELETE …/<id>`) or all (`DELETE`, "everywhere").
+async fn sign_ins(
+    control: &Control,
+    req: Request<Incoming>,
+    rest: &[&str],
+    limit: usize,
+) -> Result<Reply, ApiError> {
+    let who = authenticate(control, &req)?;
+    let token = bearer(&req).unwrap_or_default().to_vec();
+    let whose = match query_param(&req, "sub") {
+        None | Some("") => None,
+        Some(s) => Some(
+            form_urlencoded::parse(format!("sub={s}").as_bytes())
+                .next()
+                .and_then(|(_, v)| Sub::parse(&v))
+                .ok_or(ApiError::INVALID_SUB)?,
+        ),
+    };
+    let method = req.method().clone();
+    match (rest, method) {
+        ([], Method::GET) => {
+            let list = control.list_sign_ins(&who, whose.as_ref())?;
+            let views: Vec<SignInView<'_>> = list
+                .iter()
+                .map(|s| control.sign_in_view(s, &token))
+                .collect();
+            Ok(json(200, &serde_json::json!({ "signins": views })))
+        }
+        ([], Method::POST) => {
+            let report: SignInReport = read_json(req, limit).await?;
+            let s = control.record_sign_in(&who, &token, &report)?;
+            Ok(json(201, &control.sign_in_view(&s, &token)))
+        }
+        ([], Method::DELETE) => {
+            let n = control.sign_out_all(&who, whose.as_ref())?;
+            Ok(json(200, &serde_json::json!({ "signed_out": n })))
+        }
+        (["current"], Method::DELETE) => {
+            control.sign_out_current(&who, &token)?;
+            Ok(empty(204))
+        }
+        ([id], Method::DELETE) => {
+            control.sign_out(&who, id, whose.as_ref())?;
+            Ok(empty(204))
+        }
+        ([] | ["current"] | [_], _) => Err(ApiError::METHOD_NOT_ALLOWED),
+        _ => Err(ApiError::PAGE_NOT_FOUND),
+    }
+}
+
 async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, ApiError> {
     let path = req.uri().path().to_owned();
     let segments: Vec<&str> = path
@@ -417,6 +469,25 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 .map(|(name, p)| ProfileView::new(name, p))
                 .collect();
             Ok(json(200, &Profiles { profiles }))
+        }
+        ["signins", rest @ ..] => sign_ins(&control, req, rest, limit).await,
+        ["revocations"] => {
+            let who = authenticate(&control, &req)?;
+            match method {
+                Method::GET => Ok(json(
+                    200,
+                    &serde_json::json!({ "revocations": control.revocations(&who)? }),
+                )),
+                Method::POST => {
+                    if !who.admin {
+                        return Err(ApiError::ADMIN_REQUIRED
+                            .with_message("only an admin may revoke tokens"));
+                    }
+                    let body: RevocationRequest = read_json(req, limit).await?;
+                    Ok(json(201, &control.revoke_tokens(&who, &body)?))
+                }
+                _ => Err(not_allowed()),
+            }
         }
         ["sessions"] => {
             let who = authenticate(&control, &req)?;

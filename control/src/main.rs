@@ -188,6 +188,10 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
 
     let control = Arc::new(Control::new(Arc::clone(&config), store, hosts, verifier));
     control.metrics().seccomp_enforced.set(i64::from(seccomp));
+    let revoked = control
+        .load_revocations()
+        .context("reading the revocations in force from the store")?;
+    tracing::info!(revoked, "revocations in force loaded");
     control::audit::start(Arc::clone(&control)).context("starting the audit writer")?;
     let targets = control
         .apply_config_targets()
@@ -210,6 +214,7 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let reconciler = tokio::spawn(reconciler.run(stop_rx.clone()));
+    tokio::spawn(prune_sign_ins(Arc::clone(&control)));
     let grace = Duration::from_secs(2);
     let api = tokio::spawn(api::serve(
         Arc::clone(&control),
@@ -304,6 +309,9 @@ fn token(
         } else {
             Vec::new()
         },
+        // Its own id, by which an admin can revoke this one token.
+        jti: Some(random_hex()?),
+        sid: None,
     };
     signer.sign(&claims).map_err(|e| e.to_string())
 }
@@ -327,6 +335,28 @@ fn seccomp_at_start(supported: Result<bool, String>, allow_without: bool) -> any
         (Err(e), false) => anyhow::bail!(
             "control.allow_no_seccomp: cannot tell whether the Docker daemon enforces seccomp ({e}); refusing to start (set it to true to accept running without)"
         ),
+    }
+}
+
+/// 128 random bits as hex: a printed token's `jti`.
+fn random_hex() -> Result<String, String> {
+    let mut random = [0u8; 16];
+    getrandom::getrandom(&mut random).map_err(|e| format!("randomness: {e}"))?;
+    Ok(random.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Once a minute, forgets sign-ins and revocations whose tokens can no longer verify,
+/// so that neither the store nor the feed grows with every sign-in ever made.
+async fn prune_sign_ins(control: Arc<Control>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match control.prune_sign_ins() {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(forgotten = n, "expired sign-ins and revocations forgotten"),
+            Err(e) => tracing::warn!(error = %e, "could not prune sign-ins"),
+        }
     }
 }
 

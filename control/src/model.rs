@@ -206,3 +206,36 @@ pub struct UserLock {
     /// When, seconds since the Unix epoch.
     pub at: u64,
 }
+
+/// A sign-in: a browser (or program) that signed in at a gateway and holds the session
+/// cookie whose token has this fingerprint. Kept until its token expires, listed to
+/// its user and to admins, ended by signing it out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignIn {
+    /// The fingerprint of the cookie's token (the record's key; never shown whole).
+    pub fingerprint: policy::revocation::Fingerprint,
+    /// Who signed in.
+    pub sub: Sub,
+    /// When, seconds since the Unix epoch.
+    pub created_at: u64,
+    /// When its token expires.
+    pub expires_at: u64,
+    /// How: `token` (a sign-in link or a token posted to `/auth/session`) or `oidc`.
+    pub method: String,
+    /// The gateway that made it (as it names itself).
+    #[serde(default)]
+    pub gateway: String,
+    /// The browser's `User-Agent`, cut to 200 characters.
+    #[serde(default)]
+    pub user_agent: String,
+    /// The client address the gateway saw.
+    #[serde(default)]
+    pub client: String,
+}
+
+impl SignIn {
+    /// The public id: the fingerprint's first 16 hex digits.
+    pub fn id(&self) -> String {
+        self.fingerprint.id()
+    }
+}

@@ -25,7 +25,10 @@ use crate::recordings::Recordings;
 use crate::store::{Ending, Store, StoreError};
 
 mod shares;
+mod sign_ins;
 mod targets;
+
+pub use sign_ins::{RevocationRequest, SignInReport, SignInView};
 
 pub use shares::{CreatedShare, ShareRequest, ShareView};
 pub use targets::{ListedTarget, TargetPatch, TargetRequest, TargetView};
@@ -190,6 +193,8 @@ pub struct Control {
     ending: InFlight,
     /// Terminals open on each session now, as the gateways report them.
     live: crate::live::LiveTerminals,
+    /// The revocations in force (`sign_ins`), checked on every verified token.
+    revoked: std::sync::RwLock<policy::revocation::RevocationSet>,
 }
 
 /// Whether `who` may lock and unlock users: admins only. Checked before the user named
@@ -284,6 +289,7 @@ impl Control {
             creating: InFlight::default(),
             ending: InFlight::default(),
             live: crate::live::LiveTerminals::default(),
+            revoked: Default::default(),
         }
     }
 
@@ -348,7 +354,9 @@ impl Control {
 
     /// Who a bearer token proves the caller is, now.
     pub fn verify(&self, token: &[u8]) -> Result<Principal, TokenError> {
-        self.verifier.verify(token, now())
+        let who = self.verifier.verify(token, now())?;
+        self.check_revoked(token, &who)?;
+        Ok(who)
     }
 
     /// The Origins allowed to open a terminal with the cookie (the gateway's list).

@@ -19,6 +19,19 @@ use policy::SessionId;
 #[error("control unavailable: {0}")]
 pub struct Unavailable(pub String);
 
+/// What a gateway says of a sign-in it made (control's `SignInReport`).
+#[derive(Debug, serde::Serialize)]
+pub struct SignInReport<'a> {
+    /// `token` or `oidc`.
+    pub method: &'a str,
+    /// This gateway, as it names itself.
+    pub gateway: &'a str,
+    /// The browser's `User-Agent`.
+    pub user_agent: &'a str,
+    /// The client address.
+    pub client: &'a str,
+}
+
 /// A client for control's internal API.
 #[derive(Clone)]
 pub struct ControlClient {
@@ -80,6 +93,45 @@ impl ControlClient {
                 .map_err(|e| Unavailable(format!("bad lookup answer: {e}"))),
             StatusCode::NOT_FOUND => Ok(None),
             s => Err(Unavailable(format!("lookup answered {s}"))),
+        }
+    }
+
+    /// Records a sign-in this gateway just made (`POST /v1/signins`), presenting the
+    /// sign-in's own token: control takes who and until when from it.
+    pub async fn record_sign_in(
+        &self,
+        token: &str,
+        report: &SignInReport<'_>,
+    ) -> Result<(), Unavailable> {
+        let body = serde_json::to_vec(report).map_err(|e| Unavailable(e.to_string()))?;
+        let req = Request::post(format!("{}/v1/signins", self.base))
+            .header(AUTHORIZATION, format!("Bearer {token}"))
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| Unavailable(e.to_string()))?;
+        let (status, body) = self.send(req, self.timeout).await?;
+        if status != StatusCode::CREATED {
+            return Err(Unavailable(format!(
+                "sign-in record answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Signs out the sign-in of `token` (`DELETE /v1/signins/current`). A token control
+    /// no longer accepts (expired, revoked already) has nothing left to sign out.
+    pub async fn sign_out(&self, token: &str) -> Result<(), Unavailable> {
+        let req = Request::delete(format!("{}/v1/signins/current", self.base))
+            .header(AUTHORIZATION, format!("Bearer {token}"))
+            .body(Full::default())
+            .map_err(|e| Unavailable(e.to_string()))?;
+        match self.send(req, self.timeout).await? {
+            (StatusCode::NO_CONTENT | StatusCode::UNAUTHORIZED, _) => Ok(()),
+            (status, body) => Err(Unavailable(format!(
+                "sign-out answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            ))),
         }
     }
 

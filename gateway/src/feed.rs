@@ -74,6 +74,7 @@ pub struct ExpirySweeper(pub Arc<Gateway>);
 impl BackgroundService for ExpirySweeper {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let mut tick = tokio::time::interval(Duration::from_millis(250));
+        let mut ticks: u32 = 0;
         loop {
             tokio::select! {
                 _ = tick.tick() => {
@@ -89,6 +90,11 @@ impl BackgroundService for ExpirySweeper {
                         g.count_closed(crate::terminals::CloseReason::ShareEnded, n);
                     }
                     g.metrics.open_terminals.set(i64::try_from(g.terminals.open()).unwrap_or(i64::MAX));
+                    ticks = ticks.wrapping_add(1);
+                    if ticks.is_multiple_of(240) {
+                        // Once a minute: entries whose tokens can no longer verify.
+                        g.routes.prune_revoked(now());
+                    }
                 }
                 _ = shutdown.changed() => return,
             }

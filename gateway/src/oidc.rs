@@ -245,6 +245,8 @@ impl Oidc {
             },
         )?;
         let grant = self.rules.grant(&claims, exp, now)?;
+        let jti = crate::state::random_hex()
+            .ok_or_else(|| unavailable("randomness", "the kernel gave none"))?;
         let token = self
             .signer
             .sign(&TokenClaims {
@@ -258,6 +260,8 @@ impl Oidc {
                 } else {
                     Vec::new()
                 },
+                jti: Some(jti),
+                sid: None,
             })
             .map_err(|e| unavailable("signing the session", e))?;
         Ok(SignedIn {

@@ -1,5 +1,5 @@
-//! The route cache: what the gateway knows about sessions and locked users, fed by
-//! control's route feed. Reads are on every terminal request, so the lock is a plain
+//! The route cache: what the gateway knows about sessions, locked users and revoked
+//! credentials, fed by control's route feed. Reads are on every terminal request, so the lock is a plain
 //! `RwLock` held for a map lookup only (never across an await).
 
 use std::collections::{HashMap, HashSet};
@@ -8,6 +8,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use policy::feed::{Change, FeedPage, Route, RouteLookup, TargetAccess};
+use policy::revocation::{CredentialId, Revocation, RevocationSet, RevokedWhy};
 use policy::SessionId;
 
 /// The answer of a cache lookup.
@@ -32,6 +33,8 @@ pub struct Revocations {
     pub users: Vec<String>,
     /// Share links revoked (gone from their session's route): their viewers close.
     pub shares: Vec<(SessionId, String)>,
+    /// Credentials revoked (sign-outs, an admin's revocations): what they opened closes.
+    pub credentials: Vec<Revocation>,
 }
 
 impl Revocations {
@@ -58,6 +61,7 @@ impl Revocations {
             && self.users.is_empty()
             && self.narrowed.is_empty()
             && self.shares.is_empty()
+            && self.credentials.is_empty()
     }
 }
 
@@ -68,6 +72,7 @@ struct Inner {
     rev: u64,
     routes: HashMap<SessionId, Arc<Route>>,
     locked: HashSet<String>,
+    revoked: RevocationSet,
     negative: HashMap<SessionId, Instant>,
     /// Routes learned by a one-off lookup ahead of the feed, with the revision they were
     /// true at: older feed changes for them are stale and skipped.
@@ -139,6 +144,29 @@ impl RouteCache {
     /// Whether `sub` is locked.
     pub fn is_locked(&self, sub: &str) -> bool {
         self.read().locked.contains(sub)
+    }
+
+    /// Why a verified credential is refused, if a revocation covers it. Nothing is
+    /// hashed while nothing is revoked.
+    pub fn revoked(&self, token: &[u8], who: &policy::Principal) -> Option<RevokedWhy> {
+        let inner = self.read();
+        if inner.revoked.is_empty() {
+            return None;
+        }
+        inner.revoked.check(&CredentialId::of(token, who))
+    }
+
+    /// Forgets revocations whose tokens can no longer verify at `now`.
+    pub fn prune_revoked(&self, now: u64) {
+        let mut inner = self.write();
+        if !inner.revoked.is_empty() {
+            inner.revoked.prune(now);
+        }
+    }
+
+    /// Revocations in force (the admin listener's gauge).
+    pub fn revoked_len(&self) -> usize {
+        self.read().revoked.len()
     }
 
     /// Records the answer of a one-off lookup (`None`: not running, remembered briefly as
@@ -213,6 +241,10 @@ impl RouteCache {
             }
             let locked: HashSet<String> = page.locked.iter().cloned().collect();
             out.users = locked.difference(&inner.locked).cloned().collect();
+            // Every entry is enforced again: closing what is closed already is a no-op,
+            // and a gateway that missed the increments must not keep what they revoked.
+            inner.revoked.replace(&page.revoked);
+            out.credentials.clone_from(&page.revoked);
             inner.routes = routes;
             inner.locked = locked;
             inner.negative.clear();
@@ -257,6 +289,10 @@ impl RouteCache {
                     }
                     Change::Unlock { sub, .. } => {
                         inner.locked.remove(sub);
+                    }
+                    Change::Revoke { revocation, .. } => {
+                        inner.revoked.insert(revocation);
+                        out.credentials.push(revocation.clone());
                     }
                 }
             }
@@ -314,6 +350,7 @@ mod tests {
             changes,
             routes: vec![],
             locked: vec![],
+            revoked: vec![],
         }
     }
 
@@ -456,6 +493,7 @@ mod tests {
             changes: vec![],
             routes: vec![route(2, "bob"), route(3, "carol")],
             locked: vec!["dave".into()],
+            revoked: vec![],
         });
         assert_eq!(r.sessions, vec![id(1)]);
         assert_eq!(r.users, vec!["dave".to_string()]);
@@ -572,5 +610,52 @@ mod tests {
         assert_eq!(c.get(&id(9)), Lookup::Negative);
         std::thread::sleep(Duration::from_millis(40));
         assert_eq!(c.get(&id(9)), Lookup::Miss);
+    }
+
+    fn principal(sub: &str) -> policy::Principal {
+        policy::Principal {
+            sub: policy::Sub::parse(sub).unwrap(),
+            admin: false,
+            roles: vec![],
+            expires_at: 10_000,
+            issued_at: 100,
+            jti: Some("j-1".into()),
+        }
+    }
+
+    #[test]
+    fn a_fed_revocation_refuses_its_credential_and_a_reset_replaces_the_set() {
+        let c = RouteCache::new(Duration::from_secs(1));
+        let alice = principal("alice");
+        assert_eq!(c.revoked(b"t1", &alice), None);
+        let signed_out = Revocation::SignIn {
+            fingerprint: policy::revocation::Fingerprint::of(b"t1"),
+            sub: "alice".into(),
+            expires_at: 10_000,
+        };
+        let r = c.apply(&page(
+            1,
+            vec![Change::Revoke {
+                rev: 1,
+                revocation: signed_out.clone(),
+            }],
+        ));
+        assert_eq!(r.credentials, vec![signed_out.clone()]);
+        assert_eq!(c.revoked(b"t1", &alice), Some(RevokedWhy::SignedOut));
+        assert_eq!(c.revoked(b"t2", &alice), None, "another sign-in stays");
+        // A reset that no longer lists it (control forgot it once expired) drops it;
+        // one that lists a jti refuses that token.
+        let mut reset = page(5, vec![]);
+        reset.reset = true;
+        reset.revoked = vec![Revocation::Token {
+            jti: "j-1".into(),
+            expires_at: 10_000,
+        }];
+        let r = c.apply(&reset);
+        assert_eq!(r.credentials.len(), 1, "every entry is enforced again");
+        assert_eq!(c.revoked(b"t2", &alice), Some(RevokedWhy::Revoked));
+        c.prune_revoked(10_000 + policy::revocation::KEEP_AFTER_EXPIRY_SECS);
+        assert_eq!(c.revoked(b"t2", &alice), None);
+        assert_eq!(c.revoked_len(), 0);
     }
 }

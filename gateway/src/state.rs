@@ -21,6 +21,14 @@ pub fn now() -> u64 {
         .unwrap_or(0)
 }
 
+/// 128 random bits as hex (a sign-in token's `jti`); `None` when the kernel gives no
+/// randomness, so that nothing is signed with a predictable id.
+pub fn random_hex() -> Option<String> {
+    let mut random = [0u8; 16];
+    getrandom::getrandom(&mut random).ok()?;
+    Some(random.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// The gateway's shared state.
 pub struct Gateway {
     /// Configuration.
@@ -49,6 +57,9 @@ pub struct Gateway {
     pub trusted_proxies: policy::TrustedProxies,
     /// Credentials of targets' ttyds, read from files.
     pub target_credentials: TargetCredentials,
+    /// Signs each sign-in's own cookie token, when the configuration holds a signing
+    /// key (without one the cookie carries the token that was presented).
+    pub signer: Option<policy::Signer>,
     /// Sign-in through an OpenID Connect provider, when `[auth.oidc]` is set.
     pub oidc: Option<Arc<crate::oidc::Oidc>>,
     /// Where recorded terminals are written (profiles' `record`).
@@ -56,8 +67,6 @@ pub struct Gateway {
     /// The gateway's own read-only ttyd pool (no `-W`), where share-link viewers of
     /// sessions without a host pool of their own go.
     pub viewer_pool: policy::feed::TtydAddress,
-    /// Key of the credential hashes that tie terminals to the token that opened them.
-    credential_keys: std::collections::hash_map::RandomState,
 }
 
 /// The gateway's own read-only pool: `gateway.viewer_upstreams`, else the unix socket
@@ -99,10 +108,10 @@ impl Gateway {
             auth_failures: Rate::new(Duration::from_secs(60)),
             lookups: Rate::new(Duration::from_secs(60)),
             secure_cookie: g.tls_cert_file.is_some(),
-            credential_keys: std::collections::hash_map::RandomState::new(),
             viewer_pool: viewer_pool(&config),
             target_credentials: TargetCredentials::default(),
             oidc: crate::oidc::Oidc::from_config(&config)?,
+            signer: config.signer(),
             recordings: crate::recording::Spool::new(
                 config.resolve(&g.recordings_dir),
                 g.recording_queue,
@@ -138,6 +147,17 @@ impl Gateway {
                 self.count_closed(CloseReason::ShareEnded, n);
             }
         }
+        for r in &revoked.credentials {
+            let n = self.terminals.close_revoked(r);
+            if n > 0 {
+                let reason = match r.why() {
+                    policy::revocation::RevokedWhy::SignedOut => CloseReason::SignedOut,
+                    policy::revocation::RevokedWhy::Revoked => CloseReason::TokenRevoked,
+                };
+                tracing::info!(target: "audit", revocation = %r.key(), closed = n, reason = reason.as_str(), "live terminals closed");
+                self.count_closed(reason, n);
+            }
+        }
         for sub in &revoked.users {
             let n = self.terminals.close_user(sub, CloseReason::UserLocked);
             if n > 0 {
@@ -147,10 +167,10 @@ impl Gateway {
         }
     }
 
-    /// A keyed hash of a token: tells terminals opened with it apart without keeping it.
-    pub fn credential_key(&self, token: &[u8]) -> u64 {
-        use std::hash::BuildHasher;
-        self.credential_keys.hash_one(token)
+    /// A token's fingerprint: tells terminals opened with it apart without keeping it,
+    /// and names its sign-in in revocations.
+    pub fn credential_key(&self, token: &[u8]) -> policy::revocation::Fingerprint {
+        policy::revocation::Fingerprint::of(token)
     }
 
     /// Counts live terminals closed by enforcement.

@@ -16,6 +16,7 @@ use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use policy::revocation::{CredentialId, Fingerprint, Revocation, RevokedWhy};
 use policy::{Principal, SessionId};
 
 /// Why a terminal was refused a slot.
@@ -38,8 +39,11 @@ pub enum CloseReason {
     UserLocked,
     /// The token expired.
     TokenExpired,
-    /// The browser that opened it signed out.
+    /// The browser that opened it signed out (here, on another gateway, or from
+    /// another browser's "sign out everywhere").
     SignedOut,
+    /// An admin revoked the token that opened it.
+    TokenRevoked,
     /// The target no longer allows its user.
     AccessRemoved,
     /// The share link a viewer watched through was revoked or expired, or its owner
@@ -55,6 +59,7 @@ impl CloseReason {
             CloseReason::UserLocked => "termgate: your account was locked",
             CloseReason::TokenExpired => "termgate: your sign-in expired",
             CloseReason::SignedOut => "termgate: signed out",
+            CloseReason::TokenRevoked => "termgate: your sign-in was revoked",
             CloseReason::AccessRemoved => "termgate: your access to this terminal was removed",
             CloseReason::ShareEnded => "termgate: this share link was revoked or expired",
         }
@@ -67,6 +72,7 @@ impl CloseReason {
             CloseReason::UserLocked => "user_locked",
             CloseReason::TokenExpired => "token_expired",
             CloseReason::SignedOut => "signed_out",
+            CloseReason::TokenRevoked => "token_revoked",
             CloseReason::AccessRemoved => "access_removed",
             CloseReason::ShareEnded => "share_ended",
         }
@@ -100,8 +106,11 @@ struct Live {
     /// closes the terminals no longer allowed.
     roles: Vec<String>,
     admin: bool,
-    /// Keyed hash of the credential that opened it (see [`Terminals::admit`]).
-    credential: u64,
+    /// Fingerprint of the credential that opened it (see [`Terminals::admit`]).
+    credential: Fingerprint,
+    /// That credential's `jti` and `iat`: an admin's revocation names them.
+    jti: Option<Box<str>>,
+    issued_at: u64,
     expires_at: Option<u64>,
     upstream: Option<Kept>,
     /// The browser's socket, once the upgrade has been answered (plain-text listeners
@@ -149,8 +158,8 @@ pub struct ViewerRequest<'a> {
     pub max_viewers: Option<u32>,
     /// The signed-in viewer, if any, and when their token expires (if enforced).
     pub viewer: Option<(&'a Principal, Option<u64>)>,
-    /// Keyed hash of the viewer's credential (0 without one).
-    pub credential: u64,
+    /// Fingerprint of the viewer's credential (the default without one).
+    pub credential: Fingerprint,
 }
 #[derive(Default)]
 struct Inner {
@@ -189,14 +198,14 @@ impl Terminals {
     }
 
     /// Takes a slot for a terminal of `who` on `session`; `expires_at` closes it then.
-    /// `credential` identifies the token that opened it (a keyed hash, never the token),
-    /// so that signing that token out closes it.
+    /// `credential` identifies the token that opened it (its fingerprint, never the
+    /// token), so that signing that token out closes it.
     pub fn admit(
         self: &Arc<Self>,
         session: SessionId,
         who: &Principal,
         expires_at: Option<u64>,
-        credential: u64,
+        credential: Fingerprint,
     ) -> Result<Ticket, LimitHit> {
         let sub = who.sub.as_str();
         let mut inner = self.lock();
@@ -217,6 +226,8 @@ impl Terminals {
                 roles: who.roles.clone(),
                 admin: who.admin,
                 credential,
+                jti: who.jti.as_deref().map(Box::from),
+                issued_at: who.issued_at,
                 expires_at,
                 upstream: None,
                 downstream: None,
@@ -248,9 +259,15 @@ impl Terminals {
             return Err(LimitHit::Viewers);
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let (sub, roles, expires_at) = match req.viewer {
-            Some((p, expires)) => (p.sub.to_string(), p.roles.clone(), expires),
-            None => (String::new(), Vec::new(), None),
+        let (sub, roles, expires_at, jti, issued_at) = match req.viewer {
+            Some((p, expires)) => (
+                p.sub.to_string(),
+                p.roles.clone(),
+                expires,
+                p.jti.as_deref().map(Box::from),
+                p.issued_at,
+            ),
+            None => (String::new(), Vec::new(), None, None, 0),
         };
         inner.live.insert(
             id,
@@ -260,6 +277,8 @@ impl Terminals {
                 roles,
                 admin: false,
                 credential: req.credential,
+                jti,
+                issued_at,
                 expires_at,
                 upstream: None,
                 downstream: None,
@@ -391,8 +410,26 @@ impl Terminals {
     }
 
     /// Closes the terminals opened with one credential (its sign-out).
-    pub fn close_credential(&self, credential: u64) -> usize {
+    pub fn close_credential(&self, credential: Fingerprint) -> usize {
         self.close_where(CloseReason::SignedOut, |l| l.credential == credential)
+    }
+
+    /// Closes the terminals and viewers opened with a credential `r` revokes (an
+    /// anonymous viewer holds none).
+    pub fn close_revoked(&self, r: &Revocation) -> usize {
+        let reason = match r.why() {
+            RevokedWhy::SignedOut => CloseReason::SignedOut,
+            RevokedWhy::Revoked => CloseReason::TokenRevoked,
+        };
+        self.close_where(reason, |l| {
+            !l.sub.is_empty()
+                && r.covers(&CredentialId {
+                    fingerprint: l.credential,
+                    sub: &l.sub,
+                    jti: l.jti.as_deref(),
+                    issued_at: l.issued_at,
+                })
+        })
     }
 }
 
@@ -521,12 +558,18 @@ impl Drop for Ticket {
 mod tests {
     use super::*;
 
+    fn fp(n: u8) -> Fingerprint {
+        Fingerprint::of(&[n])
+    }
+
     fn who(sub: &str) -> Principal {
         Principal {
             sub: policy::Sub::parse(sub).unwrap(),
             admin: false,
             roles: Vec::new(),
             expires_at: 0,
+            issued_at: 0,
+            jti: None,
         }
     }
     use std::io::Read;
@@ -540,18 +583,18 @@ mod tests {
     #[test]
     fn limits_per_user_and_per_session_hold_and_free_on_drop() {
         let t = Terminals::new(2, 1);
-        let a = t.admit(id(1), &who("alice"), None, 0).unwrap();
+        let a = t.admit(id(1), &who("alice"), None, fp(0)).unwrap();
         assert_eq!(
-            t.admit(id(1), &who("alice"), None, 0).err(),
+            t.admit(id(1), &who("alice"), None, fp(0)).err(),
             Some(LimitHit::Session)
         );
-        let b = t.admit(id(2), &who("alice"), None, 0).unwrap();
+        let b = t.admit(id(2), &who("alice"), None, fp(0)).unwrap();
         assert_eq!(
-            t.admit(id(3), &who("alice"), None, 0).err(),
+            t.admit(id(3), &who("alice"), None, fp(0)).err(),
             Some(LimitHit::User)
         );
         drop(a);
-        assert!(t.admit(id(1), &who("alice"), None, 0).is_ok());
+        assert!(t.admit(id(1), &who("alice"), None, fp(0)).is_ok());
         drop(b);
         assert_eq!(t.open(), 0);
     }
@@ -560,7 +603,7 @@ mod tests {
     fn closing_shuts_the_upstream_socket_without_traffic() {
         let t = Terminals::new(8, 8);
         let (ours, mut peer) = UnixStream::pair().unwrap();
-        let ticket = t.admit(id(1), &who("alice"), None, 0).unwrap();
+        let ticket = t.admit(id(1), &who("alice"), None, fp(0)).unwrap();
         ticket.attach_upstream(ours.as_raw_fd()).unwrap();
         assert_eq!(t.close_session(&id(1), CloseReason::RouteRemoved), 1);
         let mut buf = [0u8; 1];
@@ -573,7 +616,7 @@ mod tests {
         let t = Terminals::new(8, 8);
         let (up, mut ttyd) = UnixStream::pair().unwrap();
         let (down, mut browser) = UnixStream::pair().unwrap();
-        let ticket = t.admit(id(1), &who("alice"), None, 0).unwrap();
+        let ticket = t.admit(id(1), &who("alice"), None, fp(0)).unwrap();
         // SAFETY: both sockets outlive the ticket (dropped first below).
         unsafe { ticket.lend(up.as_raw_fd(), down.as_raw_fd()) }.unwrap();
         assert_eq!(t.close_user("alice", CloseReason::UserLocked), 1);
@@ -587,7 +630,7 @@ mod tests {
         assert_eq!(browser.read(&mut buf).unwrap(), 1);
         // A terminal revoked before its sockets were lent is cut at once.
         let (up, mut ttyd) = UnixStream::pair().unwrap();
-        let ticket = t.admit(id(2), &who("bob"), None, 0).unwrap();
+        let ticket = t.admit(id(2), &who("bob"), None, fp(0)).unwrap();
         t.close_user("bob", CloseReason::UserLocked);
         // SAFETY: as above.
         unsafe { ticket.lend(up.as_raw_fd(), down.as_raw_fd()) }.unwrap();
@@ -598,8 +641,8 @@ mod tests {
     #[test]
     fn users_and_expiry_are_enforced_selectively() {
         let t = Terminals::new(8, 8);
-        let a = t.admit(id(1), &who("alice"), Some(100), 0).unwrap();
-        let b = t.admit(id(2), &who("bob"), Some(200), 0).unwrap();
+        let a = t.admit(id(1), &who("alice"), Some(100), fp(0)).unwrap();
+        let b = t.admit(id(2), &who("bob"), Some(200), fp(0)).unwrap();
         assert_eq!(t.close_expired(150), 1);
         assert_eq!(
             (a.closed(), b.closed()),
@@ -617,7 +660,7 @@ mod tests {
     #[test]
     fn a_revoked_terminal_tells_the_browser_why_before_the_cut() {
         let t = Terminals::new(8, 8);
-        let ticket = t.admit(id(1), &who("alice"), None, 0).unwrap();
+        let ticket = t.admit(id(1), &who("alice"), None, fp(0)).unwrap();
         let (browser_side, mut browser) = UnixStream::pair().unwrap();
         browser_side.set_nonblocking(true).unwrap();
         ticket.attach_downstream(browser_side.as_raw_fd());
@@ -632,9 +675,9 @@ mod tests {
     #[test]
     fn signing_out_closes_only_the_terminals_of_that_credential() {
         let t = Terminals::new(8, 8);
-        let this_browser = t.admit(id(1), &who("alice"), None, 11).unwrap();
-        let other_browser = t.admit(id(1), &who("alice"), None, 22).unwrap();
-        assert_eq!(t.close_credential(11), 1);
+        let this_browser = t.admit(id(1), &who("alice"), None, fp(11)).unwrap();
+        let other_browser = t.admit(id(1), &who("alice"), None, fp(22)).unwrap();
+        assert_eq!(t.close_credential(fp(11)), 1);
         assert_eq!(
             (this_browser.closed(), other_browser.closed()),
             (Some(CloseReason::SignedOut), None)
@@ -653,7 +696,7 @@ mod tests {
             share_expires_at: 100,
             max_viewers: max,
             viewer: who.map(|p| (p, None)),
-            credential: 0,
+            credential: fp(0),
         }
     }
 
@@ -668,7 +711,7 @@ mod tests {
             Some(LimitHit::Viewers)
         );
         let other_link = t.admit_viewer(&viewer("s2", Some(1), None)).unwrap();
-        let owner = t.admit(id(1), &who("alice"), None, 0).unwrap();
+        let owner = t.admit(id(1), &who("alice"), None, fp(0)).unwrap();
         assert_eq!(
             t.per_session().get(&id(1)),
             Some(&1),
@@ -692,7 +735,7 @@ mod tests {
         let t = Terminals::new(8, 8);
         let a = t.admit_viewer(&viewer("s1", None, None)).unwrap();
         let b = t.admit_viewer(&viewer("s2", None, None)).unwrap();
-        let owner = t.admit(id(1), &who("alice"), None, 0).unwrap();
+        let owner = t.admit(id(1), &who("alice"), None, fp(0)).unwrap();
         assert_eq!(t.close_share(&id(1), "s1"), 1);
         assert_eq!(
             (a.closed(), b.closed()),
@@ -717,7 +760,7 @@ mod tests {
     #[test]
     fn a_socket_without_a_registered_slot_is_an_error() {
         let t = Terminals::new(8, 8);
-        let ticket = t.admit(id(1), &who("alice"), None, 0).unwrap();
+        let ticket = t.admit(id(1), &who("alice"), None, fp(0)).unwrap();
         t.lock().live.clear();
         let (ours, _peer) = UnixStream::pair().unwrap();
         assert!(ticket.attach_upstream(ours.as_raw_fd()).is_err());
@@ -726,7 +769,7 @@ mod tests {
     #[test]
     fn a_terminal_revoked_before_connecting_is_shut_on_attach() {
         let t = Terminals::new(8, 8);
-        let ticket = t.admit(id(1), &who("alice"), None, 0).unwrap();
+        let ticket = t.admit(id(1), &who("alice"), None, fp(0)).unwrap();
         t.close_user("alice", CloseReason::UserLocked);
         let (ours, mut peer) = UnixStream::pair().unwrap();
         ticket.attach_upstream(ours.as_raw_fd()).unwrap();

@@ -97,6 +97,8 @@ mod tests {
             admin,
             roles: Vec::new(),
             expires_at: 0,
+            issued_at: 0,
+            jti: None,
         }
     }
 

@@ -389,6 +389,14 @@ pub enum Change {
         /// The user.
         sub: String,
     },
+    /// A credential was revoked (a sign-out, an admin's revocation): refuse it, close
+    /// what it opened.
+    Revoke {
+        /// Revision of this change.
+        rev: u64,
+        /// What is revoked.
+        revocation: crate::revocation::Revocation,
+    },
 }
 
 impl Change {
@@ -398,7 +406,8 @@ impl Change {
             Change::Upsert { rev, .. }
             | Change::Remove { rev, .. }
             | Change::Lock { rev, .. }
-            | Change::Unlock { rev, .. } => *rev,
+            | Change::Unlock { rev, .. }
+            | Change::Revoke { rev, .. } => *rev,
         }
     }
 }
@@ -425,6 +434,9 @@ pub struct FeedPage {
     /// Every locked user (reset only).
     #[serde(default)]
     pub locked: Vec<String>,
+    /// Every revocation in force (reset only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revoked: Vec<crate::revocation::Revocation>,
 }
 
 #[cfg(test)]

@@ -78,6 +78,11 @@ pub struct Principal {
     pub roles: Vec<String>,
     /// Token expiry, seconds since the Unix epoch.
     pub expires_at: u64,
+    /// When the token was issued (`iat`), seconds since the Unix epoch; 0 without
+    /// one. Revoking a user's tokens "issued before" a time compares against it.
+    pub issued_at: u64,
+    /// The token's `jti`, by which an admin may revoke it.
+    pub jti: Option<String>,
 }
 
 /// The token of an `Authorization` header value with the `Bearer` scheme (in any case),
@@ -277,6 +282,22 @@ pub enum TokenError {
     /// The token lives longer than the configured maximum lifetime.
     #[error("token lifetime exceeds the allowed maximum")]
     LifetimeTooLong,
+    /// The sign-in this token belongs to was signed out.
+    #[error("this sign-in was signed out")]
+    SignedOut,
+    /// An admin revoked the token (by its `jti`, or every token of its user issued
+    /// before a time).
+    #[error("this token was revoked")]
+    Revoked,
+}
+
+impl From<crate::revocation::RevokedWhy> for TokenError {
+    fn from(why: crate::revocation::RevokedWhy) -> Self {
+        match why {
+            crate::revocation::RevokedWhy::SignedOut => TokenError::SignedOut,
+            crate::revocation::RevokedWhy::Revoked => TokenError::Revoked,
+        }
+    }
 }
 
 impl TokenError {
@@ -296,6 +317,8 @@ impl TokenError {
             TokenError::MissingClaim(_) => "missing_claim",
             TokenError::InvalidClaim(_) => "invalid_claim",
             TokenError::InvalidSub => "invalid_sub",
+            TokenError::SignedOut => "signed_out",
+            TokenError::Revoked => "revoked",
         }
     }
 }
@@ -682,11 +705,24 @@ impl Verifier {
                 .ok_or(TokenError::InvalidClaim("roles"))?,
             Some(_) => return Err(TokenError::InvalidClaim("roles")),
         };
+        let issued_at = match claims.get("iat") {
+            None => 0,
+            Some(v) => numeric_date(v).ok_or(TokenError::InvalidClaim("iat"))?,
+        };
+        let jti = match claims.get("jti") {
+            None => None,
+            Some(serde_json::Value::String(j)) if !j.is_empty() && j.len() <= 256 => {
+                Some(j.clone())
+            }
+            Some(_) => return Err(TokenError::InvalidClaim("jti")),
+        };
         Ok(Principal {
             sub,
             admin: roles.contains(&self.settings.admin_role),
             roles,
             expires_at: exp,
+            issued_at,
+            jti,
         })
     }
 }
@@ -718,6 +754,14 @@ pub struct TokenClaims {
     /// Roles.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub roles: Vec<String>,
+    /// Token id: the gateway gives each sign-in's token its own, so that sign-ins made
+    /// with the same sign-in link are told apart.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub jti: Option<String>,
+    /// Sign-in id: random for each sign-in the gateway makes, so that two sign-ins
+    /// with the same token in the same second still get tokens of their own.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub sid: Option<String>,
 }
 
 /// Signs tokens with a private key or the HS256 secret.

@@ -19,6 +19,7 @@ pub mod origin;
 pub mod path;
 pub mod quota;
 pub mod refusal;
+pub mod revocation;
 pub mod sandbox;
 pub mod session_id;
 pub mod share;

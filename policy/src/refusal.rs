@@ -108,6 +108,28 @@ impl Refusal {
         "control_unavailable",
         "the control service is not answering; try again shortly",
     );
+    /// A sign-out (or a revocation) could not reach control: nothing was revoked, and
+    /// the caller is told so rather than shown a success.
+    pub const SIGN_OUT_FAILED: Refusal = refusal(
+        503,
+        "sign_out_failed",
+        "the sign-out did not happen: the control service is not answering; you are still signed in, try again shortly",
+    );
+    /// A sign-in could not be recorded at control: no cookie is set, since a sign-in
+    /// nobody could sign out is not made.
+    pub const SIGN_IN_UNAVAILABLE: Refusal = refusal(
+        503,
+        "sign_in_unavailable",
+        "signing in needs the control service, which is not answering; try again shortly",
+    );
+    /// No such sign-in of the caller's (another user's and unknown look the same).
+    pub const SIGN_IN_NOT_FOUND: Refusal = refusal(404, "sign_in_not_found", "no such sign-in");
+    /// A revocation that names nothing, or too much.
+    pub const INVALID_REVOCATION: Refusal = refusal(
+        400,
+        "invalid_revocation",
+        "give either {\"jti\": …} or {\"sub\": …, \"issued_before\": …}",
+    );
     /// ttyd did not answer.
     pub const TERMINAL_UNAVAILABLE: Refusal = refusal(
         502,

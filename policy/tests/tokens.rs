@@ -529,6 +529,8 @@ fn signer_tokens_verify() {
             iss: Some("termgate".into()),
             aud: Some("termgate-gw".into()),
             roles: vec!["admin".into()],
+            jti: None,
+            sid: None,
         })
         .unwrap();
     let p = ok(&pem_verifier(), &t);

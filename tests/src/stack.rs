@@ -59,6 +59,19 @@ pub struct Answer {
     pub body: Value,
     /// Body as text.
     pub text: String,
+    /// The `Set-Cookie` headers, in order.
+    pub set_cookies: Vec<String>,
+}
+
+impl Answer {
+    /// The value the answer sets for cookie `name`, if it sets one.
+    pub fn cookie(&self, name: &str) -> Option<String> {
+        self.set_cookies.iter().find_map(|c| {
+            let pair = c.split(';').next()?;
+            let (k, v) = pair.split_once('=')?;
+            (k.trim() == name).then(|| v.trim().to_owned())
+        })
+    }
 }
 
 /// A tiny HTTP client that never treats a status as an error.
@@ -97,9 +110,20 @@ pub fn http(
     };
     let mut resp = result.map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();
+    let set_cookies = resp
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok().map(str::to_owned))
+        .collect();
     let text = resp.body_mut().read_to_string().unwrap_or_default();
     let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-    Ok(Answer { status, body, text })
+    Ok(Answer {
+        status,
+        body,
+        text,
+        set_cookies,
+    })
 }
 
 /// Runs `docker` with arguments; returns trimmed stdout (panics when docker fails).
@@ -311,6 +335,8 @@ impl ControlStack {
                 iss: config.auth.issuer.clone(),
                 aud: config.auth.audience.clone(),
                 roles,
+                jti: None,
+                sid: None,
             })
             .expect("sign")
     }
@@ -661,7 +687,8 @@ impl GatewayStack {
         self.sign_in_with(0, &token)
     }
 
-    /// Posts `token` to `/auth/session` of gateway `n`; returns the cookie pair.
+    /// Posts `token` to `/auth/session` of gateway `n`; returns the cookie pair it set
+    /// (the sign-in's own token).
     pub fn sign_in_with(&self, n: usize, token: &str) -> String {
         let a = http(
             "POST",
@@ -671,7 +698,11 @@ impl GatewayStack {
         )
         .expect("sign in");
         assert_eq!(a.status, 200, "sign-in: {}", a.text);
-        format!("termgate_session={token}")
+        let value = a
+            .cookie("termgate_session")
+            .expect("the sign-in sets the session cookie");
+        assert!(!value.is_empty(), "the session cookie has a value");
+        format!("termgate_session={value}")
     }
 
     /// Opens a terminal websocket on gateway `n` at `path_and_query`, and waits until

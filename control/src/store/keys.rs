@@ -24,6 +24,10 @@ pub(super) const CHANGES: &str = "changes";
 pub(super) const LOCKS: &str = "locks";
 /// target id → the target.
 pub(super) const TARGETS: &str = "targets";
+/// fingerprint (hex) → a sign-in.
+pub(super) const SIGN_INS: &str = "sign_ins";
+/// [`policy::revocation::Revocation::key`] → a revocation in force.
+pub(super) const REVOKED: &str = "revoked";
 /// `at_ms sequence` (big-endian) → an audit line (JSON).
 pub(super) const AUDIT: &str = "audit";
 

@@ -1,6 +1,6 @@
 //! The control service's books, kept in sled. This is the only module that touches sled.
 //!
-//! Layout (one sled database, nine trees):
+//! Layout (one sled database, eleven trees):
 //!
 //! | tree               | key                                         | value              |
 //! |--------------------|---------------------------------------------|--------------------|
@@ -13,6 +13,8 @@
 //! | `changes`          | rev (u64 BE)                                | [`Change`] JSON    |
 //! | `locks`            | sub                                         | [`UserLock`] JSON  |
 //! | `targets`          | target id                                   | [`Target`] JSON    |
+//! | `sign_ins`         | token fingerprint (hex)                     | [`SignIn`] JSON    |
+//! | `revoked`          | `f/<fingerprint>`, `j/<jti>`, `b/<sub>`     | [`Revocation`] JSON |
 //!
 //! Every write holds one process-wide mutex and runs as one multi-tree transaction:
 //! the mutex serialises quota check, insert, counting and the revision bump (sled's
@@ -27,10 +29,15 @@
 //! change survives `kill -9`) and the new revision is published on a watch channel so
 //! long-polling feed readers wake at once.
 //!
-//! [`keys`] holds the byte layouts, [`tx`] the transaction helper.
+//! [`keys`] holds the byte layouts, [`tx`] the transaction helper, [`sign_ins`] the
+//! sign-ins and revocations.
+//!
+//! [`SignIn`]: crate::model::SignIn
+//! [`Revocation`]: policy::revocation::Revocation
 
 mod audit;
 mod keys;
+mod sign_ins;
 #[cfg(test)]
 mod tests;
 mod tx;
@@ -51,7 +58,7 @@ use crate::model::{
 use keys::{
     decode_u32, decode_u64, history_key, owner_key, owner_prefix, parse_history_key,
     parse_owner_key, user_count_key, AUDIT, CHANGES, COUNTS, GLOBAL_COUNT_KEY, HISTORY,
-    HISTORY_BY_OWNER, LOCKS, META, OWNERS, REV_KEY, SESSIONS, TARGETS,
+    HISTORY_BY_OWNER, LOCKS, META, OWNERS, REVOKED, REV_KEY, SESSIONS, SIGN_INS, TARGETS,
 };
 use tx::{abort, encode};
 
@@ -184,6 +191,8 @@ struct Opened {
     changes: Tree,
     locks: Tree,
     targets: Tree,
+    sign_ins: Tree,
+    revoked: Tree,
     audit: Tree,
     /// This opening's feed epoch (see [`FeedPage::epoch`]).
     epoch: String,
@@ -219,6 +228,8 @@ impl Opened {
             changes: open(CHANGES)?,
             locks: open(LOCKS)?,
             targets: open(TARGETS)?,
+            sign_ins: open(SIGN_INS)?,
+            revoked: open(REVOKED)?,
             audit: open(AUDIT)?,
             epoch: new_epoch()?,
             log: std::fs::File::open(path.join("db")).map_err(StoreError::Unavailable)?,
@@ -787,6 +798,7 @@ impl Store {
                 changes: Vec::new(),
                 routes: Vec::new(),
                 locked: Vec::new(),
+                revoked: Vec::new(),
             });
         }
         if after < rev {
@@ -822,6 +834,7 @@ impl Store {
                     changes,
                     routes: Vec::new(),
                     locked: Vec::new(),
+                    revoked: Vec::new(),
                 });
             }
         }
@@ -1103,6 +1116,7 @@ impl Store {
             routes.extend(t.route());
         }
         let locked = self.locked_users()?;
+        let revoked = self.revocations()?;
         Ok(FeedPage {
             epoch: self.t()?.epoch.clone(),
             rev,
@@ -1110,6 +1124,7 @@ impl Store {
             changes: Vec::new(),
             routes,
             locked,
+            revoked,
         })
     }
 

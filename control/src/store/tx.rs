@@ -39,6 +39,8 @@ impl Store {
             &t.changes,
             &t.locks,
             &t.targets,
+            &t.sign_ins,
+            &t.revoked,
         );
         let out = self.note(
             trees
@@ -53,6 +55,8 @@ impl Store {
                         changes,
                         locks,
                         targets,
+                        sign_ins,
+                        revoked,
                     )| {
                         f(&Tx {
                             sessions,
@@ -64,6 +68,8 @@ impl Store {
                             changes,
                             locks,
                             targets,
+                            sign_ins,
+                            revoked,
                             change_log_len: self.change_log_len,
                             pools: &self.pools,
                             viewer_pools: &self.viewer_pools,
@@ -87,6 +93,8 @@ pub(super) struct Tx<'a> {
     pub(super) changes: &'a TransactionalTree,
     pub(super) locks: &'a TransactionalTree,
     pub(super) targets: &'a TransactionalTree,
+    pub(super) sign_ins: &'a TransactionalTree,
+    pub(super) revoked: &'a TransactionalTree,
     change_log_len: u64,
     pools: &'a Pools,
     viewer_pools: &'a Pools,

@@ -8,6 +8,7 @@ use policy::{CredentialSource, Principal, Refusal};
 use super::credential::{authenticate, credential, Credential};
 use super::reply::Json;
 use super::{header, Allowed, Denied, Next, Upstream};
+use crate::control_client::SignInReport;
 use crate::state::{now, Gateway};
 use crate::terminals::CloseReason;
 
@@ -62,7 +63,7 @@ pub(super) async fn auth_session(g: &Gateway, session: &mut Session) -> Result<A
             .map_err(Refusal::from)?;
     }
     match session.req_header().method.as_str() {
-        "DELETE" => Ok(sign_out(g, session)),
+        "DELETE" => sign_out(g, session).await,
         "GET" => {
             let presented = credential(session.req_header(), &g.config.auth.cookie_name);
             let p = authenticate(g, session, presented).await?.principal;
@@ -75,10 +76,18 @@ pub(super) async fn auth_session(g: &Gateway, session: &mut Session) -> Result<A
     }
 }
 
-/// Clears the cookie, and closes the terminals this credential opened here.
-fn sign_out(g: &Gateway, session: &Session) -> Allowed {
+/// Signs the presented credential out: revoked at control first (every gateway then
+/// refuses it and closes what it opened), its terminals here closed at once, the cookie
+/// cleared. If control cannot be reached nothing is revoked, and the caller is told so
+/// (503 `sign_out_failed`) with the cookie kept: never a sign-out that only looks done.
+async fn sign_out(g: &Gateway, session: &Session) -> Result<Allowed, Denied> {
     let cookie = &g.config.auth.cookie_name;
     if let Some(Credential { token, .. }) = credential(session.req_header(), cookie) {
+        let text = String::from_utf8_lossy(&token);
+        if let Err(e) = g.control.sign_out(&text).await {
+            tracing::warn!(error = %e, "sign-out could not reach control; nothing revoked");
+            return Err(Refusal::SIGN_OUT_FAILED.into());
+        }
         let n = g.terminals.close_credential(g.credential_key(&token));
         if n > 0 {
             tracing::info!(target: "audit", closed = n, reason = "signed_out", "live terminals closed");
@@ -87,16 +96,17 @@ fn sign_out(g: &Gateway, session: &Session) -> Allowed {
     }
     let secure = if g.secure_cookie { "; Secure" } else { "" };
     let clear = format!("{cookie}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}");
-    Allowed::new(
+    Ok(Allowed::new(
         "sign_out",
         Next::Reply(
             Json::new(200, br#"{"signed_in":false}"#.to_vec()).with_header("Set-Cookie", clear),
         ),
-    )
+    ))
 }
 
-/// Verifies the token of a bearer header or of the body and sets it as the cookie,
-/// for as long as the token is valid.
+/// Verifies the token of a bearer header or of the body, gives the sign-in a token of
+/// its own (when the gateway holds a signing key), records the sign-in at control and
+/// sets its token as the cookie, for as long as the presented token is valid.
 async fn sign_in(g: &Gateway, session: &mut Session) -> Result<Allowed, Denied> {
     let token = match header(session.req_header(), "authorization")
         .and_then(policy::identity::bearer)
@@ -117,18 +127,57 @@ async fn sign_in(g: &Gateway, session: &mut Session) -> Result<Allowed, Denied> 
     };
     let verified = authenticate(g, session, Some(presented)).await?;
     let p = verified.principal;
+    let presented = verified.token.unwrap_or_default();
+    let token = match &g.signer {
+        Some(signer) => own_token(g, signer, &p)?,
+        None => presented,
+    };
+    let ip = super::credential::client_ip(session, &g.trusted_proxies).to_string();
+    let report = SignInReport {
+        method: "token",
+        gateway: &g.config.gateway.listen,
+        user_agent: header(session.req_header(), "user-agent")
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .unwrap_or_default(),
+        client: &ip,
+    };
+    if let Err(e) = g.control.record_sign_in(&token, &report).await {
+        tracing::warn!(error = %e, sub = %p.sub, "sign-in could not be recorded; refused");
+        return Err(Refusal::SIGN_IN_UNAVAILABLE.into());
+    }
     let max_age = p.expires_at.saturating_sub(now());
-    let token = verified.token.unwrap_or_default();
     let cookie = &g.config.auth.cookie_name;
     let secure = if g.secure_cookie { "; Secure" } else { "" };
     let set =
         format!("{cookie}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{secure}");
-    tracing::info!(target: "audit", sub = %p.sub, decision = "allow", reason = "sign_in", "signed in");
+    tracing::info!(target: "audit", sub = %p.sub, sign_in = %g.credential_key(token.as_bytes()).id(), decision = "allow", reason = "sign_in", "signed in");
     let reply = Json::ok(&who(&p)).with_header("Set-Cookie", set);
     Ok(Allowed {
         principal: Some(p),
         ..Allowed::new("sign_in", Next::Reply(reply))
     })
+}
+
+/// The sign-in's own token: the presented token's user, roles, expiry and `jti` (an
+/// admin revoking that token by its id ends the sign-ins made with it too), issued now
+/// with a random `sid`, so every sign-in is signed out on its own.
+fn own_token(g: &Gateway, signer: &policy::Signer, p: &Principal) -> Result<String, Refusal> {
+    let sid = crate::state::random_hex().ok_or(Refusal::INTERNAL)?;
+    signer
+        .sign(&policy::TokenClaims {
+            sub: p.sub.to_string(),
+            exp: p.expires_at,
+            iat: now(),
+            iss: g.config.auth.issuer.clone(),
+            aud: g.config.auth.audience.clone(),
+            roles: p.roles.clone(),
+            jti: p.jti.clone(),
+            sid: Some(sid),
+        })
+        .map_err(|e| {
+            tracing::error!(error = %e, "the sign-in's token could not be signed");
+            Refusal::INTERNAL
+        })
 }
 
 /// What the sessions page is told about the signed-in user.

@@ -89,13 +89,18 @@ pub(super) async fn authenticate(
         return Err(Refusal::UNAUTHENTICATED.into());
     };
     let e = match g.verifier.verify(&token, now()) {
-        Ok(principal) => {
-            return Ok(Verified {
-                principal,
-                source,
-                token: String::from_utf8(token).ok(),
-            });
-        }
+        // A signed-out sign-in, or a token an admin revoked, is refused like any token
+        // that does not verify (design §2.6).
+        Ok(principal) => match g.routes.revoked(&token, &principal) {
+            Some(why) => policy::TokenError::from(why),
+            None => {
+                return Ok(Verified {
+                    principal,
+                    source,
+                    token: String::from_utf8(token).ok(),
+                });
+            }
+        },
         Err(e) => e,
     };
     Metrics::inc(&g.metrics.auth_failures, e.reason());

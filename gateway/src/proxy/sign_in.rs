@@ -85,9 +85,23 @@ pub(super) async fn step(
                     g.auth_failures.observe(&ip, 1);
                     fail(e)
                 })?;
+            let client = ip.to_string();
+            let report = crate::control_client::SignInReport {
+                method: "oidc",
+                gateway: &g.config.gateway.listen,
+                user_agent: header(session.req_header(), "user-agent")
+                    .and_then(|v| std::str::from_utf8(v).ok())
+                    .unwrap_or_default(),
+                client: &client,
+            };
+            if let Err(e) = g.control.record_sign_in(&signed_in.token, &report).await {
+                // A sign-in nobody could sign out is not made.
+                tracing::warn!(error = %e, sub = %signed_in.grant.sub, "sign-in could not be recorded; refused");
+                return Err(Refusal::SIGN_IN_UNAVAILABLE.into());
+            }
             let name = &g.config.auth.cookie_name;
             let max_age = signed_in.grant.exp.saturating_sub(now());
-            tracing::info!(target: "audit", sub = %signed_in.grant.sub, admin = signed_in.grant.admin, decision = "allow", reason = "oidc_sign_in", "signed in");
+            tracing::info!(target: "audit", sub = %signed_in.grant.sub, admin = signed_in.grant.admin, sign_in = %g.credential_key(signed_in.token.as_bytes()).id(), decision = "allow", reason = "oidc_sign_in", "signed in");
             let cookies = vec![
                 format!(
                     "{name}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{secure}",
@@ -109,6 +123,13 @@ pub(super) async fn step(
             }
             let name = &g.config.auth.cookie_name;
             if let Some(Credential { token, .. }) = credential(req, name) {
+                // Revoked at control first: if that cannot happen, the page says so and
+                // the browser stays signed in, rather than a sign-out that only looks
+                // done.
+                if let Err(e) = g.control.sign_out(&String::from_utf8_lossy(&token)).await {
+                    tracing::warn!(error = %e, "sign-out could not reach control; nothing revoked");
+                    return Err(Refusal::SIGN_OUT_FAILED.into());
+                }
                 let n = g.terminals.close_credential(g.credential_key(&token));
                 if n > 0 {
                     tracing::info!(target: "audit", closed = n, reason = "signed_out", "live terminals closed");

@@ -215,6 +215,8 @@ mod tests {
             admin: false,
             roles: Vec::new(),
             expires_at: 0,
+            issued_at: 0,
+            jti: None,
         };
         let ws = Upstream::Ttyd(TtydRequest {
             part: TerminalPart::Ws,

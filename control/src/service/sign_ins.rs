@@ -1,0 +1,296 @@
+//! Sign-ins and revocations (design §2.6): a gateway records each sign-in it makes,
+//! users list and sign out theirs, admins anyone's, and admins revoke bearer tokens.
+//! Every revocation is filed in the store, published on the route feed (gateways
+//! refuse the credential and close what it opened) and applied here at once, so
+//! control's own API and `GET /v1/authz` refuse it too.
+
+use policy::revocation::{CredentialId, Fingerprint, Revocation};
+use policy::{Principal, Sub};
+use serde::{Deserialize, Serialize};
+
+use super::{now, Control};
+use crate::error::ApiError;
+use crate::model::SignIn;
+
+/// `POST /v1/signins`: what the gateway says of a sign-in it just made with the token
+/// it presents (the token itself says who and until when).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignInReport {
+    /// `token` or `oidc`.
+    #[serde(default)]
+    pub method: String,
+    /// The gateway's name for itself.
+    #[serde(default)]
+    pub gateway: String,
+    /// The browser's `User-Agent`.
+    #[serde(default)]
+    pub user_agent: String,
+    /// The client address the gateway saw.
+    #[serde(default)]
+    pub client: String,
+}
+
+/// `POST /v1/revocations`: a token by its `jti`, or a user's tokens issued before a
+/// time.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevocationRequest {
+    /// The token's `jti`.
+    #[serde(default)]
+    pub jti: Option<String>,
+    /// With `issued_before`: whose tokens.
+    #[serde(default)]
+    pub sub: Option<String>,
+    /// Seconds since the Unix epoch; `0` or absent with `sub`: now.
+    #[serde(default)]
+    pub issued_before: Option<u64>,
+    /// When the revoked token expires, if known; otherwise the entry is kept for the
+    /// longest lifetime a token may have (`auth.max_token_lifetime_seconds`).
+    #[serde(default)]
+    pub expires_at: Option<u64>,
+}
+
+/// A sign-in as its user and admins see it.
+#[derive(Debug, Serialize)]
+pub struct SignInView<'a> {
+    /// Its public id.
+    pub id: String,
+    /// Whose.
+    pub sub: &'a str,
+    /// When it was made, seconds since the Unix epoch.
+    pub created_at: u64,
+    /// When it ends by itself.
+    pub expires_at: u64,
+    /// `token` or `oidc`.
+    pub method: &'a str,
+    /// The gateway that made it.
+    pub gateway: &'a str,
+    /// The browser.
+    pub user_agent: &'a str,
+    /// The client address.
+    pub client: &'a str,
+    /// Whether it is the caller's own sign-in (the token of this request).
+    pub current: bool,
+}
+
+/// Cuts a reported string to `max` characters, dropping control characters.
+fn clean(s: &str, max: usize) -> String {
+    s.chars().filter(|c| !c.is_control()).take(max).collect()
+}
+
+impl Control {
+    /// Loads the revocations in force from the store (at start).
+    pub fn load_revocations(&self) -> Result<usize, crate::store::StoreError> {
+        let all = self.store.revocations()?;
+        let mut set = self.revoked_write();
+        set.replace(&all);
+        set.prune(now());
+        Ok(set.len())
+    }
+
+    fn revoked_write(&self) -> std::sync::RwLockWriteGuard<'_, policy::revocation::RevocationSet> {
+        self.revoked.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a verified token is revoked; the reason as a token error.
+    pub(super) fn check_revoked(
+        &self,
+        token: &[u8],
+        who: &Principal,
+    ) -> Result<(), policy::TokenError> {
+        let set = self.revoked.read().unwrap_or_else(|p| p.into_inner());
+        if set.is_empty() {
+            return Ok(());
+        }
+        match set.check(&CredentialId::of(token, who)) {
+            Some(why) => Err(why.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Files and publishes one revocation, and applies it here.
+    fn revoke(&self, r: &Revocation) -> Result<bool, ApiError> {
+        let published = self.store.revoke(r)?;
+        self.revoked_write().insert(r);
+        Ok(published)
+    }
+
+    /// Records the sign-in whose token `who` presented (`token`).
+    pub fn record_sign_in(
+        &self,
+        who: &Principal,
+        token: &[u8],
+        report: &SignInReport,
+    ) -> Result<SignIn, ApiError> {
+        let method = match report.method.as_str() {
+            "" | "token" => "token",
+            "oidc" => "oidc",
+            _ => return Err(ApiError::INVALID_JSON.with_message("method must be token or oidc")),
+        };
+        let s = SignIn {
+            fingerprint: Fingerprint::of(token),
+            sub: who.sub.clone(),
+            created_at: now(),
+            expires_at: who.expires_at,
+            method: method.into(),
+            gateway: clean(&report.gateway, 64),
+            user_agent: clean(&report.user_agent, 200),
+            client: clean(&report.client, 64),
+        };
+        self.store.put_sign_in(&s)?;
+        tracing::info!(target: "audit", sub = %who.sub, sign_in = %s.id(), method, gateway = %s.gateway, client = %s.client, "sign-in recorded");
+        Ok(s)
+    }
+
+    /// The sign-ins of `whose` (the caller's own without it; another user's: admin
+    /// only), newest first. A revoked sign-in's record goes in the revocation's own
+    /// transaction, so none is listed.
+    pub fn list_sign_ins(
+        &self,
+        who: &Principal,
+        whose: Option<&Sub>,
+    ) -> Result<Vec<SignIn>, ApiError> {
+        let sub = self.whose_sign_ins(who, whose)?;
+        Ok(self.store.sign_ins(Some(sub), now())?)
+    }
+
+    /// Whose sign-ins `who` may see and end: their own, or (admin) anyone's.
+    fn whose_sign_ins<'a>(
+        &self,
+        who: &'a Principal,
+        whose: Option<&'a Sub>,
+    ) -> Result<&'a Sub, ApiError> {
+        match whose {
+            Some(other) if *other != who.sub && !who.admin => Err(ApiError::ADMIN_REQUIRED
+                .with_message("only an admin may see or end another user's sign-ins")),
+            Some(other) => Ok(other),
+            None => Ok(&who.sub),
+        }
+    }
+
+    /// Signs out the sign-in of the token presented (`DELETE /v1/signins/current`).
+    pub fn sign_out_current(&self, who: &Principal, token: &[u8]) -> Result<(), ApiError> {
+        let fingerprint = Fingerprint::of(token);
+        self.revoke(&Revocation::SignIn {
+            fingerprint,
+            sub: who.sub.to_string(),
+            expires_at: who.expires_at,
+        })?;
+        tracing::info!(target: "audit", sub = %who.sub, sign_in = %fingerprint.id(), by = %who.sub, reason = "signed_out", "signed out");
+        Ok(())
+    }
+
+    /// Signs out one sign-in by its public id: the caller's own, or (admin) anyone's.
+    /// Another user's and an unknown id are the same 404 for a non-admin.
+    pub fn sign_out(&self, who: &Principal, id: &str, whose: Option<&Sub>) -> Result<(), ApiError> {
+        let sub = match self.whose_sign_ins(who, whose) {
+            Ok(sub) => sub,
+            Err(_) => return Err(ApiError::SIGN_IN_NOT_FOUND),
+        };
+        let scope = if who.admin && whose.is_none() {
+            // An admin ending a sign-in by id alone may name anyone's.
+            None
+        } else {
+            Some(sub)
+        };
+        let s = self
+            .store
+            .sign_ins(scope, now())?
+            .into_iter()
+            .find(|s| s.id() == id)
+            .ok_or(ApiError::SIGN_IN_NOT_FOUND)?;
+        self.revoke(&Revocation::SignIn {
+            fingerprint: s.fingerprint,
+            sub: s.sub.to_string(),
+            expires_at: s.expires_at,
+        })?;
+        tracing::info!(target: "audit", sub = %s.sub, sign_in = %s.id(), by = %who.sub, reason = "signed_out", "signed out");
+        Ok(())
+    }
+
+    /// Signs out every sign-in of `whose` (the caller's own without it): "sign out
+    /// everywhere". Returns how many.
+    pub fn sign_out_all(&self, who: &Principal, whose: Option<&Sub>) -> Result<usize, ApiError> {
+        let sub = self.whose_sign_ins(who, whose)?;
+        let list = self.store.sign_ins(Some(sub), now())?;
+        for s in &list {
+            self.revoke(&Revocation::SignIn {
+                fingerprint: s.fingerprint,
+                sub: s.sub.to_string(),
+                expires_at: s.expires_at,
+            })?;
+        }
+        tracing::info!(target: "audit", sub = %sub, by = %who.sub, signed_out = list.len(), reason = "signed_out_everywhere", "signed out everywhere");
+        Ok(list.len())
+    }
+
+    /// An admin's revocation of a token (`jti`) or of a user's tokens issued before a
+    /// time.
+    pub fn revoke_tokens(
+        &self,
+        who: &Principal,
+        req: &RevocationRequest,
+    ) -> Result<Revocation, ApiError> {
+        if !who.admin {
+            return Err(ApiError::ADMIN_REQUIRED.with_message("only an admin may revoke tokens"));
+        }
+        let t = now();
+        let longest = t.saturating_add(self.config.auth.max_token_lifetime_seconds);
+        let r = match (&req.jti, &req.sub) {
+            (Some(jti), None) if !jti.is_empty() && jti.len() <= 256 => Revocation::Token {
+                jti: jti.clone(),
+                expires_at: req.expires_at.unwrap_or(longest).min(longest),
+            },
+            (None, Some(sub)) => {
+                let sub = Sub::parse(sub).ok_or(ApiError::INVALID_SUB)?;
+                let before = match req.issued_before {
+                    None | Some(0) => t,
+                    Some(b) => b.min(t),
+                };
+                Revocation::IssuedBefore {
+                    sub: sub.to_string(),
+                    before,
+                    // No token issued before `before` outlives it by more than the
+                    // longest lifetime.
+                    expires_at: before.saturating_add(self.config.auth.max_token_lifetime_seconds),
+                }
+            }
+            _ => return Err(ApiError::INVALID_REVOCATION),
+        };
+        self.revoke(&r)?;
+        tracing::info!(target: "audit", by = %who.sub, revocation = %r.key(), reason = "token_revoked", "tokens revoked");
+        Ok(r)
+    }
+
+    /// Every revocation in force; admin only.
+    pub fn revocations(&self, who: &Principal) -> Result<Vec<Revocation>, ApiError> {
+        if !who.admin {
+            return Err(ApiError::ADMIN_REQUIRED.with_message("only an admin may list revocations"));
+        }
+        Ok(self.store.revocations()?)
+    }
+
+    /// Forgets sign-ins and revocations whose tokens can no longer verify.
+    pub fn prune_sign_ins(&self) -> Result<usize, ApiError> {
+        let t = now();
+        let gone = self.store.prune_sign_ins(t)?;
+        self.revoked_write().prune(t);
+        Ok(gone)
+    }
+
+    /// A sign-in as listed to `token`'s holder.
+    pub fn sign_in_view<'a>(&self, s: &'a SignIn, token: &[u8]) -> SignInView<'a> {
+        SignInView {
+            id: s.id(),
+            sub: s.sub.as_str(),
+            created_at: s.created_at,
+            expires_at: s.expires_at,
+            method: &s.method,
+            gateway: &s.gateway,
+            user_agent: &s.user_agent,
+            client: &s.client,
+            current: s.fingerprint == Fingerprint::of(token),
+        }
+    }
+}
