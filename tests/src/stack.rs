@@ -74,6 +74,24 @@ impl Answer {
     }
 }
 
+/// A `jti` no other token of this test process has (as `termgate-control token`
+/// gives each token its own).
+fn next_jti() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("test-{}-{n}", std::process::id())
+}
+
+/// The claims of a token, unverified (tests read the `jti` and `iat` they sent).
+pub fn claims_of(token: &str) -> Value {
+    use base64::Engine;
+    let payload = token.split('.').nth(1).expect("a JWT has a payload");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .expect("base64url payload");
+    serde_json::from_slice(&bytes).expect("JSON claims")
+}
+
 /// A tiny HTTP client that never treats a status as an error.
 pub fn http(
     method: &str,
@@ -335,7 +353,7 @@ impl ControlStack {
                 iss: config.auth.issuer.clone(),
                 aud: config.auth.audience.clone(),
                 roles,
-                jti: None,
+                jti: Some(next_jti()),
                 sid: None,
             })
             .expect("sign")

@@ -42,7 +42,8 @@ pub struct RevocationRequest {
     /// With `issued_before`: whose tokens.
     #[serde(default)]
     pub sub: Option<String>,
-    /// Seconds since the Unix epoch; `0` or absent with `sub`: now.
+    /// Seconds since the Unix epoch; `0` or absent with `sub`: now (tokens issued in
+    /// this second included).
     #[serde(default)]
     pub issued_before: Option<u64>,
     /// When the revoked token expires, if known; otherwise the entry is kept for the
@@ -244,9 +245,11 @@ impl Control {
             },
             (None, Some(sub)) => {
                 let sub = Sub::parse(sub).ok_or(ApiError::INVALID_SUB)?;
+                // Times are whole seconds: "now" takes in this second's tokens too, so a
+                // token signed a moment before the call is not left out.
                 let before = match req.issued_before {
-                    None | Some(0) => t,
-                    Some(b) => b.min(t),
+                    None | Some(0) => t + 1,
+                    Some(b) => b.min(t + 1),
                 };
                 Revocation::IssuedBefore {
                     sub: sub.to_string(),
