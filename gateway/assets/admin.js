@@ -117,6 +117,58 @@ async function setLock(sub, lock) {
   await refresh();
 }
 
+// One user's sign-ins, each of which can be signed out, or all of them.
+async function loadSignIns(event) {
+  if (event) event.preventDefault();
+  const sub = $("signins-sub").value.trim();
+  if (!sub) return;
+  try {
+    const data = await call("GET", "/api/signins?sub=" + encodeURIComponent(sub));
+    $("signin-rows").replaceChildren(...data.signins.map((s) => {
+      const tr = document.createElement("tr");
+      tr.dataset.signin = s.id;
+      const actions = document.createElement("td");
+      actions.append(button("Sign out", () => signOut(sub, s), "Sign out " + sub + "'s sign-in of " + when(s.created_at)));
+      tr.append(cell(when(s.created_at)), cell(s.method), cell(s.user_agent), cell(s.client), cell(s.gateway), cell(when(s.expires_at)), actions);
+      return tr;
+    }));
+    $("no-signins").hidden = data.signins.length > 0;
+  } catch (e) {
+    say(e.message, true);
+  }
+}
+
+async function signOut(sub, s) {
+  try {
+    await call("DELETE", "/api/signins/" + encodeURIComponent(s.id) + "?sub=" + encodeURIComponent(sub));
+    say("Signed out " + sub + "'s sign-in of " + when(s.created_at) + ".");
+  } catch (e) {
+    say(e.message, true);
+  }
+  await loadSignIns();
+}
+
+async function signOutAll() {
+  const sub = $("signins-sub").value.trim();
+  if (!sub) return;
+  try {
+    const r = await call("DELETE", "/api/signins?sub=" + encodeURIComponent(sub));
+    say("Signed " + sub + " out everywhere (" + r.signed_out + ").");
+  } catch (e) {
+    say(e.message, true);
+  }
+  await loadSignIns();
+}
+
+async function revoke(body, what) {
+  try {
+    await call("POST", "/api/revocations", body);
+    say("Revoked " + what + ".");
+  } catch (e) {
+    say(e.message, true);
+  }
+}
+
 async function refresh() {
   try {
     await Promise.all([loadActive(), loadLocked(), loadEnded()]);
@@ -136,6 +188,17 @@ document.addEventListener("DOMContentLoaded", () => {
     if (sub) setLock(sub, false);
   });
   $("audit-form").addEventListener("submit", search);
+  $("signins-form").addEventListener("submit", loadSignIns);
+  $("signins-all").addEventListener("click", signOutAll);
+  $("revoke-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const jti = $("revoke-jti").value.trim();
+    if (jti) revoke({ jti }, "token " + jti);
+  });
+  $("revoke-user").addEventListener("click", () => {
+    const sub = $("signins-sub").value.trim();
+    if (sub) revoke({ sub }, "every token of " + sub + " issued until now").then(() => loadSignIns());
+  });
   refresh().then(() => search());
   setInterval(refresh, 5000);
 });

@@ -10,6 +10,8 @@ const MESSAGES = {
   user_locked: "Your account is locked by an administrator.",
   session_not_found: "That session does not exist (or is not yours).",
   too_many_failures: "Too many failed sign-ins from this address. Wait a minute and try again.",
+  sign_out_failed: "The sign-out did not happen: the control service is not answering. You are still signed in; try again shortly.",
+  sign_in_unavailable: "Signing in needs the control service, which is not answering. Try again shortly.",
 };
 
 // An API call; a refusal's message is the page's own words where it has them, and an
@@ -173,7 +175,49 @@ function cell(text) {
   return td;
 }
 
+// Where this user is signed in: every browser (or program) holding a sign-in, this one
+// marked; each can be signed out, or all at once.
+async function refreshSignIns() {
+  const data = await call("GET", "/api/signins");
+  $("signin-rows").replaceChildren(...data.signins.map((s) => {
+    const tr = document.createElement("tr");
+    tr.dataset.signin = s.id;
+    const actions = document.createElement("td");
+    if (s.current) {
+      const me = document.createElement("strong");
+      me.textContent = "This browser";
+      actions.append(me);
+    } else {
+      actions.append(button("Sign out", () => signOutOne(s), "Sign out the sign-in of " + when(s.created_at)));
+    }
+    tr.append(cell(when(s.created_at)), cell(s.method === "oidc" ? "identity provider" : "token"),
+      cell(s.user_agent), cell(s.client), cell(when(s.expires_at)), actions);
+    return tr;
+  }));
+}
+
+async function signOutOne(s) {
+  try {
+    await call("DELETE", "/api/signins/" + encodeURIComponent(s.id));
+    say("Signed out the sign-in of " + when(s.created_at) + ".");
+  } catch (e) {
+    say(e.message, true);
+  }
+  await refreshSignIns().catch(() => {});
+}
+
+async function signOutEverywhere() {
+  try {
+    const r = await call("DELETE", "/api/signins");
+    say("Signed out everywhere (" + r.signed_out + (r.signed_out === 1 ? " sign-in)." : " sign-ins)."));
+    showSignIn();
+  } catch (e) {
+    say(e.message, true);
+  }
+}
+
 async function refresh() {
+  refreshSignIns().catch(() => {});
   const [active, ended] = await Promise.all([call("GET", "/api/sessions"), call("GET", "/api/history")]);
   const rows = active.sessions.map((s) => {
     const tr = document.createElement("tr");
@@ -591,10 +635,17 @@ async function start() {
       location.href = "/auth/logout";
       return;
     }
-    await call("DELETE", "/auth/session").catch(() => {});
+    try {
+      await call("DELETE", "/auth/session");
+    } catch (e) {
+      // Never a sign-out that only looks done: the page says it did not happen.
+      say(e.message, true);
+      return;
+    }
     say("Signed out.");
     showSignIn();
   });
+  $("sign-out-everywhere").addEventListener("click", signOutEverywhere);
   $("create-form").addEventListener("submit", create);
   $("profile").addEventListener("change", renderOptions);
   $("share-form").addEventListener("submit", createShare);

@@ -953,3 +953,126 @@ fn a_recorded_session_types_in_the_browser_and_its_recording_downloads_from_the_
     assert!(cast.contains("recorded-42"), "{cast}");
     ok("recordings.png", b.screenshot(&artifact("recordings.png")));
 }
+
+#[test]
+fn the_page_lists_sign_ins_signs_one_out_says_when_a_sign_out_failed_and_signs_out_everywhere() {
+    let mut stack = GatewayStack::start("");
+    let mut b = launch();
+    sign_in_by_link(&mut b, &stack, "alice");
+    // Another browser of alice's, signed in meanwhile.
+    let other = stack.sign_in_with(0, &stack.control.token("alice", false));
+    let rows = "document.querySelectorAll('#signin-rows tr').length";
+    ok(
+        "both sign-ins listed",
+        b.eval("refreshSignIns()").map(|_| ()),
+    );
+    ok(
+        "both sign-ins listed, this one marked",
+        b.wait_js(
+            &format!(
+                "{rows} === 2 && [...document.querySelectorAll('#signin-rows tr')]\
+                 .filter((r) => r.textContent.includes('This browser')).length === 1"
+            ),
+            T,
+            "two rows, one of them this browser",
+        ),
+    );
+    ok("sign-ins.png", b.screenshot(&artifact("sign-ins.png")));
+    let clicked = ok(
+        "click the other sign-in's Sign out",
+        b.eval(
+            "(() => { const btn = document.querySelector('#signin-rows button'); \
+             if (!btn || btn.textContent !== 'Sign out') return false; btn.click(); return true; })()",
+        ),
+    );
+    assert_eq!(
+        clicked,
+        json!(true),
+        "the other sign-in has a Sign out button"
+    );
+    ok(
+        "one sign-in left",
+        b.wait_js(&format!("{rows} === 1"), T, "one row"),
+    );
+    let refused = wait_for("the other browser's cookie refused", T, || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let status = agent
+            .get(&stack.url(0, "/api/sessions"))
+            .header("Cookie", &other)
+            .call()
+            .ok()?
+            .status()
+            .as_u16();
+        (status == 401).then_some(status)
+    });
+    assert_eq!(refused, 401);
+
+    // Control down: the page says the sign-out did not happen and stays signed in.
+    stack.control.kill9();
+    ok(
+        "click Sign out",
+        b.eval("document.getElementById('sign-out').click()"),
+    );
+    let status = ok(
+        "the page says the sign-out failed",
+        b.wait_js(
+            "(() => { const s = document.getElementById('status'); \
+              return s.className === 'error' && s.textContent.startsWith('The sign-out did not happen') \
+                ? s.textContent : ''; })()",
+            T,
+            "the failed sign-out message",
+        ),
+    );
+    assert!(status
+        .as_str()
+        .unwrap_or_default()
+        .contains("still signed in"));
+    assert_eq!(
+        ok(
+            "still signed in",
+            b.eval("document.getElementById('who').hidden")
+        ),
+        json!(false)
+    );
+    ok(
+        "sign-out-failed.png",
+        b.screenshot(&artifact("sign-out-failed.png")),
+    );
+
+    stack.control.spawn(&[]);
+    wait_for("control back", T, || {
+        http(
+            "GET",
+            &format!("{}/v1/healthz", stack.control.api),
+            None,
+            None,
+        )
+        .ok()
+        .filter(|a| a.status == 200)
+    });
+    ok(
+        "click Sign out everywhere",
+        b.eval("document.getElementById('sign-out-everywhere').click()"),
+    );
+    ok(
+        "the sign-in form after signing out everywhere",
+        b.wait_js(
+            "!document.getElementById('sign-in').hidden \
+             && document.getElementById('status').textContent.startsWith('Signed out everywhere')",
+            T,
+            "the sign-in form",
+        ),
+    );
+    ok("reloaded, still signed out", b.navigate(&stack.url(0, "/")));
+    ok(
+        "the sign-in form after a reload",
+        b.wait_js(
+            "!document.getElementById('sign-in').hidden",
+            T,
+            "the sign-in form",
+        ),
+    );
+}

@@ -64,11 +64,9 @@ fn create(stack: &GatewayStack, sub: &str) -> String {
 /// Waits until gateway `n` answers `path` with `status` for the cookie.
 fn until_cookie_status(stack: &GatewayStack, n: usize, cookie: &str, status: u16) -> Duration {
     let start = Instant::now();
-    wait_for(
-        &format!("gateway {n} answering {status}"),
-        PROMISED,
-        || (browser(stack, n, "GET", "/api/sessions", cookie).status == status).then_some(()),
-    );
+    wait_for(&format!("gateway {n} answering {status}"), PROMISED, || {
+        (browser(stack, n, "GET", "/api/sessions", cookie).status == status).then_some(())
+    });
     start.elapsed()
 }
 
@@ -84,10 +82,14 @@ fn signing_out_on_one_gateway_refuses_the_cookie_everywhere_and_closes_its_termi
         here, elsewhere,
         "each sign-in carries a token of its own, even from the same link"
     );
-    let t = stack.open_as(b, &id, &here).expect("the terminal opens on B");
+    let t = stack
+        .open_as(b, &id, &here)
+        .expect("the terminal opens on B");
     t.send_input(b"echo before-$((40+2))\r").unwrap();
     t.read_until("before-42", T).unwrap();
-    let kept = stack.open_as(b, &id, &elsewhere).expect("another sign-in's terminal");
+    let kept = stack
+        .open_as(b, &id, &elsewhere)
+        .expect("another sign-in's terminal");
 
     let out = browser(&stack, 0, "DELETE", "/auth/session", &here);
     assert_eq!(out.status, 200, "sign-out: {}", out.text);
@@ -100,8 +102,14 @@ fn signing_out_on_one_gateway_refuses_the_cookie_everywhere_and_closes_its_termi
         .wait_closed(PROMISED)
         .expect("B closes the signed-out terminal");
     let why = t.close_reason().unwrap_or_default();
-    assert!(why.contains("termgate: signed out"), "the close frame says why: {why}");
-    assert_eq!(browser(&stack, 0, "GET", "/api/sessions", &here).status, 401);
+    assert!(
+        why.contains("termgate: signed out"),
+        "the close frame says why: {why}"
+    );
+    assert_eq!(
+        browser(&stack, 0, "GET", "/api/sessions", &here).status,
+        401
+    );
     until_cookie_status(&stack, b, &here, 401);
     assert_eq!(
         stack.open_as(b, &id, &here).unwrap_err().status(),
@@ -111,7 +119,10 @@ fn signing_out_on_one_gateway_refuses_the_cookie_everywhere_and_closes_its_termi
     eprintln!("signed-out terminal closed on the other gateway {closed_in:?} after the sign-out");
 
     // The other sign-in, and the link itself, are not signed out.
-    assert_eq!(browser(&stack, b, "GET", "/api/sessions", &elsewhere).status, 200);
+    assert_eq!(
+        browser(&stack, b, "GET", "/api/sessions", &elsewhere).status,
+        200
+    );
     kept.send_input(b"echo still-$((40+2))\r").unwrap();
     kept.read_until("still-42", T).unwrap();
     assert_eq!(bearer(&stack, 0, "GET", "/api/sessions", &link).status, 200);
@@ -129,11 +140,16 @@ fn users_list_their_sign_ins_and_sign_out_everywhere_and_admins_end_anyones() {
     let signins = list.body["signins"].as_array().expect("a list").clone();
     assert_eq!(signins.len(), 2, "{signins:?}");
     assert_eq!(
-        signins.iter().filter(|s| s["current"] == json!(true)).count(),
+        signins
+            .iter()
+            .filter(|s| s["current"] == json!(true))
+            .count(),
         1,
         "the caller's own is marked: {signins:?}"
     );
-    assert!(signins.iter().all(|s| s["sub"] == "alice" && s["method"] == "token"));
+    assert!(signins
+        .iter()
+        .all(|s| s["sub"] == "alice" && s["method"] == "token"));
 
     // A user may not see another's.
     let bob_link = stack.control.token("bob", false);
@@ -184,7 +200,11 @@ fn an_admin_revokes_a_token_by_jti_or_issued_before_and_every_gateway_closes_and
     let carol = stack.control.token("carol", false);
     let jti = claims_of(&carol)["jti"].as_str().expect("a jti").to_owned();
     let t = stack
-        .open(b, &format!("/s/{id}/ws"), &[("Authorization", &format!("Bearer {carol}"))])
+        .open(
+            b,
+            &format!("/s/{id}/ws"),
+            &[("Authorization", &format!("Bearer {carol}"))],
+        )
         .expect("the terminal opens with the bearer token");
     t.send_input(b"echo jti-$((40+2))\r").unwrap();
     t.read_until("jti-42", T).unwrap();
@@ -205,7 +225,8 @@ fn an_admin_revokes_a_token_by_jti_or_issued_before_and_every_gateway_closes_and
     )
     .unwrap();
     assert_eq!(revoked.status, 201, "{}", revoked.text);
-    t.wait_closed(PROMISED).expect("B closes the revoked token's terminal");
+    t.wait_closed(PROMISED)
+        .expect("B closes the revoked token's terminal");
     let why = t.close_reason().unwrap_or_default();
     assert!(why.contains("termgate: your sign-in was revoked"), "{why}");
     for n in [0, b] {
@@ -214,12 +235,18 @@ fn an_admin_revokes_a_token_by_jti_or_issued_before_and_every_gateway_closes_and
         });
     }
     assert_eq!(
-        stack.control.call("GET", "/v1/sessions", Some(&carol), None).status,
+        stack
+            .control
+            .call("GET", "/v1/sessions", Some(&carol), None)
+            .status,
         401,
         "control refuses it too"
     );
     let fresh = stack.control.token("carol", false);
-    assert_eq!(bearer(&stack, b, "GET", "/api/sessions", &fresh).status, 200);
+    assert_eq!(
+        bearer(&stack, b, "GET", "/api/sessions", &fresh).status,
+        200
+    );
 
     // Every token of dave issued before now: the old one goes, one issued later works.
     let dave = stack.control.token("dave", false);
@@ -243,7 +270,10 @@ fn an_admin_revokes_a_token_by_jti_or_issued_before_and_every_gateway_closes_and
         let t = stack.control.token("dave", false);
         (claims_of(&t)["iat"].as_u64() >= Some(before)).then_some(t)
     });
-    assert_eq!(bearer(&stack, 0, "GET", "/api/sessions", &later).status, 200);
+    assert_eq!(
+        bearer(&stack, 0, "GET", "/api/sessions", &later).status,
+        200
+    );
     let list = bearer(&stack, 0, "GET", "/api/revocations", &admin);
     assert_eq!(list.body["revocations"].as_array().map(Vec::len), Some(2));
 }
@@ -268,7 +298,9 @@ fn a_sign_out_that_cannot_reach_control_fails_visibly_and_the_sign_in_keeps_work
     );
     t.send_input(b"echo kept-$((40+2))\r").unwrap();
     t.read_until("kept-42", T).unwrap();
-    let again = stack.open_as(0, &id, &cookie).expect("a known sign-in still opens");
+    let again = stack
+        .open_as(0, &id, &cookie)
+        .expect("a known sign-in still opens");
     again.send_input(b"echo again-$((40+2))\r").unwrap();
     again.read_until("again-42", T).unwrap();
     // A new sign-in cannot be made without control either: one nobody could sign out.
