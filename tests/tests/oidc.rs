@@ -648,6 +648,15 @@ fn a_person_signs_in_with_the_provider_in_a_browser_opens_a_terminal_and_signs_o
     );
     assert!(browser_cookie(&mut b, &home, "termgate_session").is_none());
     t.wait_closed(T).expect("signing out closes the terminal");
+    // The sign-in was revoked at control, not only forgotten by this browser: a copy
+    // of the cookie is refused.
+    let copied = reply(
+        agent()
+            .get(&stack.url(n, "/api/sessions"))
+            .header("Cookie", &cookie)
+            .call(),
+    );
+    assert_eq!(copied.status, 401, "a copied cookie after sign-out: {}", copied.body);
     ok(
         "end the provider's session",
         b.eval("document.querySelector('form button[type=submit]').click()"),
