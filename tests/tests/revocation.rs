@@ -1,4 +1,4 @@
-//! Revocation that every gateway enforces at once (design §2.6): a sign-out on one
+//! Revocation that every gateway enforces at once (design §2 "Sign-ins and revocation"): a sign-out on one
 //! gateway refuses the cookie on all of them and closes its terminals there, users
 //! and admins list and end sign-ins, an admin revokes a bearer token by its `jti` or a
 //! user's tokens issued before a time, and a sign-out that cannot reach control says

@@ -1,4 +1,4 @@
-//! Sign-ins and revocations (design §2.6): a gateway records each sign-in it makes,
+//! Sign-ins and revocations (design §2 "Sign-ins and revocation"): a gateway records each sign-in it makes,
 //! users list and sign out theirs, admins anyone's, and admins revoke bearer tokens.
 //! Every revocation is filed in the store, published on the route feed (gateways
 //! refuse the credential and close what it opened) and applied here at once, so

@@ -90,7 +90,7 @@ pub(super) async fn authenticate(
     };
     let e = match g.verifier.verify(&token, now()) {
         // A signed-out sign-in, or a token an admin revoked, is refused like any token
-        // that does not verify (design §2.6).
+        // that does not verify (design §2 "Sign-ins and revocation").
         Ok(principal) => match g.routes.revoked(&token, &principal) {
             Some(why) => policy::TokenError::from(why),
             None => {
