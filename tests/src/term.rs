@@ -337,6 +337,11 @@ impl Terminal {
         }
     }
 
+    /// When the websocket closed, if it has.
+    pub fn closed_at(&self) -> Option<Instant> {
+        self.state().closed_at
+    }
+
     /// Whether the websocket has closed.
     pub fn is_closed(&self) -> bool {
         self.state().closed_at.is_some()

@@ -656,7 +656,11 @@ fn a_person_signs_in_with_the_provider_in_a_browser_opens_a_terminal_and_signs_o
             .header("Cookie", &cookie)
             .call(),
     );
-    assert_eq!(copied.status, 401, "a copied cookie after sign-out: {}", copied.body);
+    assert_eq!(
+        copied.status, 401,
+        "a copied cookie after sign-out: {}",
+        copied.body
+    );
     ok(
         "end the provider's session",
         b.eval("document.querySelector('form button[type=submit]').click()"),

@@ -242,10 +242,31 @@ fn an_admin_revokes_a_token_by_jti_or_issued_before_and_every_gateway_closes_and
         401,
         "control refuses it too"
     );
+    // And so does the check a proxy in front of ttyd asks (nginx's auth_request).
+    let authz = |token: &str| {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        agent
+            .get(&format!("{}/v1/authz", stack.control.api))
+            .header("X-Original-URI", &format!("/s/{id}/"))
+            .header("Authorization", &format!("Bearer {token}"))
+            .call()
+            .expect("control answers")
+            .status()
+            .as_u16()
+    };
+    assert_eq!(authz(&carol), 401, "the revoked token at /v1/authz");
     let fresh = stack.control.token("carol", false);
     assert_eq!(
         bearer(&stack, b, "GET", "/api/sessions", &fresh).status,
         200
+    );
+    assert_eq!(
+        authz(&fresh),
+        200,
+        "another token of the same user at /v1/authz"
     );
 
     // Every token of dave issued before now: the old one goes, one issued later works.
