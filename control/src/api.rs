@@ -30,17 +30,30 @@ use crate::service::{
     TargetPatch, TargetRequest, TargetView, Whose,
 };
 
-/// `POST /v1/terminals`: the terminals one gateway has open, per session (a zero for
-/// one that had some at its previous report), sent every `every_ms`.
+/// `POST /v1/terminals`: the terminals one gateway has open, per session and per user
+/// (a zero for one that had some at its previous report), sent at least every
+/// `every_ms`.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TerminalsReport {
     gateway: String,
     every_ms: u64,
     open: Vec<OpenTerminals>,
+    /// Open per user. A report without it (a gateway from before deployment-wide
+    /// limits) is answered 204, as it expects; with it, 200 and the other gateways'
+    /// counts.
+    #[serde(default)]
+    users: Option<Vec<UserTerminals>>,
     /// The share-link viewers it has open, all of them.
     #[serde(default)]
     viewers: Vec<crate::live::Viewers>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UserTerminals {
+    sub: Sub,
+    open: u32,
 }
 
 #[derive(serde::Deserialize)]
@@ -396,9 +409,20 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 .into_iter()
                 .map(|o| (o.session, o.open))
                 .collect();
-            control.record_terminals(&report.gateway, every, &counts);
+            let users: Option<Vec<(Sub, u32)>> = report
+                .users
+                .map(|u| u.into_iter().map(|u| (u.sub, u.open)).collect());
+            control.record_terminals(
+                &report.gateway,
+                every,
+                &counts,
+                users.as_deref().unwrap_or_default(),
+            );
             control.record_viewers(&report.gateway, report.viewers);
-            Ok(empty(204))
+            Ok(match users {
+                Some(_) => json(200, &control.terminals_elsewhere(&report.gateway)),
+                None => empty(204),
+            })
         }
         ["authz"] => {
             if method != Method::GET && method != Method::HEAD {

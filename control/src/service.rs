@@ -674,9 +674,22 @@ impl Control {
         v
     }
 
-    /// Records a gateway's report of the terminals it has open, per session.
-    pub fn record_terminals(&self, gateway: &str, every: Duration, counts: &[(SessionId, u32)]) {
-        self.live.record(gateway, every, counts);
+    /// Records a gateway's report of the terminals it has open, per session and per
+    /// user.
+    pub fn record_terminals(
+        &self,
+        gateway: &str,
+        every: Duration,
+        counts: &[(SessionId, u32)],
+        users: &[(Sub, u32)],
+    ) {
+        self.live.record(gateway, every, counts, users);
+    }
+
+    /// What the live gateways other than `gateway` have open (the answer to its
+    /// report).
+    pub fn terminals_elsewhere(&self, gateway: &str) -> crate::live::Elsewhere {
+        self.live.elsewhere(gateway)
     }
 
     /// Records the input times a gateway reported; returns how many sessions moved.
