@@ -72,8 +72,9 @@ fn gauge(stack: &GatewayStack, n: usize, name: &str) -> Option<i64> {
 }
 
 /// Waits until gateway `n` counts, from control's fresh answer, `terminals` open
-/// elsewhere and `viewers` watching elsewhere.
-fn wait_elsewhere(stack: &GatewayStack, n: usize, terminals: i64, viewers: i64) {
+/// elsewhere and `viewers` watching elsewhere; returns how long that took.
+fn wait_elsewhere(stack: &GatewayStack, n: usize, terminals: i64, viewers: i64) -> Duration {
+    let start = Instant::now();
     wait_for(
         &format!("gateway {n} to count {terminals} terminals and {viewers} viewers elsewhere"),
         T,
@@ -86,6 +87,7 @@ fn wait_elsewhere(stack: &GatewayStack, n: usize, terminals: i64, viewers: i64) 
             (seen == (Some(1), Some(terminals), Some(viewers))).then_some(())
         },
     );
+    start.elapsed()
 }
 
 fn refused_with(e: &ConnectError, status: u16, code: &str) {
@@ -121,7 +123,8 @@ fn a_users_fifth_terminal_is_refused_on_the_other_replica_until_one_closes() {
 
     // One closed on A: once B hears of it, B admits one, and A then counts it.
     drop(on_a.pop());
-    wait_elsewhere(&stack, 1, 3, 0);
+    let heard = wait_elsewhere(&stack, 1, 3, 0);
+    eprintln!("B heard of the close on A after {heard:?}");
     let on_b = open(&stack, 1, &s1, &alice).expect("B admits one once A closed one");
     on_b.send_input(b"echo on-b-$((6*7))\r").unwrap();
     on_b.read_until("on-b-42", T).expect("B's terminal works");
@@ -156,7 +159,8 @@ fn a_share_links_max_viewers_holds_over_replicas() {
     let second = view(&stack, 1, &url).expect_err("a second viewer on B");
     refused_with(&second, 429, "too_many_viewers");
     drop(watching);
-    wait_elsewhere(&stack, 1, 0, 0);
+    let heard = wait_elsewhere(&stack, 1, 0, 0);
+    eprintln!("B heard the viewer on A left after {heard:?}");
     let on_b = view(&stack, 1, &url).expect("B admits the viewer once A's left");
     wait_elsewhere(&stack, 0, 0, 1);
     let on_a = view(&stack, 0, &url).expect_err("A now counts B's viewer");
