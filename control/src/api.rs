@@ -37,6 +37,9 @@ use crate::service::{
 #[serde(deny_unknown_fields)]
 struct TerminalsReport {
     gateway: String,
+    /// Where the gateway serves (its host and listener), the same across its restarts.
+    #[serde(default)]
+    replica: Option<String>,
     every_ms: u64,
     open: Vec<OpenTerminals>,
     /// Open per user. A report without it (a gateway from before deployment-wide
@@ -403,6 +406,11 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                     ApiError::INVALID_JSON.with_message("gateway must be 1 to 64 characters")
                 );
             }
+            if report.replica.as_ref().is_some_and(|r| r.len() > 512) {
+                return Err(
+                    ApiError::INVALID_JSON.with_message("replica must be at most 512 bytes")
+                );
+            }
             let every = Duration::from_millis(report.every_ms.clamp(100, 60_000));
             let counts: Vec<(SessionId, u32)> = report
                 .open
@@ -414,6 +422,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                 .map(|u| u.into_iter().map(|u| (u.sub, u.open)).collect());
             control.record_terminals(
                 &report.gateway,
+                report.replica.as_deref(),
                 every,
                 &counts,
                 users.as_deref().unwrap_or_default(),

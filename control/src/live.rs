@@ -32,6 +32,22 @@ struct Inner {
     /// Gateway → the share-link viewers it has open, as of its last report (each
     /// report names them all).
     viewers: HashMap<String, Vec<Viewers>>,
+    /// Replica (the host and listener a gateway process serves) → the process that
+    /// reports for it now.
+    replicas: HashMap<String, String>,
+    /// Processes whose replica a newer process took, → until when they count: their
+    /// reports still count, but never take the replica back.
+    displaced: HashMap<String, Instant>,
+}
+
+impl Inner {
+    /// Drops everything `gateway` reported.
+    fn forget(&mut self, gateway: &str) {
+        self.gateways.remove(gateway);
+        self.open.retain(|(g, _), _| g != gateway);
+        self.users.retain(|(g, _), _| g != gateway);
+        self.viewers.remove(gateway);
+    }
 }
 
 /// The viewers one gateway has open on one share link.
@@ -102,19 +118,35 @@ impl LiveTerminals {
     }
 
     /// Records one report of `gateway`, which reports at least every `every`: its
-    /// open terminals per session and per user (a zero clears an entry).
+    /// open terminals per session and per user (a zero clears an entry). The first
+    /// report of a process for a `replica` another process reported for drops that
+    /// one's numbers at once: a gateway restarted after a crash (or upgraded) must not
+    /// find the terminals of its dead predecessor counted against its reconnecting
+    /// users for three intervals.
     pub fn record(
         &self,
         gateway: &str,
+        replica: Option<&str>,
         every: Duration,
         counts: &[(SessionId, u32)],
         users: &[(Sub, u32)],
     ) {
         let now = Instant::now();
+        let until = now + every * FRESH_INTERVALS;
         let mut inner = self.lock();
-        inner
-            .gateways
-            .insert(gateway.to_owned(), now + every * FRESH_INTERVALS);
+        if let Some(d) = inner.displaced.get_mut(gateway) {
+            *d = until;
+        } else if let Some(replica) = replica {
+            let before = inner
+                .replicas
+                .insert(replica.to_owned(), gateway.to_owned());
+            if let Some(old) = before.filter(|old| old != gateway) {
+                let old_until = inner.gateways.get(&old).copied().unwrap_or(now);
+                inner.forget(&old);
+                inner.displaced.insert(old, old_until);
+            }
+        }
+        inner.gateways.insert(gateway.to_owned(), until);
         for (id, n) in counts {
             let key = (gateway.to_owned(), *id);
             if *n == 0 {
@@ -139,11 +171,10 @@ impl LiveTerminals {
             .map(|(g, _)| g.clone())
             .collect();
         for g in stale {
-            inner.gateways.remove(&g);
-            inner.open.retain(|(og, _), _| *og != g);
-            inner.users.retain(|(og, _), _| *og != g);
-            inner.viewers.remove(&g);
+            inner.forget(&g);
+            inner.replicas.retain(|_, holder| *holder != g);
         }
+        inner.displaced.retain(|_, until| *until >= now);
     }
 
     /// What every live gateway but `gateway` has open, summed (sorted, so answers are
@@ -260,18 +291,18 @@ mod tests {
         let live = LiveTerminals::default();
         assert_eq!(live.count(&id(1)), None, "no gateway has reported");
         let long = Duration::from_secs(60);
-        live.record("g1", long, &[(id(1), 2)], &[]);
-        live.record("g2", long, &[(id(1), 1), (id(2), 1)], &[]);
+        live.record("g1", None, long, &[(id(1), 2)], &[]);
+        live.record("g2", None, long, &[(id(1), 1), (id(2), 1)], &[]);
         assert_eq!(live.count(&id(1)), Some(3));
         assert_eq!(live.count(&id(2)), Some(1));
         assert_eq!(live.count(&id(3)), Some(0), "known gateways, none open");
-        live.record("g2", long, &[(id(1), 0)], &[]);
+        live.record("g2", None, long, &[(id(1), 0)], &[]);
         assert_eq!(live.count(&id(1)), Some(2));
         // A gateway whose reports are older than three of its intervals.
-        live.record("g3", Duration::from_millis(1), &[(id(2), 5)], &[]);
+        live.record("g3", None, Duration::from_millis(1), &[(id(2), 5)], &[]);
         std::thread::sleep(Duration::from_millis(10));
         assert_eq!(live.count(&id(2)), Some(1), "g3 went quiet");
-        live.record("g1", long, &[], &[]);
+        live.record("g1", None, long, &[], &[]);
         assert_eq!(live.count(&id(2)), Some(1));
     }
 
@@ -281,9 +312,10 @@ mod tests {
         let long = Duration::from_secs(60);
         let alice = Sub::parse("alice").unwrap();
         let bob = Sub::parse("bob").unwrap();
-        live.record("g1", long, &[(id(1), 3)], &[(alice.clone(), 3)]);
+        live.record("g1", None, long, &[(id(1), 3)], &[(alice.clone(), 3)]);
         live.record(
             "g2",
+            None,
             long,
             &[(id(1), 1), (id(2), 1)],
             &[(alice.clone(), 1), (bob.clone(), 1)],
@@ -344,12 +376,34 @@ mod tests {
             "a new gateway hears of both"
         );
         // Zeros clear, and a quiet gateway's numbers stop counting.
-        live.record("g2", long, &[], &[(bob.clone(), 0)]);
+        live.record("g2", None, long, &[], &[(bob.clone(), 0)]);
         assert_eq!(live.elsewhere("g1").users.len(), 1);
-        live.record("g1", Duration::from_millis(1), &[], &[]);
+        live.record("g1", None, Duration::from_millis(1), &[], &[]);
         std::thread::sleep(Duration::from_millis(10));
-        live.record("g2", long, &[], &[]);
+        live.record("g2", None, long, &[], &[]);
         assert_eq!(live.elsewhere("g2"), Elsewhere::default(), "g1 went quiet");
+    }
+
+    #[test]
+    fn a_new_process_on_a_replica_drops_its_predecessors_numbers_at_once() {
+        let live = LiveTerminals::default();
+        let long = Duration::from_secs(60);
+        let alice = Sub::parse("alice").unwrap();
+        let here = Some("host-a/127.0.0.1:8080");
+        live.record("old", here, long, &[(id(1), 5)], &[(alice.clone(), 5)]);
+        live.record("other", Some("host-b/127.0.0.1:8080"), long, &[], &[]);
+        assert_eq!(live.count(&id(1)), Some(5));
+        // Killed and restarted: the new process's first report takes the replica.
+        live.record("new", here, long, &[(id(1), 1)], &[(alice.clone(), 1)]);
+        assert_eq!(live.count(&id(1)), Some(1));
+        assert_eq!(live.elsewhere("other").users[0].open, 1);
+        // An old process still draining after an upgrade counts again when it reports,
+        // but never takes the replica back.
+        live.record("old", here, long, &[(id(1), 2)], &[(alice.clone(), 2)]);
+        assert_eq!(live.count(&id(1)), Some(3));
+        live.record("new", here, long, &[], &[]);
+        assert_eq!(live.count(&id(1)), Some(3), "both still count");
+        assert_eq!(live.elsewhere("new").users[0].open, 2);
     }
 
     #[test]
@@ -362,8 +416,8 @@ mod tests {
             open,
             subs: subs.iter().map(|s| s.to_string()).collect(),
         };
-        live.record("g1", long, &[], &[]);
-        live.record("g2", long, &[], &[]);
+        live.record("g1", None, long, &[], &[]);
+        live.record("g2", None, long, &[], &[]);
         live.record_viewers("g1", vec![v("a", 2, &["bob"]), v("b", 1, &[])]);
         live.record_viewers("g2", vec![v("a", 1, &["carol", "bob"])]);
         assert_eq!(

@@ -675,15 +675,17 @@ impl Control {
     }
 
     /// Records a gateway's report of the terminals it has open, per session and per
-    /// user.
+    /// user; `replica` names where it serves, so a process that replaces another there
+    /// takes its place at once.
     pub fn record_terminals(
         &self,
         gateway: &str,
+        replica: Option<&str>,
         every: Duration,
         counts: &[(SessionId, u32)],
         users: &[(Sub, u32)],
     ) {
-        self.live.record(gateway, every, counts, users);
+        self.live.record(gateway, replica, every, counts, users);
     }
 
     /// What the live gateways other than `gateway` have open (the answer to its

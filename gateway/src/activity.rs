@@ -143,10 +143,15 @@ impl BackgroundService for ActivityReporter {
             Ok(()) => random.iter().map(|b| format!("{b:02x}")).collect(),
             Err(_) => format!("pid-{}", std::process::id()),
         };
+        // Where this process serves, the same for the process that replaces it after a
+        // crash or an upgrade: control then drops this one's counts at once rather
+        // than holding its users' places for three intervals.
+        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let replica = format!("{}/{}", hostname.trim(), self.0.config.gateway.listen);
         // Two loops, so a slow input or audit report never delays a terminal count.
         tokio::join!(
             report_activity(&self.0, &me, shutdown.clone()),
-            report_terminals(&self.0, &me, shutdown),
+            report_terminals(&self.0, (&me, &replica), shutdown),
         );
     }
 }
@@ -200,7 +205,7 @@ async fn report_activity(g: &Gateway, me: &str, mut shutdown: ShutdownWatch) {
 /// `gateway.activity_report_ms` regardless (which also tells control this gateway is
 /// there), and keeps control's answer — the other gateways' counts — for
 /// [`FRESH_INTERVALS`] intervals from when the report left.
-async fn report_terminals(g: &Gateway, me: &str, mut shutdown: ShutdownWatch) {
+async fn report_terminals(g: &Gateway, me: (&str, &str), mut shutdown: ShutdownWatch) {
     let every = Duration::from_millis(g.config.gateway.activity_report_ms);
     let soon = Duration::from_millis(g.config.gateway.terminal_report_ms).min(every);
     // A quiet gateway reports every this many ticks: never later than `every`.
@@ -255,10 +260,10 @@ struct Reported {
 /// Sends the open terminals per session and per user, with a zero for each that had
 /// some at the previous report; keeps what was reported open (all of the previous ones
 /// too when control did not take the report, so their zeros are sent later). Returns
-/// control's answer to the last batch.
+/// control's answer to the last batch. `me`: this process and its replica.
 async fn send_terminals(
     g: &Gateway,
-    me: &str,
+    me: (&str, &str),
     every: Duration,
     reported: &mut Reported,
 ) -> Result<Option<crate::terminals::Elsewhere>, crate::control_client::Unavailable> {
@@ -294,7 +299,11 @@ async fn send_terminals(
         let part = |len: usize, size: usize| (i * size).min(len)..((i + 1) * size).min(len);
         let s = &sessions[part(sessions.len(), MAX_BATCH)];
         let u = &users[part(users.len(), MAX_USER_BATCH)];
-        match g.control.report_terminals(me, every, s, u, &viewers).await {
+        match g
+            .control
+            .report_terminals(me.0, me.1, every, s, u, &viewers)
+            .await
+        {
             Ok(a) => answer = a,
             Err(e) => {
                 reported.sessions.extend(sessions_now.into_keys());

@@ -104,13 +104,14 @@ impl ControlClient {
         self.report("activity", &body).await
     }
 
-    /// Reports the terminals this gateway (`gateway`, reporting at least every
-    /// `every`) has open per session and per user, and its share-link viewers; control
-    /// answers with what the other gateways have open (`None`: a control that predates
-    /// that answer, 204).
+    /// Reports the terminals this gateway process (`gateway`, serving as `replica`,
+    /// reporting at least every `every`) has open per session and per user, and its
+    /// share-link viewers; control answers with what the other gateways have open
+    /// (`None`: a control that predates that answer, 204).
     pub async fn report_terminals(
         &self,
         gateway: &str,
+        replica: &str,
         every: std::time::Duration,
         counts: &[(SessionId, u32)],
         users: &[(&str, u32)],
@@ -128,6 +129,7 @@ impl ControlClient {
         }
         let body = serde_json::json!({
             "gateway": gateway,
+            "replica": replica,
             "every_ms": u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
             "open": counts
                 .iter()
