@@ -17,6 +17,21 @@ const STALE_AFTER: Duration = Duration::from_millis(3 * 1000);
 /// Control, the ttyd pools and two gateways with `max_terminals_per_user = 4`,
 /// reporting at least every second; the default profile shares with `anyone`.
 fn stack() -> GatewayStack {
+    stack_reporting_every(EVERY)
+}
+
+/// The gateways' environment: the limit, and `activity_report_ms`.
+fn gateway_env(every: Duration) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "TERMGATE__GATEWAY__ACTIVITY_REPORT_MS",
+            every.as_millis().to_string(),
+        ),
+        ("TERMGATE__GATEWAY__MAX_TERMINALS_PER_USER", "4".to_owned()),
+    ]
+}
+
+fn stack_reporting_every(every: Duration) -> GatewayStack {
     let mut control = ControlStack::prepare("");
     control.set_env("TERMGATE__PROFILES__DEFAULT__SHARES", "anyone");
     control.spawn(&[]);
@@ -26,11 +41,8 @@ fn stack() -> GatewayStack {
     s.viewers = Some(e2e::ttyd::TtydPool::start_viewers_for(&s.control.instance));
     // Started again, now that the read-only pool exists, with this test's limits.
     s.gateways.clear();
-    let every = EVERY.as_millis().to_string();
-    let env = [
-        ("TERMGATE__GATEWAY__ACTIVITY_REPORT_MS", every.as_str()),
-        ("TERMGATE__GATEWAY__MAX_TERMINALS_PER_USER", "4"),
-    ];
+    let env = gateway_env(every);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     s.spawn_gateway(&env);
     s.spawn_gateway(&env);
     s
@@ -211,4 +223,46 @@ fn with_control_gone_each_replica_counts_only_its_own_terminals_after_the_stalen
     }
     let fifth = open(&stack, 1, &s2, &alice).expect_err("a fifth on B itself");
     refused_with(&fifth, 429, "too_many_terminals");
+}
+
+#[test]
+fn a_gateway_restarted_after_a_crash_is_not_held_by_its_predecessors_terminals() {
+    // Reports five seconds apart: the dead process's counts would live for fifteen.
+    let every = Duration::from_secs(5);
+    let mut stack = stack_reporting_every(every);
+    let alice = stack.control.token("alice", false);
+    let (s1, s2) = (create(&stack, &alice), create(&stack, &alice));
+    let on_a: Vec<Terminal> = [&s1, &s1, &s2, &s2]
+        .iter()
+        .map(|s| open(&stack, 0, s, &alice).expect("a terminal on A"))
+        .collect();
+    wait_elsewhere(&stack, 1, 4, 0);
+
+    // A crashes; its supervisor starts it again on the same listeners.
+    let (port, admin_port) = (stack.gateways[0].port, stack.gateways[0].admin_port);
+    stack.gateways[0].kill9();
+    let killed = Instant::now();
+    for t in &on_a {
+        t.wait_closed(T).expect("A's terminals close with it");
+    }
+    let env = gateway_env(every);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let again = stack.spawn_gateway_on(port, admin_port, &[], &env, true);
+    // Its first answer already leaves the dead process out (which would otherwise
+    // count until three intervals after its last report, at least 10 s from the kill).
+    wait_elsewhere(&stack, again, 0, 0);
+    let took = killed.elapsed();
+    eprintln!("the restarted A counted nothing elsewhere {took:?} after the crash");
+    assert!(
+        took < 2 * every,
+        "answered only after {took:?}: the dead process's counts may have aged out instead"
+    );
+    // Every terminal reconnects to it, and the limit still holds.
+    let back: Vec<Terminal> = [&s1, &s1, &s2, &s2]
+        .iter()
+        .map(|s| open(&stack, again, s, &alice).expect("a terminal reopens on A"))
+        .collect();
+    let fifth = open(&stack, again, &s1, &alice).expect_err("a fifth on A");
+    refused_with(&fifth, 429, "too_many_terminals");
+    drop(back);
 }
