@@ -243,6 +243,11 @@ pub struct GatewayConfig {
     /// into, milliseconds (one batched call; profiles' `idle_timeout_seconds`).
     #[serde(default = "defaults::activity_report_ms")]
     pub activity_report_ms: u64,
+    /// Soonest the gateway reports its open terminals to control again after they
+    /// changed, milliseconds (never later than `activity_report_ms`); control's answer
+    /// carries the other gateways' counts, which terminal limits add to this one's.
+    #[serde(default = "defaults::terminal_report_ms")]
+    pub terminal_report_ms: u64,
     /// Unix socket over which a new gateway process takes the listeners of the old one
     /// (zero-downtime upgrade: start the new one with `--upgrade`, then SIGQUIT the old).
     #[serde(default = "defaults::upgrade_socket")]
@@ -745,6 +750,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("gateway.negative_cache_ms", "2000"),
     ("gateway.lookup_misses_per_minute", "120"),
     ("gateway.activity_report_ms", "5000"),
+    ("gateway.terminal_report_ms", "250"),
     ("gateway.upgrade_socket", "\"gateway-upgrade.sock\""),
     ("gateway.pid_file", "\"gateway.pid\""),
     ("gateway.recordings_dir", "\"recordings-spool\""),
@@ -898,6 +904,9 @@ mod defaults {
     }
     pub fn activity_report_ms() -> u64 {
         5000
+    }
+    pub fn terminal_report_ms() -> u64 {
+        250
     }
     pub fn upgrade_socket() -> PathBuf {
         "gateway-upgrade.sock".into()

@@ -202,6 +202,13 @@ pub(crate) fn validate(c: &mut Config, errors: &mut Vec<ConfigError>) {
         &mut err,
     );
     within(
+        "gateway.terminal_report_ms",
+        g.terminal_report_ms as usize,
+        50,
+        60_000,
+        &mut err,
+    );
+    within(
         "gateway.max_ws_frame_bytes",
         g.max_ws_frame_bytes as usize,
         4096,

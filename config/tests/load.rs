@@ -748,6 +748,11 @@ fn idle_timeout_and_max_lifetime_out_of_range_are_refused_naming_the_key() {
         e.mentions("gateway.activity_report_ms", "between 100 and 60000"),
         "{e}"
     );
+    let e = load_text(EXAMPLE, &[("TERMGATE__GATEWAY__TERMINAL_REPORT_MS", "0")]).unwrap_err();
+    assert!(
+        e.mentions("gateway.terminal_report_ms", "between 50 and 60000"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -761,6 +766,7 @@ fn idle_timeout_and_max_lifetime_are_optional_and_read_as_limits() {
     assert_eq!((l.idle_timeout, l.max_lifetime), (Some(600), Some(7200)));
     assert!(!c.profiles["default"].lifetime_limits().is_limited());
     assert_eq!(c.gateway.activity_report_ms, 5000);
+    assert_eq!(c.gateway.terminal_report_ms, 250);
 }
 
 #[test]

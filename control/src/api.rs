@@ -30,17 +30,33 @@ use crate::service::{
     ShareRequest, SignInReport, SignInView, TargetPatch, TargetRequest, TargetView, Whose,
 };
 
-/// `POST /v1/terminals`: the terminals one gateway has open, per session (a zero for
-/// one that had some at its previous report), sent every `every_ms`.
+/// `POST /v1/terminals`: the terminals one gateway has open, per session and per user
+/// (a zero for one that had some at its previous report), sent at least every
+/// `every_ms`.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TerminalsReport {
     gateway: String,
+    /// Where the gateway serves (its host and listener), the same across its restarts.
+    #[serde(default)]
+    replica: Option<String>,
     every_ms: u64,
     open: Vec<OpenTerminals>,
+    /// Open per user. A report without it (a gateway from before deployment-wide
+    /// limits) is answered 204, as it expects; with it, 200 and the other gateways'
+    /// counts.
+    #[serde(default)]
+    users: Option<Vec<UserTerminals>>,
     /// The share-link viewers it has open, all of them.
     #[serde(default)]
     viewers: Vec<crate::live::Viewers>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UserTerminals {
+    sub: Sub,
+    open: u32,
 }
 
 #[derive(serde::Deserialize)]
@@ -442,15 +458,32 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                     ApiError::INVALID_JSON.with_message("gateway must be 1 to 64 characters")
                 );
             }
+            if report.replica.as_ref().is_some_and(|r| r.len() > 512) {
+                return Err(
+                    ApiError::INVALID_JSON.with_message("replica must be at most 512 bytes")
+                );
+            }
             let every = Duration::from_millis(report.every_ms.clamp(100, 60_000));
             let counts: Vec<(SessionId, u32)> = report
                 .open
                 .into_iter()
                 .map(|o| (o.session, o.open))
                 .collect();
-            control.record_terminals(&report.gateway, every, &counts);
+            let users: Option<Vec<(Sub, u32)>> = report
+                .users
+                .map(|u| u.into_iter().map(|u| (u.sub, u.open)).collect());
+            control.record_terminals(
+                &report.gateway,
+                report.replica.as_deref(),
+                every,
+                &counts,
+                users.as_deref().unwrap_or_default(),
+            );
             control.record_viewers(&report.gateway, report.viewers);
-            Ok(empty(204))
+            Ok(match users {
+                Some(_) => json(200, &control.terminals_elsewhere(&report.gateway)),
+                None => empty(204),
+            })
         }
         ["authz"] => {
             if method != Method::GET && method != Method::HEAD {

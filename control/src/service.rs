@@ -682,9 +682,24 @@ impl Control {
         v
     }
 
-    /// Records a gateway's report of the terminals it has open, per session.
-    pub fn record_terminals(&self, gateway: &str, every: Duration, counts: &[(SessionId, u32)]) {
-        self.live.record(gateway, every, counts);
+    /// Records a gateway's report of the terminals it has open, per session and per
+    /// user; `replica` names where it serves, so a process that replaces another there
+    /// takes its place at once.
+    pub fn record_terminals(
+        &self,
+        gateway: &str,
+        replica: Option<&str>,
+        every: Duration,
+        counts: &[(SessionId, u32)],
+        users: &[(Sub, u32)],
+    ) {
+        self.live.record(gateway, replica, every, counts, users);
+    }
+
+    /// What the live gateways other than `gateway` have open (the answer to its
+    /// report).
+    pub fn terminals_elsewhere(&self, gateway: &str) -> crate::live::Elsewhere {
+        self.live.elsewhere(gateway)
     }
 
     /// Records the input times a gateway reported; returns how many sessions moved.

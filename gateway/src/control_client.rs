@@ -1,5 +1,6 @@
 //! The gateway's calls to control: one-off route lookups, the route feed and the
-//! input-time reports.
+//! reports (input times, open terminals, audit lines). Every call is bounded by
+//! `gateway.control_timeout_ms` (the feed's long poll by its wait on top).
 
 use std::time::Duration;
 
@@ -13,6 +14,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use policy::feed::{FeedPage, RouteLookup};
 use policy::SessionId;
+
+use crate::terminals::Elsewhere;
 
 /// Control could not be asked (down, slow, or answered something unexpected).
 #[derive(Debug, thiserror::Error)]
@@ -153,30 +156,56 @@ impl ControlClient {
         self.report("activity", &body).await
     }
 
-    /// Reports the terminals this gateway (`gateway`, reporting every `every`) has
-    /// open per session, for the admin console.
+    /// Reports the terminals this gateway process (`gateway`, serving as `replica`,
+    /// reporting at least every `every`) has open per session and per user, and its
+    /// share-link viewers; control answers with what the other gateways have open
+    /// (`None`: a control that predates that answer, 204).
     pub async fn report_terminals(
         &self,
         gateway: &str,
+        replica: &str,
         every: std::time::Duration,
         counts: &[(SessionId, u32)],
+        users: &[(&str, u32)],
         viewers: &[crate::terminals::ShareViewers],
-    ) -> Result<(), Unavailable> {
+    ) -> Result<Option<Elsewhere>, Unavailable> {
         #[derive(serde::Serialize)]
         struct Open<'a> {
             session: &'a SessionId,
             open: u32,
         }
+        #[derive(serde::Serialize)]
+        struct UserOpen<'a> {
+            sub: &'a str,
+            open: u32,
+        }
         let body = serde_json::json!({
             "gateway": gateway,
+            "replica": replica,
             "every_ms": u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
             "open": counts
                 .iter()
                 .map(|(session, open)| Open { session, open: *open })
                 .collect::<Vec<_>>(),
+            "users": users
+                .iter()
+                .map(|(sub, open)| UserOpen { sub, open: *open })
+                .collect::<Vec<_>>(),
             "viewers": viewers,
         });
-        self.report("terminals", &body).await
+        let body = serde_json::to_vec(&body).map_err(|e| Unavailable(e.to_string()))?;
+        let req = Request::post(format!("{}/v1/terminals", self.base))
+            .header(AUTHORIZATION, &self.bearer)
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| Unavailable(e.to_string()))?;
+        match self.send(req, self.timeout).await? {
+            (StatusCode::OK, body) => serde_json::from_slice(&body)
+                .map(Some)
+                .map_err(|e| Unavailable(format!("bad terminals answer: {e}"))),
+            (StatusCode::NO_CONTENT, _) => Ok(None),
+            (status, _) => Err(Unavailable(format!("terminals report answered {status}"))),
+        }
     }
 
     /// Sends audit lines (`POST /v1/audit`, a `policy::audit::AuditReport` already

@@ -30,6 +30,13 @@ pub struct Metrics {
     pub feed_revision: Gauge,
     /// Seconds since the feed last answered (0 while it answers).
     pub feed_lag_seconds: Gauge,
+    /// Terminals open on the other gateways, as control last answered (0 when stale).
+    pub elsewhere_terminals: Gauge,
+    /// Share-link viewers open on the other gateways, as control last answered.
+    pub elsewhere_viewers: Gauge,
+    /// 1 while control's answer counts toward the limits, 0 when this gateway counts
+    /// only its own terminals (no answer for three report intervals).
+    pub elsewhere_fresh: Gauge,
 }
 
 impl Default for Metrics {
@@ -69,6 +76,21 @@ impl Default for Metrics {
             feed_lag_seconds: r.register(
                 "feed_lag_seconds",
                 "Seconds since the route feed last answered",
+                Gauge::default(),
+            ),
+            elsewhere_terminals: r.register(
+                "elsewhere_terminals",
+                "Terminals open on the other gateways, as control last answered",
+                Gauge::default(),
+            ),
+            elsewhere_viewers: r.register(
+                "elsewhere_viewers",
+                "Share-link viewers open on the other gateways, as control last answered",
+                Gauge::default(),
+            ),
+            elsewhere_fresh: r.register(
+                "elsewhere_fresh",
+                "1 while the other gateways' counts count toward the terminal limits",
                 Gauge::default(),
             ),
             registry: r,

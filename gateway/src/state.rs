@@ -173,6 +173,20 @@ impl Gateway {
         policy::revocation::Fingerprint::of(token)
     }
 
+    /// Shows the other gateways' counts as admission sees them now.
+    pub fn count_elsewhere(&self) {
+        let m = &self.metrics;
+        let (terminals, viewers, fresh) = match self.terminals.elsewhere_totals() {
+            Some((t, v)) => (t, v, 1),
+            None => (0, 0, 0),
+        };
+        m.elsewhere_terminals
+            .set(i64::try_from(terminals).unwrap_or(i64::MAX));
+        m.elsewhere_viewers
+            .set(i64::try_from(viewers).unwrap_or(i64::MAX));
+        m.elsewhere_fresh.set(fresh);
+    }
+
     /// Counts live terminals closed by enforcement.
     pub fn count_closed(&self, reason: CloseReason, n: usize) {
         let label = crate::metrics::Label {

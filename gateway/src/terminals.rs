@@ -8,6 +8,13 @@
 //! so it stays valid (no descriptor reuse) for as long as the ticket lives — or, for the
 //! gateway's own tunnel, the tunnel's descriptor itself, lent for the ticket's life
 //! ([`Ticket::lend`]).
+//!
+//! The limits (terminals per user, per session, viewers per share link) hold over every
+//! gateway replica: control answers each report of this gateway's counts with what the
+//! others have open ([`Elsewhere`]), and admission adds that to this gateway's own
+//! count in the same locked step, without asking control. Counts that went stale (no
+//! answer for a while: control down) stop counting, and each gateway falls back to its
+//! own.
 
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
@@ -15,6 +22,7 @@ use std::net::Shutdown;
 use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use policy::revocation::{CredentialId, Fingerprint, Revocation, RevokedWhy};
 use policy::{Principal, SessionId};
@@ -161,17 +169,92 @@ pub struct ViewerRequest<'a> {
     /// Fingerprint of the viewer's credential (the default without one).
     pub credential: Fingerprint,
 }
+/// What the other gateways have open, as control last answered this one's report.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+pub struct Elsewhere {
+    /// Terminals per user (viewers not counted).
+    #[serde(default, deserialize_with = "users")]
+    pub users: HashMap<String, u32>,
+    /// Terminals per session (viewers not counted).
+    #[serde(default, deserialize_with = "sessions")]
+    pub sessions: HashMap<SessionId, u32>,
+    /// Viewers per share link: (session, share).
+    #[serde(default, deserialize_with = "viewers")]
+    pub viewers: HashMap<(SessionId, String), u32>,
+}
+
+/// Control lists its counts as `[{"sub","open"}…]`, `[{"session","open"}…]` and
+/// `[{"session","share","open"}…]`.
+fn users<'de, D: serde::Deserializer<'de>>(d: D) -> Result<HashMap<String, u32>, D::Error> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        sub: String,
+        open: u32,
+    }
+    let list: Vec<Entry> = serde::Deserialize::deserialize(d)?;
+    Ok(list.into_iter().map(|e| (e.sub, e.open)).collect())
+}
+
+fn sessions<'de, D: serde::Deserializer<'de>>(d: D) -> Result<HashMap<SessionId, u32>, D::Error> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        session: SessionId,
+        open: u32,
+    }
+    let list: Vec<Entry> = serde::Deserialize::deserialize(d)?;
+    Ok(list.into_iter().map(|e| (e.session, e.open)).collect())
+}
+
+type ViewerCounts = HashMap<(SessionId, String), u32>;
+
+fn viewers<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ViewerCounts, D::Error> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        session: SessionId,
+        share: String,
+        open: u32,
+    }
+    let list: Vec<Entry> = serde::Deserialize::deserialize(d)?;
+    Ok(list
+        .into_iter()
+        .map(|e| ((e.session, e.share), e.open))
+        .collect())
+}
+
+impl Elsewhere {
+    /// Terminals and viewers in all.
+    pub fn totals(&self) -> (u64, u64) {
+        let terminals = self.users.values().map(|n| u64::from(*n)).sum();
+        let viewers = self.viewers.values().map(|n| u64::from(*n)).sum();
+        (terminals, viewers)
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     live: HashMap<u64, Live>,
     per_user: HashMap<String, u32>,
     per_session: HashMap<SessionId, u32>,
+    /// The other gateways' counts, and until when they count.
+    elsewhere: Elsewhere,
+    elsewhere_until: Option<Instant>,
+}
+
+impl Inner {
+    /// The other gateways' counts while they are fresh at `now`; none after.
+    fn elsewhere(&self, now: Instant) -> Option<&Elsewhere> {
+        self.elsewhere_until
+            .is_some_and(|until| now < until)
+            .then_some(&self.elsewhere)
+    }
 }
 
 /// The registry of open terminals.
 pub struct Terminals {
     inner: Mutex<Inner>,
     next: AtomicU64,
+    /// Bumped whenever a slot is taken or freed: the reporter sends counts soon after.
+    changes: AtomicU64,
     max_per_user: u32,
     max_per_session: u32,
 }
@@ -188,6 +271,7 @@ impl Terminals {
         Arc::new(Terminals {
             inner: Mutex::new(Inner::default()),
             next: AtomicU64::new(1),
+            changes: AtomicU64::new(0),
             max_per_user,
             max_per_session,
         })
@@ -199,7 +283,8 @@ impl Terminals {
 
     /// Takes a slot for a terminal of `who` on `session`; `expires_at` closes it then.
     /// `credential` identifies the token that opened it (its fingerprint, never the
-    /// token), so that signing that token out closes it.
+    /// token), so that signing that token out closes it. The limits count this gateway's
+    /// terminals and, while fresh, the other gateways' ([`Terminals::learn_elsewhere`]).
     pub fn admit(
         self: &Arc<Self>,
         session: SessionId,
@@ -208,15 +293,25 @@ impl Terminals {
         credential: Fingerprint,
     ) -> Result<Ticket, LimitHit> {
         let sub = who.sub.as_str();
+        let now = Instant::now();
         let mut inner = self.lock();
-        if inner.per_user.get(sub).copied().unwrap_or(0) >= self.max_per_user {
+        let (user_elsewhere, session_elsewhere) = inner.elsewhere(now).map_or((0, 0), |e| {
+            (
+                e.users.get(sub).copied().unwrap_or(0),
+                e.sessions.get(&session).copied().unwrap_or(0),
+            )
+        });
+        let user_here = inner.per_user.get(sub).copied().unwrap_or(0);
+        if user_here.saturating_add(user_elsewhere) >= self.max_per_user {
             return Err(LimitHit::User);
         }
-        if inner.per_session.get(&session).copied().unwrap_or(0) >= self.max_per_session {
+        let session_here = inner.per_session.get(&session).copied().unwrap_or(0);
+        if session_here.saturating_add(session_elsewhere) >= self.max_per_session {
             return Err(LimitHit::Session);
         }
         *inner.per_user.entry(sub.to_owned()).or_default() += 1;
         *inner.per_session.entry(session).or_default() += 1;
+        self.changes.fetch_add(1, Ordering::Relaxed);
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         inner.live.insert(
             id,
@@ -245,8 +340,9 @@ impl Terminals {
     /// `max_viewers`, not against the owner's or the session's terminal limits (they
     /// must never keep the owner out); an anonymous viewer's `sub` is empty.
     pub fn admit_viewer(self: &Arc<Self>, req: &ViewerRequest<'_>) -> Result<Ticket, LimitHit> {
+        let now = Instant::now();
         let mut inner = self.lock();
-        let open = inner
+        let here = inner
             .live
             .values()
             .filter(|l| {
@@ -255,9 +351,17 @@ impl Terminals {
                     && l.view.as_ref().is_some_and(|v| v.share == req.share)
             })
             .count();
+        let elsewhere = inner.elsewhere(now).map_or(0, |e| {
+            e.viewers
+                .get(&(req.session, req.share.to_owned()))
+                .copied()
+                .unwrap_or(0)
+        });
+        let open = here.saturating_add(elsewhere as usize);
         if req.max_viewers.is_some_and(|m| open >= m as usize) {
             return Err(LimitHit::Viewers);
         }
+        self.changes.fetch_add(1, Ordering::Relaxed);
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (sub, roles, expires_at, jti, issued_at) = match req.viewer {
             Some((p, expires)) => (
@@ -343,6 +447,35 @@ impl Terminals {
     /// Open terminals.
     pub fn open(&self) -> usize {
         self.lock().live.len()
+    }
+
+    /// A number that moves whenever a slot is taken or freed.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
+    }
+
+    /// Takes the other gateways' counts from control's answer; they count until
+    /// `until` (or the next answer).
+    pub fn learn_elsewhere(&self, elsewhere: Elsewhere, until: Instant) {
+        let mut inner = self.lock();
+        inner.elsewhere = elsewhere;
+        inner.elsewhere_until = Some(until);
+    }
+
+    /// The other gateways' terminals and viewers in all, while their counts are fresh
+    /// (`None`: this gateway counts only its own).
+    pub fn elsewhere_totals(&self) -> Option<(u64, u64)> {
+        self.lock().elsewhere(Instant::now()).map(Elsewhere::totals)
+    }
+
+    /// Open terminals per user, viewers not counted (users with none are left out).
+    pub fn per_user(&self) -> HashMap<String, u32> {
+        self.lock()
+            .per_user
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(sub, n)| (sub.clone(), *n))
+            .collect()
     }
 
     /// Open terminals per session, viewers not counted (sessions with none are left
@@ -534,6 +667,7 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         let mut inner = self.registry.lock();
         if let Some(live) = inner.live.remove(&self.id) {
+            self.registry.changes.fetch_add(1, Ordering::Relaxed);
             if live.view.is_some() {
                 // Viewers hold no place in the per-user and per-session counts.
                 return;
@@ -597,6 +731,92 @@ mod tests {
         assert!(t.admit(id(1), &who("alice"), None, fp(0)).is_ok());
         drop(b);
         assert_eq!(t.open(), 0);
+    }
+
+    fn elsewhere(users: &[(&str, u32)], sessions: &[(u8, u32)]) -> Elsewhere {
+        Elsewhere {
+            users: users.iter().map(|(s, n)| (s.to_string(), *n)).collect(),
+            sessions: sessions.iter().map(|(i, n)| (id(*i), *n)).collect(),
+            viewers: HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn the_other_gateways_terminals_count_against_the_limits_while_fresh() {
+        let t = Terminals::new(4, 3);
+        let fresh = Instant::now() + std::time::Duration::from_secs(60);
+        t.learn_elsewhere(elsewhere(&[("alice", 3)], &[(1, 2)]), fresh);
+        let a = t.admit(id(1), &who("alice"), None, fp(0)).unwrap();
+        assert_eq!(
+            t.admit(id(2), &who("alice"), None, fp(0)).err(),
+            Some(LimitHit::User),
+            "3 elsewhere + 1 here"
+        );
+        assert_eq!(
+            t.admit(id(1), &who("bob"), None, fp(0)).err(),
+            Some(LimitHit::Session),
+            "2 elsewhere + 1 here"
+        );
+        assert!(t.admit(id(2), &who("bob"), None, fp(0)).is_ok());
+        // One closed elsewhere: the next answer lets one more in.
+        t.learn_elsewhere(elsewhere(&[("alice", 2)], &[(1, 2)]), fresh);
+        let b = t.admit(id(2), &who("alice"), None, fp(0)).unwrap();
+        assert_eq!(t.elsewhere_totals(), Some((2, 0)));
+        // Stale counts (control silent) no longer count: this gateway's own do.
+        t.learn_elsewhere(elsewhere(&[("alice", 8)], &[(1, 8)]), Instant::now());
+        assert_eq!(t.elsewhere_totals(), None);
+        let c = t.admit(id(3), &who("alice"), None, fp(0)).unwrap();
+        let d = t.admit(id(1), &who("alice"), None, fp(0)).unwrap();
+        assert_eq!(
+            t.admit(id(4), &who("alice"), None, fp(0)).err(),
+            Some(LimitHit::User),
+            "four here"
+        );
+        drop((a, b, c, d));
+        assert_eq!(t.per_user().get("alice"), None);
+    }
+
+    #[test]
+    fn every_slot_taken_or_freed_moves_the_change_count() {
+        let t = Terminals::new(1, 1);
+        let before = t.changes();
+        let a = t.admit(id(1), &who("alice"), None, fp(0)).unwrap();
+        let refused = t.admit(id(1), &who("alice"), None, fp(0));
+        assert!(refused.is_err());
+        let after_admit = t.changes();
+        assert_eq!(after_admit, before + 1, "a refusal changes nothing");
+        drop(a);
+        assert_eq!(t.changes(), after_admit + 1);
+    }
+
+    #[test]
+    fn viewers_elsewhere_count_against_max_viewers() {
+        let t = Terminals::new(8, 8);
+        let fresh = Instant::now() + std::time::Duration::from_secs(60);
+        let mut e = Elsewhere::default();
+        e.viewers.insert((id(1), "s1".into()), 1);
+        t.learn_elsewhere(e, fresh);
+        assert_eq!(
+            t.admit_viewer(&viewer("s1", Some(1), None)).err(),
+            Some(LimitHit::Viewers)
+        );
+        let other_link = t.admit_viewer(&viewer("s2", Some(1), None)).unwrap();
+        t.learn_elsewhere(Elsewhere::default(), fresh);
+        let v = t.admit_viewer(&viewer("s1", Some(1), None)).unwrap();
+        drop((v, other_link));
+    }
+
+    #[test]
+    fn controls_answer_reads_into_counts() {
+        let s1 = id(1).to_string();
+        let json = format!(
+            r#"{{"users":[{{"sub":"alice","open":2}}],"sessions":[{{"session":"{s1}","open":1}}],"viewers":[{{"session":"{s1}","share":"x","open":3}}]}}"#
+        );
+        let e: Elsewhere = serde_json::from_str(&json).unwrap();
+        assert_eq!(e.users.get("alice"), Some(&2));
+        assert_eq!(e.sessions.get(&id(1)), Some(&1));
+        assert_eq!(e.viewers.get(&(id(1), "x".to_owned())), Some(&3));
+        assert_eq!(e.totals(), (2, 3));
     }
 
     #[test]

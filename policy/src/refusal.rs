@@ -130,6 +130,14 @@ impl Refusal {
         "invalid_revocation",
         "give either {\"jti\": …} or {\"sub\": …, \"issued_before\": …}",
     );
+    /// The control service took the connection but did not answer within its bound
+    /// (`gateway.control_timeout_ms`, plus control's Docker bound for a call that waits
+    /// on Docker): hung, or overloaded.
+    pub const CONTROL_TIMEOUT: Refusal = refusal(
+        504,
+        "control_timeout",
+        "the control service did not answer in time; try again shortly",
+    );
     /// ttyd did not answer.
     pub const TERMINAL_UNAVAILABLE: Refusal = refusal(
         502,

@@ -454,6 +454,134 @@ fn with_control_killed_an_open_terminal_flows_and_a_known_session_opens() {
     );
 }
 
+/// A process stopped with SIGSTOP (hung, not dead), resumed with SIGCONT when this is
+/// dropped, so a failing test never leaves it stopped.
+struct Hung(u32);
+
+impl Hung {
+    fn stop(pid: u32) -> Hung {
+        let stopped = std::process::Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(stopped.success(), "SIGSTOP {pid}");
+        let hung = Hung(pid);
+        wait_for("the process to be stopped", T, || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // The state follows the parenthesised command name.
+            let state = stat.rsplit(')').next()?.split_whitespace().next()?;
+            (state == "T").then_some(())
+        });
+        hung
+    }
+}
+
+impl Drop for Hung {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
+
+#[test]
+fn with_control_hung_api_calls_answer_504_within_their_bound_and_known_terminals_still_open() {
+    // A short Docker bound, so that a create's bound is short too; the gateway reads
+    // the same key as control.
+    let docker_bound = Duration::from_secs(3);
+    let bound = Duration::from_millis(1000);
+    let docker_secs = docker_bound.as_secs().to_string();
+    let mut control = e2e::stack::ControlStack::prepare("");
+    control.set_env("TERMGATE__CONTROL__DOCKER_TIMEOUT_SECONDS", &docker_secs);
+    control.spawn(&[]);
+    let ttyd = e2e::ttyd::TtydPool::start_for(&control.instance);
+    let counter = e2e::ttyd::CountingProxy::start(ttyd.target());
+    let mut stack = GatewayStack::assemble(control, ttyd, counter);
+    stack.gateways.clear();
+    let bound_ms = bound.as_millis().to_string();
+    stack.spawn_gateway(&[
+        ("TERMGATE__GATEWAY__CONTROL_TIMEOUT_MS", &bound_ms),
+        ("TERMGATE__CONTROL__DOCKER_TIMEOUT_SECONDS", &docker_secs),
+    ]);
+    let id = create(&stack, "alice");
+    let alice = stack.control.token("alice", false);
+    let cookie = stack.sign_in("alice");
+    let t = stack.open_as(0, &id, &cookie).unwrap();
+    wait_routes_cached(&stack, 1);
+
+    let hung = Hung::stop(stack.control.pid());
+    // Past its promised bound, an answer is late; timers and scheduling get this much.
+    let slack = Duration::from_secs(1);
+    let call = |method: &str, path: &str, body: Option<serde_json::Value>| {
+        let start = Instant::now();
+        let a = http(method, &stack.url(0, path), Some(&alice), body.as_ref()).unwrap();
+        (a, start.elapsed())
+    };
+    let (a, took) = call("GET", "/api/sessions", None);
+    eprintln!(
+        "GET /api/sessions with control hung: {} after {took:?}",
+        a.status
+    );
+    assert_eq!(
+        (a.status, a.body["error"]["code"].as_str()),
+        (504, Some("control_timeout")),
+        "{}",
+        a.text
+    );
+    assert!(took <= bound + slack, "answered after {took:?}");
+    // A create waits on Docker: control_timeout_ms plus control's Docker bound, so a
+    // slow create is given that long, and a hung control no longer.
+    let (a, took) = call("POST", "/api/sessions", Some(json!({"profile": "default"})));
+    eprintln!(
+        "POST /api/sessions with control hung: {} after {took:?}",
+        a.status
+    );
+    assert_eq!(
+        (a.status, a.body["error"]["code"].as_str()),
+        (504, Some("control_timeout")),
+        "{}",
+        a.text
+    );
+    let create_bound = bound + docker_bound;
+    assert!(
+        took + Duration::from_millis(100) >= create_bound,
+        "a create was cut at {took:?}, before its bound {create_bound:?}"
+    );
+    assert!(took <= create_bound + slack, "answered after {took:?}");
+
+    // An unknown session cannot be decided without control: 503 within the bound.
+    let start = Instant::now();
+    let unknown = stack.open_as(0, "bbbbbbbbbbbbbbbb", &cookie).unwrap_err();
+    let took = start.elapsed();
+    eprintln!(
+        "unknown session's terminal with control hung: {:?} after {took:?}",
+        unknown.status()
+    );
+    assert_eq!(unknown.status(), Some(503));
+    assert_eq!(
+        unknown.json().unwrap()["error"]["code"],
+        "control_unavailable"
+    );
+    assert!(took <= bound + slack, "answered after {took:?}");
+
+    // Known sessions are untouched: the open terminal flows, a new one opens from the
+    // cache.
+    t.send_input(b"echo still-$((2*3))\r").unwrap();
+    t.read_until("still-6", T)
+        .expect("an open terminal keeps flowing");
+    let t2 = stack
+        .open_as(0, &id, &cookie)
+        .expect("a known session opens while control hangs");
+    t2.send_input(b"echo again-$((3*3))\r").unwrap();
+    t2.read_until("again-9", T).unwrap();
+
+    drop(hung);
+    wait_for("control to answer through the gateway again", T, || {
+        let (a, _) = call("GET", "/api/sessions", None);
+        (a.status == 200).then_some(())
+    });
+}
+
 #[test]
 fn a_restarted_control_is_followed_from_a_whole_state_not_from_increments() {
     let mut stack = GatewayStack::start("");

@@ -2,12 +2,14 @@
 //! caller, and `/auth/session` — who am I (GET), sign in (POST, sets the cookie), sign
 //! out (DELETE).
 
+use std::time::Duration;
+
 use pingora::proxy::Session;
 use policy::{CredentialSource, Principal, Refusal};
 
 use super::credential::{authenticate, credential, Credential};
 use super::reply::Json;
-use super::{header, Allowed, Denied, Next, Upstream};
+use super::{header, Allowed, ControlCall, Denied, Next, Upstream};
 use crate::control_client::SignInReport;
 use crate::state::{now, Gateway};
 use crate::terminals::CloseReason;
@@ -43,14 +45,37 @@ pub(super) async fn api(g: &Gateway, session: &mut Session, rest: &str) -> Resul
         return Err(Refusal::BODY_TOO_LARGE.into());
     }
     let query = req.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+    let timeout = Duration::from_millis(g.config.gateway.control_timeout_ms);
+    let call = ControlCall {
+        path: format!("/v1/{rest}{query}"),
+        timeout,
+        answer_within: timeout + docker_wait(&g.config.control, req.method.as_str(), rest),
+    };
     Ok(Allowed {
         principal: Some(verified.principal),
         token: verified.token,
-        ..Allowed::new(
-            "api",
-            Next::Proxy(Upstream::Control(format!("/v1/{rest}{query}"))),
-        )
+        ..Allowed::new("api", Next::Proxy(Upstream::Control(call)))
     })
+}
+
+/// How long control may wait on Docker while answering `method /api/{rest}`: its bound
+/// on one Docker call (`control.docker_timeout_seconds`) for a create or a redraw, and
+/// also the stop's grace (`control.stop_timeout_seconds`) for an end. Every other call
+/// waits on nothing but control's store.
+///
+/// One Docker bound, not the sum over a create's calls (volume, create, start): a
+/// create whose Docker steps together take longer is not a normal slow create but a
+/// Docker in trouble, and its caller hears 504 `control_timeout` rather than waiting
+/// on every step's own bound (control may still finish it; the session then shows in
+/// the list).
+fn docker_wait(control: &config::ControlConfig, method: &str, rest: &str) -> Duration {
+    let docker = Duration::from_secs(control.docker_timeout_seconds);
+    let segments: Vec<&str> = rest.split('/').collect();
+    match (method, segments.as_slice()) {
+        ("POST", ["sessions"]) | ("POST", ["sessions", _, "redraw"]) => docker,
+        ("DELETE", ["sessions", _]) => docker + Duration::from_secs(control.stop_timeout_seconds),
+        _ => Duration::ZERO,
+    }
 }
 
 /// `/auth/session`: GET who am I, POST sign in (sets the cookie), DELETE sign out.
@@ -199,6 +224,38 @@ async fn read_body(session: &mut Session, limit: usize) -> Result<Vec<u8>, Refus
                 tracing::debug!(error = %e, "request body could not be read");
                 return Err(Refusal::BAD_BODY);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_calls_that_wait_on_docker_get_dockers_bound_on_top() {
+        let control: config::ControlConfig = serde_json::from_value(serde_json::json!({
+            "docker_timeout_seconds": 7,
+            "stop_timeout_seconds": 3,
+        }))
+        .unwrap();
+        let wait = |method, rest| docker_wait(&control, method, rest).as_secs();
+        assert_eq!(wait("POST", "sessions"), 7, "a create");
+        assert_eq!(wait("POST", "sessions/abc/redraw"), 7, "a redraw");
+        assert_eq!(
+            wait("DELETE", "sessions/abc"),
+            10,
+            "an end stops, then removes"
+        );
+        for (method, rest) in [
+            ("GET", "sessions"),
+            ("GET", "sessions/abc"),
+            ("POST", "sessions/abc/shares"),
+            ("DELETE", "sessions/abc/shares/s"),
+            ("POST", "users/bob/lock"),
+            ("GET", "profiles"),
+        ] {
+            assert_eq!(wait(method, rest), 0, "{method} {rest}");
         }
     }
 }

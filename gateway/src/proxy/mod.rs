@@ -29,7 +29,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, ErrorType, Result};
 use policy::{Principal, PublicRoute, Refusal, SessionId, TerminalPart};
 
-pub use upstream::{TtydRequest, TtydUpstream, Upstream};
+pub use upstream::{ControlCall, TtydRequest, TtydUpstream, Upstream};
 
 use crate::metrics::{Label, Metrics};
 use crate::state::Gateway;
@@ -519,9 +519,11 @@ impl ProxyHttp for Proxy {
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
         let upstream = ctx.upstream.as_ref().ok_or_else(no_upstream)?;
         let mut peer = upstream.peer(&self.control_addr, &self.ttyd, ctx.request_id)?;
-        peer.options.connection_timeout = Some(Duration::from_millis(
-            self.g.config.gateway.control_timeout_ms,
-        ));
+        if peer.options.connection_timeout.is_none() {
+            peer.options.connection_timeout = Some(Duration::from_millis(
+                self.g.config.gateway.control_timeout_ms,
+            ));
+        }
         Ok(Box::new(peer))
     }
 

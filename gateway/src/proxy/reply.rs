@@ -102,6 +102,10 @@ pub(super) fn failure(e: &Error, upstream: Option<&Upstream>) -> Option<Refusal>
             status: *s,
             ..Refusal::REQUEST_FAILED
         },
+        (
+            ErrorType::ConnectTimedout | ErrorType::WriteTimedout | ErrorType::ReadTimedout,
+            Some(Upstream::Control(_)),
+        ) if from_upstream => Refusal::CONTROL_TIMEOUT,
         (_, Some(Upstream::Control(_))) if from_upstream => Refusal::CONTROL_UNAVAILABLE,
         (_, Some(Upstream::Ttyd(_))) if from_upstream => Refusal::TERMINAL_UNAVAILABLE,
         _ if e.esource() == &ErrorSource::Downstream => return None,
@@ -123,7 +127,11 @@ mod tests {
 
     #[test]
     fn failures_map_to_the_refusals_of_their_side() {
-        let control = Upstream::Control("/v1/sessions".into());
+        let control = Upstream::Control(super::super::ControlCall {
+            path: "/v1/sessions".into(),
+            timeout: std::time::Duration::from_secs(2),
+            answer_within: std::time::Duration::from_secs(12),
+        });
         let ttyd = Upstream::Ttyd(super::super::TtydRequest {
             part: policy::TerminalPart::Ws,
             arg: Some("c".into()),
@@ -149,6 +157,24 @@ mod tests {
             refused(&up, Some(&ttyd)),
             Some((502, "terminal_unavailable"))
         );
+        for slow in [
+            ErrorType::ConnectTimedout,
+            ErrorType::WriteTimedout,
+            ErrorType::ReadTimedout,
+        ] {
+            let hung = error(slow.clone(), ErrorSource::Upstream);
+            assert_eq!(
+                refused(&hung, Some(&control)),
+                Some((504, "control_timeout")),
+                "{slow:?}"
+            );
+            assert_eq!(
+                refused(&hung, Some(&ttyd)),
+                Some((502, "terminal_unavailable"))
+            );
+        }
+        let slow_browser = error(ErrorType::WriteTimedout, ErrorSource::Downstream);
+        assert_eq!(refused(&slow_browser, Some(&control)), None);
         let down = error(ErrorType::ReadError, ErrorSource::Downstream);
         assert_eq!(refused(&down, Some(&ttyd)), None);
         let other = error(ErrorType::InternalError, ErrorSource::Internal);

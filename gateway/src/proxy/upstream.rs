@@ -25,10 +25,23 @@ pub enum TtydUpstream {
 /// Where an allowed request goes.
 #[derive(Debug, Clone)]
 pub enum Upstream {
-    /// control, at this path and query.
-    Control(String),
+    /// control, at this path and query, bounded.
+    Control(ControlCall),
     /// A ttyd: the route's, or the gateway's own pool.
     Ttyd(TtydRequest),
+}
+
+/// A call proxied to control.
+#[derive(Debug, Clone)]
+pub struct ControlCall {
+    /// control's path and query.
+    pub path: String,
+    /// Bound on connecting and on each write (`gateway.control_timeout_ms`).
+    pub timeout: Duration,
+    /// Bound on each read of control's answer: `timeout`, plus control's own bound on
+    /// what the call waits for in Docker, so that a slow Docker is not cut short while
+    /// a hung control still answers 504.
+    pub answer_within: Duration,
 }
 
 /// What goes to a terminal's ttyd.
@@ -58,9 +71,13 @@ impl Upstream {
         key: u64,
     ) -> Result<HttpPeer> {
         Ok(match self {
-            Upstream::Control(_) => {
+            Upstream::Control(call) => {
+                // A control that takes the connection but never answers (hung, or
+                // stopped) holds no caller past these.
                 let mut p = HttpPeer::new(control_addr, false, String::new());
-                p.options.read_timeout = Some(Duration::from_secs(60));
+                p.options.connection_timeout = Some(call.timeout);
+                p.options.write_timeout = Some(call.timeout);
+                p.options.read_timeout = Some(call.answer_within);
                 p
             }
             Upstream::Ttyd(TtydRequest {
@@ -136,8 +153,8 @@ impl Upstream {
                     up.insert_header(name.clone(), value.as_str())?;
                 }
             }
-            Upstream::Control(path) => {
-                set_uri(up, path)?;
+            Upstream::Control(call) => {
+                set_uri(up, &call.path)?;
                 up.remove_header("upgrade");
                 up.remove_header("connection");
                 if let Some(t) = token {
