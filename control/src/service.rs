@@ -787,7 +787,8 @@ impl Control {
         }
     }
 
-    /// Ends a session: record `stopping`, stop and remove the container, record it ended.
+    /// Ends a session: record `stopping`, stop (hang-up, grace) and remove the container,
+    /// record it ended.
     pub async fn end(&self, who: &Principal, id: &SessionId) -> Result<(), ApiError> {
         let s = self.authorized(who, id, Action::End)?;
         let by = who.sub.to_string();
@@ -820,12 +821,22 @@ impl Control {
             .clone()
             .unwrap_or_else(|| container_name(&s.id));
         let docker = self.docker_of(&s.host)?;
-        if let Err(e) = docker
-            .stop(&target, self.config.control.stop_timeout_seconds)
-            .await
-        {
-            self.metrics.docker_error("stop");
-            tracing::warn!(session = %s.id, error = %e, "stop failed; removing by force");
+        // As a closed terminal ends its programs: a hang-up, the profile's grace for
+        // them to exit, then removal by force.
+        match docker.hang_up(&target).await {
+            Ok(()) => match docker.wait_exit(&target, self.stop_grace(s)).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::info!(session = %s.id, "the session's programs outlived their grace after the hang-up; removing by force");
+                }
+                Err(e) => {
+                    tracing::warn!(session = %s.id, error = %e, "cannot tell whether the hung-up container stopped; removing by force");
+                }
+            },
+            Err(e) => {
+                self.metrics.docker_error("kill");
+                tracing::warn!(session = %s.id, error = %e, "hang-up failed; removing by force");
+            }
         }
         if let Err(e) = self.remove_container(&docker, &target).await {
             self.metrics.docker_error("remove");
@@ -852,6 +863,15 @@ impl Control {
         )?;
         self.refresh_gauges();
         Ok(())
+    }
+
+    /// How long the programs of `s` get after their hang-up: its profile's
+    /// `stop_grace_seconds`, or the default for a profile this configuration dropped.
+    fn stop_grace(&self, s: &Session) -> Duration {
+        self.config.profiles.get(&s.profile).map_or(
+            Duration::from_secs(config::DEFAULT_STOP_GRACE_SECONDS),
+            Profile::stop_grace,
+        )
     }
 
     /// Removes a container and waits until Docker no longer has it. A removal already in

@@ -476,37 +476,6 @@ async fn wait_exit_gives_up_at_its_bound_on_a_program_that_ignores_the_hang_up()
 }
 
 #[tokio::test]
-async fn stop_on_an_exited_created_or_missing_container_is_ok() {
-    let mut cleanup = Cleanup::default();
-    let (name, instance) = names(&mut cleanup);
-    let d = docker().await;
-    let mut req = request(&name, &instance);
-    req.command = vec!["-c".into(), "exit 3".into()];
-    let id = d.create(&req).await.unwrap();
-    d.stop(&id, 1).await.unwrap(); // never started
-    d.start(&id).await.unwrap();
-    wait_for_state(&d, &id, ContainerState::Exited).await;
-    d.stop(&id, 1).await.unwrap();
-    d.remove(&id).await.unwrap();
-    d.stop(&id, 1).await.unwrap(); // gone
-}
-
-#[tokio::test]
-async fn stop_ends_a_running_container() {
-    let mut cleanup = Cleanup::default();
-    let (name, instance) = names(&mut cleanup);
-    let d = docker().await;
-    let id = d.create(&request(&name, &instance)).await.unwrap();
-    d.start(&id).await.unwrap();
-    wait_for_state(&d, &id, ContainerState::Running).await;
-    d.stop(&id, 2).await.unwrap();
-    assert_eq!(
-        d.inspect(&id).await.unwrap().unwrap().state,
-        ContainerState::Exited
-    );
-}
-
-#[tokio::test]
 async fn ensure_home_volume_creates_accepts_and_refuses_foreign_volumes() {
     let mut cleanup = Cleanup::default();
     let instance = format!("test-{}", random_suffix());

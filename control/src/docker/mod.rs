@@ -19,7 +19,7 @@ use bollard::models::VolumeCreateRequest;
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, EventsOptionsBuilder, InspectContainerOptions,
     KillContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
-    ResizeContainerTTYOptionsBuilder, StopContainerOptionsBuilder,
+    ResizeContainerTTYOptionsBuilder,
 };
 use bollard::{ClientVersion, API_DEFAULT_VERSION};
 use futures_util::{Stream, StreamExt};
@@ -461,32 +461,6 @@ impl Docker {
         check_ref("start", id)?;
         self.call("start", self.inner.start_container(id, None))
             .await
-    }
-
-    /// Stops a container, killing it after `grace_secs`. Already stopped or missing: Ok.
-    /// The call may take the grace period on top of the per-call timeout.
-    pub async fn stop(&self, id: &str, grace_secs: u64) -> Result<(), DockerError> {
-        const OP: &str = "stop";
-        check_ref(OP, id)?;
-        let t = i32::try_from(grace_secs).unwrap_or(i32::MAX);
-        let options = StopContainerOptionsBuilder::new().t(t).build();
-        let limit = self.timeout.saturating_add(Duration::from_secs(grace_secs));
-        let client = self.inner.clone().with_timeout(Duration::from_secs(
-            whole_secs(self.timeout).saturating_add(grace_secs),
-        ));
-        let stop = async move {
-            match client.stop_container(id, Some(options)).await {
-                // 304: already stopped.
-                Err(BollardError::DockerResponseServerError {
-                    status_code: 304, ..
-                }) => Ok(()),
-                r => r,
-            }
-        };
-        match self.call_within(OP, limit, stop).await {
-            Ok(()) | Err(DockerError::NotFound) => Ok(()),
-            Err(e) => Err(e),
-        }
     }
 
     /// Hangs up on a container's processes as a closed terminal would: `SIGHUP`, which
