@@ -363,42 +363,49 @@ function refreshForWarnings(sessions) {
   }, (Math.min(...times) - now) * 1000);
 }
 
-// While a terminal is shown, its session is checked every two seconds: when it ends
-// (or access to it does), the page says so in words instead of leaving ttyd's page
-// to its reconnect prompt.
+// While a terminal is shown, its session is checked every two seconds, and at once
+// when the gateway closes the terminal: when it ends (or access to it does), the page
+// says so in words instead of leaving ttyd's page to its reconnect prompt.
 let watching = null;
+let watched = null;
 
 function stopWatching() {
   if (watching) clearInterval(watching);
   watching = null;
+  watched = null;
   $("ending").hidden = true;
 }
 
 function watchTerminal(s) {
   stopWatching();
-  watching = setInterval(async () => {
-    if ($("terminal").hidden) { stopWatching(); return; }
-    let ended = null;
-    try {
-      const now = await call("GET", "/api/sessions/" + s.id);
-      // `stopping` has no reason yet; the next check has it. `unreachable` has not
-      // ended: its host may answer again and the terminal with it.
-      if (!["running", "stopping", "unreachable"].includes(now.state)) {
-        ended = "This session was ended" + (now.end_reason ? " (" + now.end_reason + ")" : "") + ".";
-      }
-      const warning = endingSoon(now);
-      $("ending").textContent = warning || "";
-      $("ending").hidden = !warning;
-    } catch (e) {
-      if (e.code === "session_not_found") ended = "This session was ended.";
-      else if (e.code === "user_locked") ended = "This session was ended (" + MESSAGES.user_locked + ")";
-      // Anything else (control down, the network): the terminal may well still work.
+  watched = s;
+  watching = setInterval(() => checkWatched(s), 2000);
+}
+
+async function checkWatched(s) {
+  if (watched !== s) return;
+  if ($("terminal").hidden) { stopWatching(); return; }
+  let ended = null;
+  try {
+    const now = await call("GET", "/api/sessions/" + s.id);
+    // `stopping` is an end already decided (with who and why); its container goes in
+    // the background. `unreachable` has not ended: its host may answer again and the
+    // terminal with it.
+    if (!["running", "unreachable"].includes(now.state)) {
+      ended = "This session was ended" + (now.end_reason ? " (" + now.end_reason + ")" : "") + ".";
     }
-    if (!ended) return;
-    stopWatching();
-    await closeTerminal();
-    say(ended, true);
-  }, 2000);
+    const warning = endingSoon(now);
+    $("ending").textContent = warning || "";
+    $("ending").hidden = !warning;
+  } catch (e) {
+    if (e.code === "session_not_found") ended = "This session was ended.";
+    else if (e.code === "user_locked") ended = "This session was ended (" + MESSAGES.user_locked + ")";
+    // Anything else (control down, the network): the terminal may well still work.
+  }
+  if (!ended || watched !== s) return;
+  stopWatching();
+  await closeTerminal();
+  say(ended, true);
 }
 
 // The connection's state in the terminal's bar, in words.
@@ -502,6 +509,9 @@ function followConnection(frame) {
       const code = Number((line.match(/code: (\d+)/) || [])[1]);
       if (code === 1000) {
         terminalState("Disconnected: press Enter in the terminal to reconnect", "error");
+        // The gateway closes with 1000 when access ends (the session ended, a lock, a
+        // sign-out): ask now rather than at the next check.
+        checkWatched(s);
       } else {
         terminalState("Connection lost: reconnecting…", "warn");
         if (!reconnecting) reconnect(s, 1000);
