@@ -181,8 +181,9 @@ async function refresh() {
     const actions = document.createElement("td");
     if (s.state === "running") actions.append(button("Open", () => openTerminal(s), "Open terminal of " + s.name));
     if (s.state === "running" && s.kind !== "external") actions.append(button("Share", () => openShare(s), "Share " + s.name + " read-only"));
-    // A target is a ttyd that runs elsewhere: it can be opened, not ended, from here.
-    if (s.kind !== "external") actions.append(button("End", () => endSession(s), "End session " + s.name));
+    // A target is a ttyd that runs elsewhere: it can be opened, not ended, from here. A
+    // `stopping` session's end is decided already.
+    if (s.kind !== "external" && s.state !== "stopping") actions.append(button("End", () => endSession(s), "End session " + s.name));
     if (s.kind !== "external") actions.append(button("Recordings", () => showRecordings(s), "Recordings of " + s.name));
     const state = cell(s.state);
     const warning = endingSoon(s);
@@ -197,6 +198,7 @@ async function refresh() {
   });
   $("session-rows").replaceChildren(...rows);
   refreshForWarnings(active.sessions);
+  followStopping(active.sessions);
   $("no-sessions").hidden = rows.length > 0;
   $("ended-rows").replaceChildren(...ended.sessions.map((s) => {
     const tr = document.createElement("tr");
@@ -206,6 +208,19 @@ async function refresh() {
     tr.append(cell(s.name), cell(s.state), cell(when(s.ended_at)), cell(s.end_reason || ""), actions);
     return tr;
   }));
+}
+
+// An end answers once it is decided and its container goes in the background (a
+// fraction of a second, at most the profile's grace): a `stopping` row is looked at
+// again shortly, so it moves to the ended list without a reload.
+let stoppingTimer = null;
+
+function followStopping(sessions) {
+  if (stoppingTimer || !sessions.some((s) => s.state === "stopping")) return;
+  stoppingTimer = setTimeout(() => {
+    stoppingTimer = null;
+    if (!$("sessions").hidden) refresh().catch((e) => say(e.message, true));
+  }, 500);
 }
 
 // A session's recordings (profiles with `record`), each a download link of its
