@@ -300,9 +300,12 @@ pub struct ControlConfig {
     /// Age after which a `creating` record with no container is `failed`, seconds.
     #[serde(default = "defaults::creating_grace")]
     pub creating_grace_seconds: u64,
-    /// Seconds Docker waits after SIGTERM before SIGKILL when a session ends.
-    #[serde(default = "defaults::stop_timeout")]
-    pub stop_timeout_seconds: u64,
+    /// Retired: ends no longer wait for Docker's stop (a profile's
+    /// `stop_grace_seconds` is the time a session's programs get after their hang-up).
+    /// Still accepted so that existing files load; it has no effect, and control warns
+    /// at start when it is set.
+    #[serde(default)]
+    pub stop_timeout_seconds: Option<u64>,
     /// Pause between the two resizes of a redraw nudge, milliseconds.
     #[serde(default = "defaults::redraw_pause_ms")]
     pub redraw_pause_ms: u64,
@@ -530,6 +533,10 @@ pub struct Profile {
     /// End a session this long after its creation, however busy, seconds; unset: never.
     #[serde(default)]
     pub max_lifetime_seconds: Option<u64>,
+    /// When a session ends, how long its programs get after their hang-up (`SIGHUP`)
+    /// before the container is removed by force, seconds.
+    #[serde(default = "defaults::stop_grace")]
+    pub stop_grace_seconds: u64,
     /// Record every terminal of its sessions as an asciicast v2 file (output and
     /// resizes).
     #[serde(default)]
@@ -765,7 +772,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("control.reconcile_interval_seconds", "30"),
     ("control.orphan_grace_seconds", "60"),
     ("control.creating_grace_seconds", "120"),
-    ("control.stop_timeout_seconds", "5"),
+    ("control.stop_timeout_seconds", ""),
     ("control.redraw_pause_ms", "150"),
     ("control.history_per_user", "200"),
     ("control.service_networks", "[]"),
@@ -816,10 +823,15 @@ pub const KEYS: &[(&str, &str)] = &[
     ("profiles.<name>.hosts", "[]"),
     ("profiles.<name>.idle_timeout_seconds", ""),
     ("profiles.<name>.max_lifetime_seconds", ""),
+    ("profiles.<name>.stop_grace_seconds", "2"),
     ("profiles.<name>.record", "false"),
     ("profiles.<name>.record_input", "false"),
     ("profiles.<name>.shares", "\"signed-in\""),
 ];
+
+/// `profiles.<name>.stop_grace_seconds` when a profile leaves it out; also the grace of
+/// a session whose profile this configuration no longer has.
+pub const DEFAULT_STOP_GRACE_SECONDS: u64 = 2;
 
 mod defaults {
     use std::path::PathBuf;
@@ -947,8 +959,8 @@ mod defaults {
     pub fn creating_grace() -> u64 {
         120
     }
-    pub fn stop_timeout() -> u64 {
-        5
+    pub fn stop_grace() -> u64 {
+        super::DEFAULT_STOP_GRACE_SECONDS
     }
     pub fn redraw_pause_ms() -> u64 {
         150

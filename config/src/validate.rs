@@ -685,6 +685,15 @@ fn validate_profile(name: &str, p: &Profile, err: &mut impl FnMut(&str, String))
             }
         }
     }
+    if p.stop_grace_seconds > MAX_STOP_GRACE {
+        err(
+            &format!("{key}.stop_grace_seconds"),
+            format!(
+                "must be between 0 and {MAX_STOP_GRACE} seconds, got {}",
+                p.stop_grace_seconds
+            ),
+        );
+    }
     for env in p.env.keys() {
         if !is_env_name(env) {
             err(
@@ -786,6 +795,11 @@ fn validate_profile(name: &str, p: &Profile, err: &mut impl FnMut(&str, String))
 /// The longest idle timeout or lifetime a profile may set: ten years, seconds.
 const MAX_LIFETIME_LIMIT: u64 = 10 * 366 * 86_400;
 
+/// The longest a profile may let its sessions' programs run after their hang-up,
+/// seconds: the end is already decided and its terminals closed, so anything longer
+/// only keeps a container (and its user's quota) for nobody.
+const MAX_STOP_GRACE: u64 = 300;
+
 impl Profile {
     /// Who may open this profile's sessions' share links (validated at load; an
     /// unknown spelling, impossible after validation, reads as `off`).
@@ -799,6 +813,12 @@ impl Profile {
             idle_timeout: self.idle_timeout_seconds,
             max_lifetime: self.max_lifetime_seconds,
         }
+    }
+
+    /// How long an ended session's programs get after their hang-up before the
+    /// container is removed by force.
+    pub fn stop_grace(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.stop_grace_seconds)
     }
 
     /// The container this profile describes, as the sandbox rules see it. `home_volume`

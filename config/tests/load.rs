@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::time::Duration;
 
 use config::{load, load_from_str, ConfigErrors, KEYS};
 
@@ -767,6 +768,48 @@ fn idle_timeout_and_max_lifetime_are_optional_and_read_as_limits() {
     assert!(!c.profiles["default"].lifetime_limits().is_limited());
     assert_eq!(c.gateway.activity_report_ms, 5000);
     assert_eq!(c.gateway.terminal_report_ms, 250);
+}
+
+#[test]
+fn a_stop_grace_out_of_range_is_refused_naming_the_key() {
+    let e = load_text(&example_with_profile("stop_grace_seconds = 301"), &[]).unwrap_err();
+    assert!(
+        e.mentions(
+            "profiles.evil.stop_grace_seconds",
+            "must be between 0 and 300"
+        ),
+        "{e}"
+    );
+    let e = load_text(&example_with_profile("stop_grace_seconds = -1"), &[]).unwrap_err();
+    assert!(e.to_string().contains("stop_grace_seconds"), "{e}");
+    let e = load_text(
+        EXAMPLE,
+        &[("TERMGATE__PROFILES__DEFAULT__STOP_GRACE_SECONDS", "900")],
+    )
+    .unwrap_err();
+    assert!(
+        e.mentions("profiles.default.stop_grace_seconds", "between 0 and 300"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_stop_grace_defaults_to_two_seconds_and_zero_is_allowed() {
+    let c = load_text(&example_with_profile("stop_grace_seconds = 0"), &[])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.profiles["evil"].stop_grace(), Duration::ZERO);
+    assert_eq!(c.profiles["default"].stop_grace(), Duration::from_secs(2));
+}
+
+#[test]
+fn the_retired_stop_timeout_still_loads_and_changes_nothing() {
+    let c = load_text(
+        EXAMPLE,
+        &[("TERMGATE__CONTROL__STOP_TIMEOUT_SECONDS", "30")],
+    )
+    .unwrap_or_else(|e| panic!("an older file must still load: {e}"));
+    assert_eq!(c.control.stop_timeout_seconds, Some(30));
+    assert_eq!(c.profiles["default"].stop_grace(), Duration::from_secs(2));
 }
 
 #[test]

@@ -597,7 +597,9 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
                     Ok(json(200, &control.view(&s)))
                 }
                 Method::DELETE => {
-                    control.end(&who, &id).await?;
+                    // 204 once the end is decided and durable: its terminals are
+                    // closing now, its container goes in the background.
+                    control.end(&who, &id)?;
                     Ok(empty(204))
                 }
                 _ => Err(not_allowed()),

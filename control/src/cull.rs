@@ -4,9 +4,10 @@
 //! Once a second it reads the active sessions from the store and asks
 //! `policy::lifetime` whether each running one is due; a due session is ended by
 //! [`Control::end_if_due`], which decides again inside the store's write, so an input
-//! reported in between keeps it. Each end runs on its own task: a slow container stop
-//! never delays the next look. When no profile sets either limit the culler does not
-//! run at all.
+//! reported in between keeps it. The loop only decides (a store write each); every
+//! container is stopped on a task of its own, so a slow stop never delays the next
+//! end or the next look. When no profile sets either limit the culler does not run at
+//! all.
 //!
 //! It starts looking two report intervals (`gateway.activity_report_ms`) after control
 //! starts: gateways send again what a control that was down did not take, and a
@@ -70,11 +71,8 @@ fn pass(control: &Arc<Control>) {
         if !due {
             continue;
         }
-        let c = Arc::clone(control);
-        tokio::spawn(async move {
-            if let Err(e) = c.end_if_due(&s.id).await {
-                tracing::warn!(session = %s.id, error = %e.message, "cull: the end failed; the reconciler finishes it");
-            }
-        });
+        if let Err(e) = control.end_if_due(&s.id) {
+            tracing::warn!(session = %s.id, error = %e.message, "cull: the end could not be recorded; the next look tries again");
+        }
     }
 }

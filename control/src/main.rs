@@ -116,6 +116,12 @@ fn main() -> ExitCode {
 
 async fn serve(config: config::Config) -> anyhow::Result<()> {
     let config = Arc::new(config);
+    if let Some(t) = config.control.stop_timeout_seconds {
+        tracing::warn!(
+            stop_timeout_seconds = t,
+            "control.stop_timeout_seconds is retired and has no effect: an end answers once it is decided, and a session's programs get its profile's stop_grace_seconds after their hang-up"
+        );
+    }
     if config.secrets().service_token.is_none() {
         anyhow::bail!("control.service_token_file: required to serve the route feed");
     }
@@ -247,6 +253,8 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
     if stopped.is_err() {
         tracing::warn!("tasks did not stop within 3 s; flushing the store anyway");
     }
+    // Container stops still running in the background end with the runtime: their
+    // records stay `stopping`, and the first pass of the next start resumes them.
     control.flush().context("flushing the store")?;
     tracing::info!("stopped; store flushed");
     Ok(())

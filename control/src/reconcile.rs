@@ -36,7 +36,7 @@ pub struct PassReport {
     pub exited: usize,
     /// `creating` records that never got a container.
     pub failed: usize,
-    /// Interrupted ends finished.
+    /// Interrupted ends taken over: their container's stop started in the background.
     pub finished: usize,
     /// Labelled containers without a record, removed.
     pub orphans_removed: usize,
@@ -466,19 +466,19 @@ impl Reconciler {
                 outcome
             }
             SessionState::Creating => Outcome::Nothing,
-            SessionState::Stopping => match c
-                .finish_stopping(s, "ended (finished by the reconciler)")
-                .await
-            {
-                Ok(()) => {
+            // An end decided but not carried out (a crash, a failed removal, a host
+            // that did not answer): its stop is resumed in the background, like any
+            // end's, so a pass never waits out a profile's grace. An end this process
+            // is carrying out right now is left to it.
+            SessionState::Stopping => {
+                if c.stop_in_background(s.clone()) {
+                    tracing::info!(target: "audit", session = %s.id, sub = %s.owner, by = s.ended_by.as_deref().unwrap_or(SYSTEM), reason = s.end_reason.as_deref().unwrap_or(""), "reconcile: resuming an interrupted end");
                     c.metrics().reconciled("finished_stopping");
                     Outcome::Finished
+                } else {
+                    Outcome::Nothing
                 }
-                Err(e) => {
-                    tracing::warn!(session = %s.id, error = %e, "reconcile: cannot finish an interrupted end; a later pass will");
-                    Outcome::Error
-                }
-            },
+            }
             _ => Outcome::Nothing,
         }
     }

@@ -244,33 +244,34 @@ enum Scope<'a> {
 
 /// A set of sessions that some task of this process is working on.
 #[derive(Default)]
-struct InFlight(Mutex<HashSet<SessionId>>);
+struct InFlight(Arc<Mutex<HashSet<SessionId>>>);
 
 impl InFlight {
     /// Marks `id`; `None` when another task already holds it. The mark goes when the
-    /// returned guard is dropped, on every path out of the task.
-    fn mark(&self, id: SessionId) -> Option<InFlightGuard<'_>> {
+    /// returned guard is dropped, on every path out of the task; the guard owns its
+    /// share of the set, so it can move into a spawned task.
+    fn mark(&self, id: SessionId) -> Option<InFlightGuard> {
         // The set's lock is released before a guard exists: a guard's drop takes it.
-        let inserted = self.set().insert(id);
-        inserted.then(|| InFlightGuard(self, id))
+        let inserted = lock_set(&self.0).insert(id);
+        inserted.then(|| InFlightGuard(Arc::clone(&self.0), id))
     }
 
     fn contains(&self, id: &SessionId) -> bool {
-        self.set().contains(id)
-    }
-
-    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<SessionId>> {
-        // The set is consistent after any panic (single insert/remove calls).
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        lock_set(&self.0).contains(id)
     }
 }
 
-/// Removes its id from an [`InFlight`] set when dropped.
-struct InFlightGuard<'a>(&'a InFlight, SessionId);
+fn lock_set(set: &Mutex<HashSet<SessionId>>) -> std::sync::MutexGuard<'_, HashSet<SessionId>> {
+    // The set is consistent after any panic (single insert/remove calls).
+    set.lock().unwrap_or_else(|p| p.into_inner())
+}
 
-impl Drop for InFlightGuard<'_> {
+/// Removes its id from an [`InFlight`] set when dropped.
+struct InFlightGuard(Arc<Mutex<HashSet<SessionId>>>, SessionId);
+
+impl Drop for InFlightGuard {
     fn drop(&mut self) {
-        self.0.set().remove(&self.1);
+        lock_set(&self.0).remove(&self.1);
     }
 }
 
@@ -709,11 +710,12 @@ impl Control {
 
     /// Ends session `id` if its profile's limits say it is due now (`idle` or
     /// `max_lifetime`), the way any end goes: recorded `stopping` by `termgate` with
-    /// its reason, container stopped and removed, record ended `terminated`; gateways
-    /// close its terminals when its route goes. Decided again inside the store's write,
-    /// so an input reported since the caller looked keeps the session. Returns the
-    /// cause when this call ended it.
-    pub async fn end_if_due(&self, id: &SessionId) -> Result<Option<EndCause>, ApiError> {
+    /// its reason and flushed, which removes its route (gateways close its terminals);
+    /// then its container is stopped in the background ([`Control::stop_in_background`]).
+    /// Decided again inside the store's write, so an input reported since the caller
+    /// looked keeps the session. Returns the cause when this call ended it, once the
+    /// decision is durable.
+    pub fn end_if_due(self: &Arc<Self>, id: &SessionId) -> Result<Option<EndCause>, ApiError> {
         let t = now();
         let mut decided = None;
         let s = self.store.update(id, |s| {
@@ -755,7 +757,7 @@ impl Control {
         let reason = s.end_reason.clone().unwrap_or_default();
         tracing::info!(target: "audit", session = %s.id, sub = %s.owner, reason = cause.as_str(), detail = %reason, last_input = ?s.last_input, created_at = s.created_at, "session ended by its profile's limits");
         self.metrics.reconciled(cause.as_str());
-        self.finish_stopping(&s, &reason).await?;
+        self.stop_in_background(s);
         Ok(Some(cause))
     }
 
@@ -810,8 +812,12 @@ impl Control {
         }
     }
 
-    /// Ends a session: record `stopping`, stop and remove the container, record it ended.
-    pub async fn end(&self, who: &Principal, id: &SessionId) -> Result<(), ApiError> {
+    /// Ends a session, decision first: the record becomes `stopping` with who ended it
+    /// and why, flushed, and its route leaves the feed in the same write, so gateways
+    /// close its terminals and share viewers now. The container is then stopped on a
+    /// task of its own ([`Control::stop_in_background`]). Returns once the decision is
+    /// durable: the caller never waits for Docker.
+    pub fn end(self: &Arc<Self>, who: &Principal, id: &SessionId) -> Result<(), ApiError> {
         let s = self.authorized(who, id, Action::End)?;
         let by = who.sub.to_string();
         let reason = if s.owner != who.sub {
@@ -820,35 +826,90 @@ impl Control {
             "ended by its owner"
         };
         let by_for_record = by.clone();
-        let s = self.store.update(id, move |s| {
+        let mut decided_before = false;
+        let s = self.store.update(id, |s| {
+            // Decided inside the write, so of two racing ends exactly one wins and
+            // keeps who and why.
+            if s.state == SessionState::Stopping {
+                decided_before = true;
+                return;
+            }
             s.state = SessionState::Stopping;
-            s.ended_by.get_or_insert(by_for_record);
+            s.ended_by = Some(by_for_record);
+            s.end_reason = Some(reason.to_owned());
         })?;
+        if decided_before {
+            // Its end was decided already (by this caller, another, or the culler): to
+            // the caller it is ended, as it will be in a moment.
+            return Err(ApiError::NOT_FOUND);
+        }
         failpoint("delete:after_stopping");
         self.refresh_gauges();
-        self.finish_stopping(&s, reason).await?;
         tracing::info!(target: "audit", session = %id, sub = %by, owner = %s.owner, reason, "session ended");
+        self.stop_in_background(s);
         Ok(())
     }
 
-    /// Removes the container of a `stopping` session and records it ended. Also used by
-    /// the reconciler for sessions whose end was interrupted.
-    pub async fn finish_stopping(&self, s: &Session, reason: &str) -> Result<(), ApiError> {
-        let Some(_ending) = self.ending.mark(s.id) else {
-            // Another task is ending it right now; that task records the outcome.
-            return Ok(());
+    /// Stops the container of the `stopping` session `s` and records it ended, on a
+    /// task of its own that holds the session's `ending` mark from now on: whoever
+    /// decided the end (an API call, the culler, a reconcile pass) never waits for
+    /// Docker. `false` when another task of this process is ending it already. A stop
+    /// that fails, like a crash, leaves the record `stopping`, which the next reconcile
+    /// pass hands here again.
+    pub(crate) fn stop_in_background(self: &Arc<Self>, s: Session) -> bool {
+        let Some(mark) = self.ending.mark(s.id) else {
+            return false;
         };
+        let c = Arc::clone(self);
+        tokio::spawn(async move {
+            let _mark = mark;
+            failpoint("end:before_stop");
+            let started = Instant::now();
+            match c.stop_and_record(&s).await {
+                Ok(true) => {
+                    tracing::info!(session = %s.id, sub = %s.owner, stop_ms = started.elapsed().as_millis() as u64, "ended session's container removed");
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(session = %s.id, error = %e.message, "could not remove an ended session's container; the reconciler will");
+                }
+            }
+        });
+        true
+    }
+
+    /// The stop itself, as a closed terminal would end its programs: a hang-up, up to
+    /// the profile's `stop_grace_seconds` for them to exit, then removal by force; the
+    /// record ends `terminated` only once the container is gone. `Ok(false)` when the
+    /// record is no longer `stopping` (another task finished it).
+    async fn stop_and_record(&self, s: &Session) -> Result<bool, ApiError> {
+        // The record this task was handed may be a pass's stale copy.
+        if !self
+            .store
+            .get(&s.id)?
+            .is_some_and(|now| now.state == SessionState::Stopping)
+        {
+            return Ok(false);
+        }
         let target = s
             .container_id
             .clone()
             .unwrap_or_else(|| container_name(&s.id));
         let docker = self.docker_of(&s.host)?;
-        if let Err(e) = docker
-            .stop(&target, self.config.control.stop_timeout_seconds)
-            .await
-        {
-            self.metrics.docker_error("stop");
-            tracing::warn!(session = %s.id, error = %e, "stop failed; removing by force");
+        match docker.hang_up(&target).await {
+            Ok(()) => match docker.wait_exit(&target, self.stop_grace(s)).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::info!(session = %s.id, "the session's programs outlived their grace after the hang-up; removing by force");
+                }
+                Err(e) => {
+                    tracing::warn!(session = %s.id, error = %e, "cannot tell whether the hung-up container stopped; removing by force");
+                }
+            },
+            Err(e) => {
+                self.metrics.docker_error("kill");
+                tracing::warn!(session = %s.id, error = %e, "hang-up failed; removing by force");
+            }
         }
         if let Err(e) = self.remove_container(&docker, &target).await {
             self.metrics.docker_error("remove");
@@ -863,9 +924,12 @@ impl Control {
         }
         failpoint("delete:after_remove");
         let by = s.ended_by.clone().unwrap_or_else(|| SYSTEM.into());
-        // An end decided with its reason (idle, max_lifetime) keeps it, also when the
-        // reconciler finishes it.
-        let reason = s.end_reason.as_deref().unwrap_or(reason);
+        // Every end records its reason on the `stopping` record; one written by an
+        // older version may lack it.
+        let reason = s
+            .end_reason
+            .as_deref()
+            .unwrap_or("ended (finished by the reconciler)");
         self.end_record(
             &s.id,
             &[SessionState::Stopping],
@@ -874,7 +938,16 @@ impl Control {
             reason,
         )?;
         self.refresh_gauges();
-        Ok(())
+        Ok(true)
+    }
+
+    /// How long the programs of `s` get after their hang-up: its profile's
+    /// `stop_grace_seconds`, or the default for a profile this configuration dropped.
+    fn stop_grace(&self, s: &Session) -> Duration {
+        self.config.profiles.get(&s.profile).map_or(
+            Duration::from_secs(config::DEFAULT_STOP_GRACE_SECONDS),
+            Profile::stop_grace,
+        )
     }
 
     /// Removes a container and waits until Docker no longer has it. A removal already in

@@ -408,34 +408,71 @@ async fn remove_is_idempotent() {
 }
 
 #[tokio::test]
-async fn stop_on_an_exited_created_or_missing_container_is_ok() {
+async fn hang_up_on_an_exited_created_or_missing_container_is_ok() {
     let mut cleanup = Cleanup::default();
     let (name, instance) = names(&mut cleanup);
     let d = docker().await;
     let mut req = request(&name, &instance);
     req.command = vec!["-c".into(), "exit 3".into()];
     let id = d.create(&req).await.unwrap();
-    d.stop(&id, 1).await.unwrap(); // never started
+    d.hang_up(&id).await.unwrap(); // never started
+    assert!(d.wait_exit(&id, Duration::ZERO).await.is_ok());
     d.start(&id).await.unwrap();
     wait_for_state(&d, &id, ContainerState::Exited).await;
-    d.stop(&id, 1).await.unwrap();
+    d.hang_up(&id).await.unwrap();
+    assert!(d.wait_exit(&id, Duration::from_secs(1)).await.unwrap());
     d.remove(&id).await.unwrap();
-    d.stop(&id, 1).await.unwrap(); // gone
+    d.hang_up(&id).await.unwrap(); // gone
+    assert!(d.wait_exit(&id, Duration::from_secs(1)).await.unwrap());
 }
 
 #[tokio::test]
-async fn stop_ends_a_running_container() {
+async fn a_hang_up_ends_the_session_shell_that_ignores_sigterm() {
     let mut cleanup = Cleanup::default();
     let (name, instance) = names(&mut cleanup);
     let d = docker().await;
     let id = d.create(&request(&name, &instance)).await.unwrap();
     d.start(&id).await.unwrap();
     wait_for_state(&d, &id, ContainerState::Running).await;
-    d.stop(&id, 2).await.unwrap();
-    assert_eq!(
-        d.inspect(&id).await.unwrap().unwrap().state,
-        ContainerState::Exited
+    // An interactive shell ignores SIGTERM (what `docker stop` sends first) ...
+    docker_cli(&["kill", "--signal", "TERM", &id]);
+    assert!(
+        !d.wait_exit(&id, Duration::from_millis(500)).await.unwrap(),
+        "the shell ignores SIGTERM"
     );
+    // ... and ends on the hang-up, which the container's init forwards to it.
+    let hung_up = Instant::now();
+    d.hang_up(&id).await.unwrap();
+    assert!(
+        d.wait_exit(&id, Duration::from_secs(5)).await.unwrap(),
+        "the shell ends on SIGHUP"
+    );
+    let s = d.inspect(&id).await.unwrap().unwrap();
+    assert_eq!(s.state, ContainerState::Exited);
+    assert_eq!(s.exit_code, Some(128 + 1), "ended by SIGHUP");
+    eprintln!("hang-up → exited: {:?}", hung_up.elapsed());
+}
+
+#[tokio::test]
+async fn wait_exit_gives_up_at_its_bound_on_a_program_that_ignores_the_hang_up() {
+    let mut cleanup = Cleanup::default();
+    let (name, instance) = names(&mut cleanup);
+    let d = docker().await;
+    let mut req = request(&name, &instance);
+    req.command = vec!["-c".into(), "trap '' HUP; while :; do sleep 1; done".into()];
+    let id = d.create(&req).await.unwrap();
+    d.start(&id).await.unwrap();
+    wait_for_state(&d, &id, ContainerState::Running).await;
+    d.hang_up(&id).await.unwrap();
+    let waited = Instant::now();
+    assert!(!d.wait_exit(&id, Duration::from_millis(700)).await.unwrap());
+    let took = waited.elapsed();
+    assert!(
+        took >= Duration::from_millis(700) && took < Duration::from_secs(2),
+        "wait_exit took {took:?} for a 700 ms bound"
+    );
+    d.remove(&id).await.unwrap();
+    assert_eq!(d.inspect(&id).await.unwrap(), None, "removed by force");
 }
 
 #[tokio::test]

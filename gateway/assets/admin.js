@@ -43,12 +43,26 @@ async function loadActive() {
       cell(s.terminals === undefined ? "—" : s.terminals),
     );
     const actions = document.createElement("td");
-    actions.append(button("End", () => end(s), "End session " + s.name + " of " + s.owner));
+    // A `stopping` session's end is decided already; its container goes in the background.
+    if (s.state !== "stopping") actions.append(button("End", () => end(s), "End session " + s.name + " of " + s.owner));
     tr.append(actions);
     return tr;
   });
   $("active-rows").replaceChildren(...rows);
   $("no-active").hidden = rows.length > 0;
+  followStopping(data.sessions);
+}
+
+// A `stopping` row is looked at again shortly (its container goes within a fraction of
+// a second, at most the profile's grace), not only at the next 5 s refresh.
+let stoppingTimer = null;
+
+function followStopping(sessions) {
+  if (stoppingTimer || !sessions.some((s) => s.state === "stopping")) return;
+  stoppingTimer = setTimeout(() => {
+    stoppingTimer = null;
+    refresh();
+  }, 500);
 }
 
 async function loadLocked() {

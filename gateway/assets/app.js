@@ -225,8 +225,9 @@ async function refresh() {
     const actions = document.createElement("td");
     if (s.state === "running") actions.append(button("Open", () => openTerminal(s), "Open terminal of " + s.name));
     if (s.state === "running" && s.kind !== "external") actions.append(button("Share", () => openShare(s), "Share " + s.name + " read-only"));
-    // A target is a ttyd that runs elsewhere: it can be opened, not ended, from here.
-    if (s.kind !== "external") actions.append(button("End", () => endSession(s), "End session " + s.name));
+    // A target is a ttyd that runs elsewhere: it can be opened, not ended, from here. A
+    // `stopping` session's end is decided already.
+    if (s.kind !== "external" && s.state !== "stopping") actions.append(button("End", () => endSession(s), "End session " + s.name));
     if (s.kind !== "external") actions.append(button("Recordings", () => showRecordings(s), "Recordings of " + s.name));
     const state = cell(s.state);
     const warning = endingSoon(s);
@@ -241,6 +242,7 @@ async function refresh() {
   });
   $("session-rows").replaceChildren(...rows);
   refreshForWarnings(active.sessions);
+  followStopping(active.sessions);
   $("no-sessions").hidden = rows.length > 0;
   $("ended-rows").replaceChildren(...ended.sessions.map((s) => {
     const tr = document.createElement("tr");
@@ -250,6 +252,19 @@ async function refresh() {
     tr.append(cell(s.name), cell(s.state), cell(when(s.ended_at)), cell(s.end_reason || ""), actions);
     return tr;
   }));
+}
+
+// An end answers once it is decided and its container goes in the background (a
+// fraction of a second, at most the profile's grace): a `stopping` row is looked at
+// again shortly, so it moves to the ended list without a reload.
+let stoppingTimer = null;
+
+function followStopping(sessions) {
+  if (stoppingTimer || !sessions.some((s) => s.state === "stopping")) return;
+  stoppingTimer = setTimeout(() => {
+    stoppingTimer = null;
+    if (!$("sessions").hidden) refresh().catch((e) => say(e.message, true));
+  }, 500);
 }
 
 // A session's recordings (profiles with `record`), each a download link of its
@@ -407,42 +422,49 @@ function refreshForWarnings(sessions) {
   }, (Math.min(...times) - now) * 1000);
 }
 
-// While a terminal is shown, its session is checked every two seconds: when it ends
-// (or access to it does), the page says so in words instead of leaving ttyd's page
-// to its reconnect prompt.
+// While a terminal is shown, its session is checked every two seconds, and at once
+// when the gateway closes the terminal: when it ends (or access to it does), the page
+// says so in words instead of leaving ttyd's page to its reconnect prompt.
 let watching = null;
+let watched = null;
 
 function stopWatching() {
   if (watching) clearInterval(watching);
   watching = null;
+  watched = null;
   $("ending").hidden = true;
 }
 
 function watchTerminal(s) {
   stopWatching();
-  watching = setInterval(async () => {
-    if ($("terminal").hidden) { stopWatching(); return; }
-    let ended = null;
-    try {
-      const now = await call("GET", "/api/sessions/" + s.id);
-      // `stopping` has no reason yet; the next check has it. `unreachable` has not
-      // ended: its host may answer again and the terminal with it.
-      if (!["running", "stopping", "unreachable"].includes(now.state)) {
-        ended = "This session was ended" + (now.end_reason ? " (" + now.end_reason + ")" : "") + ".";
-      }
-      const warning = endingSoon(now);
-      $("ending").textContent = warning || "";
-      $("ending").hidden = !warning;
-    } catch (e) {
-      if (e.code === "session_not_found") ended = "This session was ended.";
-      else if (e.code === "user_locked") ended = "This session was ended (" + MESSAGES.user_locked + ")";
-      // Anything else (control down, the network): the terminal may well still work.
+  watched = s;
+  watching = setInterval(() => checkWatched(s), 2000);
+}
+
+async function checkWatched(s) {
+  if (watched !== s) return;
+  if ($("terminal").hidden) { stopWatching(); return; }
+  let ended = null;
+  try {
+    const now = await call("GET", "/api/sessions/" + s.id);
+    // `stopping` is an end already decided (with who and why); its container goes in
+    // the background. `unreachable` has not ended: its host may answer again and the
+    // terminal with it.
+    if (!["running", "unreachable"].includes(now.state)) {
+      ended = "This session was ended" + (now.end_reason ? " (" + now.end_reason + ")" : "") + ".";
     }
-    if (!ended) return;
-    stopWatching();
-    await closeTerminal();
-    say(ended, true);
-  }, 2000);
+    const warning = endingSoon(now);
+    $("ending").textContent = warning || "";
+    $("ending").hidden = !warning;
+  } catch (e) {
+    if (e.code === "session_not_found") ended = "This session was ended.";
+    else if (e.code === "user_locked") ended = "This session was ended (" + MESSAGES.user_locked + ")";
+    // Anything else (control down, the network): the terminal may well still work.
+  }
+  if (!ended || watched !== s) return;
+  stopWatching();
+  await closeTerminal();
+  say(ended, true);
 }
 
 // The connection's state in the terminal's bar, in words.
@@ -546,6 +568,9 @@ function followConnection(frame) {
       const code = Number((line.match(/code: (\d+)/) || [])[1]);
       if (code === 1000) {
         terminalState("Disconnected: press Enter in the terminal to reconnect", "error");
+        // The gateway closes with 1000 when access ends (the session ended, a lock, a
+        // sign-out): ask now rather than at the next check.
+        checkWatched(s);
       } else {
         terminalState("Connection lost: reconnecting…", "warn");
         if (!reconnecting) reconnect(s, 1000);

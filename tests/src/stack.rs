@@ -209,7 +209,6 @@ impl ControlStack {
                 "TERMGATE__CONTROL__CREATING_GRACE_SECONDS".into(),
                 "3".into(),
             ),
-            ("TERMGATE__CONTROL__STOP_TIMEOUT_SECONDS".into(), "1".into()),
             ("TERMGATE__PROFILES__DEFAULT__IMAGE".into(), image),
         ];
         let log = dir.dir.path().join("control.log");
@@ -405,15 +404,37 @@ impl ControlStack {
 
     /// Creates a session as `token` and returns its JSON (asserting 201).
     pub fn create(&self, token: &str) -> Value {
+        self.create_with(token, "default")
+    }
+
+    /// Creates a session of `profile` as `token` and returns its JSON (asserting 201).
+    pub fn create_with(&self, token: &str, profile: &str) -> Value {
         let a = self.call(
             "POST",
             "/v1/sessions",
             Some(token),
-            Some(serde_json::json!({"profile": "default"})),
+            Some(serde_json::json!({ "profile": profile })),
         );
         assert_eq!(a.status, 201, "create: {}\n{}", a.text, self.log_text());
         a.body
     }
+}
+
+/// TOML for a profile `name` whose program ignores the hang-up an end sends, with
+/// `stop_grace_seconds = grace`: its container lives until it is removed by force, so a
+/// test can tell what the end did before the container went. The program reads lines
+/// from its terminal and runs them (an interactive shell would take the hang-up back).
+pub fn profile_ignoring_hang_up(name: &str, grace: u64) -> String {
+    let image =
+        std::env::var("TERMGATE_SESSION_IMAGE").unwrap_or_else(|_| "termgate/session:dev".into());
+    format!(
+        r#"
+[profiles.{name}]
+image = "{image}"
+command = ["-c", "trap '' HUP; while read -r line; do eval \"$line\"; done"]
+stop_grace_seconds = {grace}
+"#
+    )
 }
 
 impl Drop for ControlStack {

@@ -101,7 +101,16 @@ fn terminal_opens_refusals_and_closes_on_the_gateway_are_in_controls_trail() {
     });
 
     // Ending the session closes its open terminal on the gateway, which says so in the
-    // trail.
+    // trail. The gateway must follow the restarted control's feed first (its poll may
+    // still be backing off): an end hangs the container up at once, and a gateway that
+    // learns of the end only after the container died finds no terminal left to close.
+    stack.control.create(&alice);
+    let ready = format!("http://127.0.0.1:{}/readyz", stack.gw().admin_port);
+    wait_for("the gateway to follow the restarted control", T, || {
+        http("GET", &ready, None, None)
+            .ok()
+            .filter(|a| a.body["routes"] == 2)
+    });
     let t = stack.open_as(0, &id, &cookie).expect("alice again");
     let a = stack
         .control

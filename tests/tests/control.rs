@@ -220,12 +220,16 @@ fn only_the_owner_sees_a_session_and_others_get_the_unknown_answer() {
             .status,
         404
     );
-    let hist = stack.call("GET", "/v1/history", Some(&alice), None).body;
+    // 204 means decided: the container goes in the background, within its grace.
+    let hist = wait_for("the end to be recorded", Duration::from_secs(10), || {
+        let h = stack.call("GET", "/v1/history", Some(&alice), None).body;
+        (h["sessions"][0]["id"] == id).then_some(h)
+    });
     assert_eq!(hist["sessions"][0]["state"], "terminated");
     assert_eq!(hist["sessions"][0]["ended_by"], "alice");
     assert!(
         stack.containers().is_empty(),
-        "the container must be gone after the end"
+        "the container must be gone once the end is recorded"
     );
 }
 
@@ -682,8 +686,13 @@ fn crash_at(failpoint: &str, during_delete: bool) {
             Some(&json!({"profile": "default"})),
         ),
     };
+    // A crash before the decision is durable leaves the caller without an answer; one
+    // in the background stop may come after the 204 (the end was already decided).
+    let acknowledged_ok = matches!(failpoint, "end:before_stop" | "delete:after_remove");
     assert!(
-        r.is_err() || r.as_ref().is_ok_and(|a| a.status >= 500),
+        r.is_err()
+            || r.as_ref()
+                .is_ok_and(|a| a.status >= 500 || (acknowledged_ok && a.status == 204)),
         "{failpoint}: control answered {r:?}"
     );
     stack.wait_exit(Duration::from_secs(10));
@@ -702,7 +711,7 @@ fn crash_at(failpoint: &str, during_delete: bool) {
     let expected: &[&str] = match failpoint {
         "create:after_record" | "delete:after_remove" => &[],
         "create:after_container" => &["created"],
-        "create:after_start" | "delete:after_stopping" => &["running"],
+        "create:after_start" | "delete:after_stopping" | "end:before_stop" => &["running"],
         other => panic!("no expectation for failpoint {other}"),
     };
     assert_eq!(
@@ -738,11 +747,20 @@ fn crash_at(failpoint: &str, during_delete: bool) {
         "{failpoint}: an acknowledged session was lost"
     );
     if let Some(victim) = &victim {
-        // The interrupted end was finished: ended as its owner asked, container gone.
+        // The interrupted end was finished: ended as its owner asked, who and why kept
+        // from the decision, container gone.
         let got = stack.call("GET", &format!("/v1/sessions/{victim}"), Some(&alice), None);
         assert_eq!(
-            (got.body["state"].as_str(), got.body["ended_by"].as_str()),
-            (Some("terminated"), Some("alice")),
+            (
+                got.body["state"].as_str(),
+                got.body["ended_by"].as_str(),
+                got.body["end_reason"].as_str()
+            ),
+            (
+                Some("terminated"),
+                Some("alice"),
+                Some("ended by its owner")
+            ),
             "{failpoint}: {}",
             got.text
         );
@@ -795,6 +813,132 @@ fn a_crash_after_recording_stopping_finishes_the_end() {
 #[test]
 fn a_crash_after_removing_the_container_finishes_the_end() {
     crash_at("delete:after_remove", true);
+}
+
+#[test]
+fn a_crash_between_the_decided_end_and_its_stop_finishes_the_end() {
+    crash_at("end:before_stop", true);
+}
+
+#[test]
+fn an_acknowledged_end_survives_kill_9_before_its_container_stops() {
+    // The program ignores the hang-up and the grace is long: when control dies, the end
+    // is acknowledged and recorded while the container still runs.
+    let mut stack = ControlStack::start(&e2e::stack::profile_ignoring_hang_up("stubborn", 120));
+    let alice = stack.token("alice", false);
+    let kept = stack.create(&alice)["id"].as_str().unwrap().to_owned();
+    let victim = stack.create_with(&alice, "stubborn")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let asked = Instant::now();
+    let r = stack.call(
+        "DELETE",
+        &format!("/v1/sessions/{victim}"),
+        Some(&alice),
+        None,
+    );
+    let answered = asked.elapsed();
+    assert_eq!(r.status, 204, "{}", r.text);
+    assert!(
+        answered < Duration::from_secs(1),
+        "answered after {answered:?}"
+    );
+    let s = stack
+        .call("GET", &format!("/v1/sessions/{victim}"), Some(&alice), None)
+        .body;
+    assert_eq!(
+        (s["state"].as_str(), s["ended_by"].as_str()),
+        (Some("stopping"), Some("alice")),
+        "{s}"
+    );
+    stack.kill9();
+    assert_eq!(
+        labelled_states(&stack)
+            .into_iter()
+            .filter(|(id, _)| *id == victim)
+            .map(|(_, state)| state)
+            .collect::<Vec<_>>(),
+        ["running"],
+        "the container outlived control"
+    );
+
+    // Restarted with a short grace, so the resumed stop ends by force within the test.
+    stack.set_env("TERMGATE__PROFILES__STUBBORN__STOP_GRACE_SECONDS", "1");
+    stack.spawn(&[]);
+    let ended = wait_for(
+        "the acknowledged end to be finished",
+        Duration::from_secs(20),
+        || {
+            let got = stack
+                .call("GET", &format!("/v1/sessions/{victim}"), Some(&alice), None)
+                .body;
+            (got["state"] == "terminated" && container_of(&stack, &victim).is_empty())
+                .then_some(got)
+        },
+    );
+    assert_eq!(
+        (ended["ended_by"].as_str(), ended["end_reason"].as_str()),
+        (Some("alice"), Some("ended by its owner")),
+        "{ended}"
+    );
+    assert_eq!(
+        container_sessions(&stack),
+        HashSet::from([kept.clone()]),
+        "no orphan: only the kept session's container is left"
+    );
+    // The quota was given back: alice holds one session and may make two more.
+    stack.create(&alice);
+    stack.create(&alice);
+    let over = stack.call(
+        "POST",
+        "/v1/sessions",
+        Some(&alice),
+        Some(json!({"profile": "default"})),
+    );
+    assert_eq!(over.status, 429, "quota count drifted: {}", over.text);
+}
+
+#[test]
+fn a_crash_between_an_idle_end_and_its_stop_finishes_it_with_who_and_why() {
+    let mut stack = ControlStack::prepare("");
+    stack.set_env("TERMGATE__PROFILES__DEFAULT__IDLE_TIMEOUT_SECONDS", "1");
+    stack.set_env("TERMGATE__GATEWAY__ACTIVITY_REPORT_MS", "100");
+    // The culler's first end aborts control right after the decision.
+    stack.spawn(&[("TERMGATE_FAILPOINT", "end:before_stop")]);
+    let alice = stack.token("alice", false);
+    let id = stack.create(&alice)["id"].as_str().unwrap().to_owned();
+    stack.wait_exit(Duration::from_secs(20));
+    assert!(
+        stack
+            .log_text()
+            .contains("failpoint end:before_stop: aborting"),
+        "control did not stop at the failpoint:\n{}",
+        stack.log_text()
+    );
+    assert!(
+        !container_of(&stack, &id).is_empty(),
+        "the container outlived control"
+    );
+    stack.spawn(&[]);
+    let ended = wait_for(
+        "the idle end to be finished",
+        Duration::from_secs(20),
+        || {
+            let got = stack
+                .call("GET", &format!("/v1/sessions/{id}"), Some(&alice), None)
+                .body;
+            (got["state"] == "terminated" && container_of(&stack, &id).is_empty()).then_some(got)
+        },
+    );
+    assert_eq!(ended["ended_by"], "termgate", "{ended}");
+    assert!(
+        ended["end_reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("idle: ")),
+        "the reason decided before the crash is kept: {ended}"
+    );
+    assert!(container_sessions(&stack).is_empty(), "no orphan");
 }
 
 /// A small deterministic generator, so a failing storm can be replayed from its seed.
@@ -1057,9 +1201,11 @@ fn end_all(stack: &ControlStack, admin: &str, ids: &[String]) {
             });
         }
     });
-    assert!(
-        labelled_states(stack).is_empty(),
-        "containers left after ending every session"
+    // Each 204 is a decision; the containers go in the background, within their grace.
+    wait_for(
+        "every ended session's container to go",
+        Duration::from_secs(20),
+        || labelled_states(stack).is_empty().then_some(()),
     );
 }
 

@@ -5,15 +5,19 @@ use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use e2e::stack::{docker, http, wait_for, GatewayStack};
+use e2e::stack::{docker, http, profile_ignoring_hang_up, wait_for, GatewayStack};
 use e2e::upstream::RecordingUpstream;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(15);
 
 fn create(stack: &GatewayStack, sub: &str) -> String {
+    create_with(stack, sub, "default")
+}
+
+fn create_with(stack: &GatewayStack, sub: &str, profile: &str) -> String {
     let token = stack.control.token(sub, false);
-    stack.control.create(&token)["id"]
+    stack.control.create_with(&token, profile)["id"]
         .as_str()
         .unwrap()
         .to_owned()
@@ -304,15 +308,10 @@ fn path_tricks_are_refused_before_ttyd() {
 
 #[test]
 fn ending_the_session_closes_its_live_terminal_within_two_seconds() {
-    let mut stack = GatewayStack::start("");
-    // The session's shell ignores SIGTERM, so Docker needs the whole stop timeout to end
-    // it: the terminal must close long before the container dies.
-    stack.control.kill9();
-    stack
-        .control
-        .set_env("TERMGATE__CONTROL__STOP_TIMEOUT_SECONDS", "10");
-    stack.control.spawn(&[]);
-    let id = create(&stack, "alice");
+    // The session's program ignores the hang-up, so its container lives for the whole
+    // grace: the terminal must close long before the container dies.
+    let stack = GatewayStack::start(&profile_ignoring_hang_up("stubborn", 10));
+    let id = create_with(&stack, "alice", "stubborn");
     let cookie = stack.sign_in("alice");
     let t = stack.open_as(0, &id, &cookie).unwrap();
     t.send_input(b"echo up\r").unwrap();
@@ -633,15 +632,10 @@ fn after_a_gateway_restart_clients_reconnect() {
 
 #[test]
 fn two_gateways_share_control_and_enforce_the_same_decisions() {
-    let mut stack = GatewayStack::start("");
-    // As in the single-gateway test: the shell ignores SIGTERM, so the container lives
-    // for the whole stop timeout; only the gateways can close the terminals in time.
-    stack.control.kill9();
-    stack
-        .control
-        .set_env("TERMGATE__CONTROL__STOP_TIMEOUT_SECONDS", "10");
-    stack.control.spawn(&[]);
-    let id = create(&stack, "alice");
+    // As in the single-gateway test: the program ignores the hang-up, so the container
+    // lives for the whole grace; only the gateways can close the terminals in time.
+    let mut stack = GatewayStack::start(&profile_ignoring_hang_up("stubborn", 10));
+    let id = create_with(&stack, "alice", "stubborn");
     let second = stack.spawn_gateway(&[]);
     let alice = stack.sign_in("alice");
     let bob = stack.sign_in("bob");

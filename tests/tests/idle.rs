@@ -20,7 +20,12 @@ fn now() -> u64 {
 /// A stack whose default profile has these limits and whose gateway reports input
 /// every 500 ms.
 fn stack(idle: Option<u64>, max: Option<u64>) -> GatewayStack {
-    let mut control = e2e::stack::ControlStack::prepare("");
+    stack_with("", idle, max)
+}
+
+/// [`stack`], with `extra` TOML appended to the config.
+fn stack_with(extra: &str, idle: Option<u64>, max: Option<u64>) -> GatewayStack {
+    let mut control = e2e::stack::ControlStack::prepare(extra);
     for (key, v) in [
         ("TERMGATE__PROFILES__DEFAULT__IDLE_TIMEOUT_SECONDS", idle),
         ("TERMGATE__PROFILES__DEFAULT__MAX_LIFETIME_SECONDS", max),
@@ -231,6 +236,59 @@ fn a_session_with_nothing_open_and_no_input_ends_on_time() {
         "{ended}"
     );
     assert_no_container(&stack, id);
+}
+
+#[test]
+fn a_slow_stop_holds_neither_the_culler_nor_the_ended_terminal() {
+    // The first session's program ignores the hang-up: after its idle end its
+    // container stays for the whole minute of grace, in the background.
+    let extra = format!(
+        "{}idle_timeout_seconds = 2\n",
+        e2e::stack::profile_ignoring_hang_up("stubborn", 60)
+    );
+    let stack = stack_with(&extra, Some(4), None);
+    let alice = stack.control.token("alice", false);
+    let slow = stack.control.create_with(&alice, "stubborn");
+    let slow_id = slow["id"].as_str().unwrap();
+    let other = create(&stack, "alice");
+    let other_id = other["id"].as_str().unwrap();
+    let cookie = stack.sign_in("alice");
+    let t = stack.open_as(0, slow_id, &cookie).unwrap();
+
+    // The slow one's terminal closes at its deadline, saying why, and its record says
+    // who ended it and why while its container lives on.
+    t.wait_closed(T)
+        .expect("the idle session's terminal closes at its deadline");
+    let closed = now();
+    assert_eq!(
+        t.close_reason().as_deref(),
+        Some("close frame 1000 \"termgate: this session was ended\"")
+    );
+    let stopping = session(&stack, "alice", slow_id);
+    assert_eq!(stopping["state"], "stopping", "{stopping}");
+    assert_eq!(stopping["ended_by"], "termgate", "{stopping}");
+    assert!(
+        stopping["end_reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("idle: ")),
+        "{stopping}"
+    );
+    assert!(
+        closed <= u(&slow, "created_at") + 2 + 3,
+        "closed at {closed}: {stopping}"
+    );
+
+    // The culler was not held by that stop: the other session ends on time.
+    let ended = wait_ended(&stack, "alice", other_id, T);
+    assert_ended_by(&ended, "idle");
+    let deadline = u(&other, "created_at") + 4;
+    assert!(u(&ended, "ended_at") <= deadline + 3, "{ended}");
+    assert_no_container(&stack, other_id);
+    assert_eq!(
+        session(&stack, "alice", slow_id)["state"],
+        "stopping",
+        "the slow stop is still in its grace"
+    );
 }
 
 #[test]

@@ -315,6 +315,11 @@ fn a_viewer_watches_live_cannot_type_and_is_closed_by_revoke_expiry_lock_and_end
     let end =
         std::thread::spawn(move || http("DELETE", &url_end, Some(&alice), None).unwrap().status);
     closed_within_bound(&watching, start, "session ended");
+    assert_eq!(
+        watching.close_reason().as_deref(),
+        Some("close frame 1000 \"termgate: this session was ended\""),
+        "the viewer is told why, before the container goes"
+    );
     assert_eq!(end.join().unwrap(), 204);
 }
 

@@ -18,8 +18,8 @@ use bollard::errors::Error as BollardError;
 use bollard::models::VolumeCreateRequest;
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, EventsOptionsBuilder, InspectContainerOptions,
-    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, ResizeContainerTTYOptionsBuilder,
-    StopContainerOptionsBuilder,
+    KillContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    ResizeContainerTTYOptionsBuilder,
 };
 use bollard::{ClientVersion, API_DEFAULT_VERSION};
 use futures_util::{Stream, StreamExt};
@@ -155,6 +155,19 @@ impl ContainerState {
         self == ContainerState::Running
     }
 
+    /// Whether its program may still run: running, paused, or being restarted (a state
+    /// Docker does not name is counted as alive, so nothing is taken for stopped on
+    /// doubt).
+    pub fn is_alive(self) -> bool {
+        matches!(
+            self,
+            ContainerState::Running
+                | ContainerState::Paused
+                | ContainerState::Restarting
+                | ContainerState::Unknown
+        )
+    }
+
     /// Whether a session on it is over: its program ended, or (for a session recorded
     /// as running, whose container was started before the record said so) it is not
     /// started at all.
@@ -232,6 +245,9 @@ pub struct ContainerEvent {
     /// (and for `die`, `exitCode`) attributes Docker adds.
     pub labels: Labels,
 }
+
+/// How often [`Docker::wait_exit`] asks whether a hung-up container has stopped.
+const EXIT_POLL: Duration = Duration::from_millis(50);
 
 /// A Docker client with a per-call timeout.
 #[derive(Debug, Clone)]
@@ -447,29 +463,44 @@ impl Docker {
             .await
     }
 
-    /// Stops a container, killing it after `grace_secs`. Already stopped or missing: Ok.
-    /// The call may take the grace period on top of the per-call timeout.
-    pub async fn stop(&self, id: &str, grace_secs: u64) -> Result<(), DockerError> {
-        const OP: &str = "stop";
+    /// Hangs up on a container's processes as a closed terminal would: `SIGHUP`, which
+    /// the container's init (`Init=true`) forwards to its program. A container that is
+    /// missing or not running (Docker's 409) has nothing to hang up: Ok. Kill with a
+    /// signal is the same call on every API version, however old.
+    pub async fn hang_up(&self, id: &str) -> Result<(), DockerError> {
+        const OP: &str = "kill";
         check_ref(OP, id)?;
-        let t = i32::try_from(grace_secs).unwrap_or(i32::MAX);
-        let options = StopContainerOptionsBuilder::new().t(t).build();
-        let limit = self.timeout.saturating_add(Duration::from_secs(grace_secs));
-        let client = self.inner.clone().with_timeout(Duration::from_secs(
-            whole_secs(self.timeout).saturating_add(grace_secs),
-        ));
-        let stop = async move {
-            match client.stop_container(id, Some(options)).await {
-                // 304: already stopped.
-                Err(BollardError::DockerResponseServerError {
-                    status_code: 304, ..
-                }) => Ok(()),
-                r => r,
-            }
-        };
-        match self.call_within(OP, limit, stop).await {
-            Ok(()) | Err(DockerError::NotFound) => Ok(()),
+        let options = KillContainerOptionsBuilder::new().signal("SIGHUP").build();
+        match self
+            .call(OP, self.inner.kill_container(id, Some(options)))
+            .await
+        {
+            Ok(()) | Err(DockerError::NotFound | DockerError::Conflict(_)) => Ok(()),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Waits up to `within` for a container's program to stop (or the container to be
+    /// gone); `true` when it did. Asks Docker every [`EXIT_POLL`] with an inspect, which
+    /// every API version answers alike; the whole wait, Docker's answers included, is
+    /// bounded by `within`.
+    pub async fn wait_exit(&self, id: &str, within: Duration) -> Result<bool, DockerError> {
+        check_ref("inspect", id)?;
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            let Ok(found) = tokio::time::timeout(left, self.inspect(id)).await else {
+                return Ok(false);
+            };
+            match found? {
+                None => return Ok(true),
+                Some(c) if !c.state.is_alive() => return Ok(true),
+                Some(_) => {}
+            }
+            tokio::time::sleep(EXIT_POLL.min(left)).await;
         }
     }
 

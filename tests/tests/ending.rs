@@ -1,0 +1,204 @@
+//! Ending a session is a decision published before Docker acts: `DELETE` answers once
+//! the end is recorded, the gateways close its terminals at once saying why, and the
+//! container goes in the background (a hang-up, the profile's grace, removal by force).
+//! Real control, gateway, ttyd and session containers.
+
+use std::time::{Duration, Instant};
+
+use e2e::stack::{docker, http, profile_ignoring_hang_up, wait_for, GatewayStack};
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(15);
+
+/// What an end promises: its answer, and its terminals' close frame, within this of the
+/// call, whatever the session's programs do.
+const PROMISED: Duration = Duration::from_secs(1);
+
+/// What ttyd's page is told when the gateway closes a terminal of an ended session.
+const ENDED_FRAME: &str = "close frame 1000 \"termgate: this session was ended\"";
+
+fn container_of(stack: &GatewayStack, id: &str) -> String {
+    docker(&[
+        "ps",
+        "-aq",
+        "--no-trunc",
+        "--filter",
+        &format!("label=termgate.instance={}", stack.control.instance),
+        "--filter",
+        &format!("label=termgate.session={id}"),
+    ])
+}
+
+fn session(stack: &GatewayStack, token: &str, id: &str) -> Value {
+    let a = stack
+        .control
+        .call("GET", &format!("/v1/sessions/{id}"), Some(token), None);
+    assert_eq!(a.status, 200, "{}", a.text);
+    a.body
+}
+
+/// How one end went, measured from the moment the `DELETE` was sent.
+struct Ended {
+    answered: Duration,
+    closed: Duration,
+    gone: Duration,
+}
+
+/// Opens a terminal on `id` as `owner`, ends the session through the gateway's API as
+/// `ender`, and checks the promise: `204` and the close frame saying why, each within
+/// [`PROMISED`]; then waits (up to `gone_within`) for the container to go.
+fn end_with_a_terminal_open(
+    stack: &GatewayStack,
+    owner: &str,
+    id: &str,
+    ender: &str,
+    gone_within: Duration,
+) -> Ended {
+    let cookie = stack.sign_in(owner);
+    let t = stack.open_as(0, id, &cookie).expect("the owner's terminal");
+    t.send_input(b"echo up-$((40+2))\r").unwrap();
+    t.read_until("up-42", T).expect("a working terminal");
+    assert!(!container_of(stack, id).is_empty());
+
+    let url = stack.url(0, &format!("/api/sessions/{id}"));
+    let token = ender.to_owned();
+    let start = Instant::now();
+    let delete = std::thread::spawn(move || {
+        let a = http("DELETE", &url, Some(&token), None).expect("DELETE");
+        (a.status, start.elapsed(), a.text)
+    });
+    let closed = t
+        .wait_closed(PROMISED)
+        .map(|_| start.elapsed())
+        .unwrap_or_else(|e| panic!("the terminal must close within {PROMISED:?}: {e}"));
+    let (status, answered, text) = delete.join().unwrap();
+    assert_eq!(status, 204, "{text}");
+    assert!(
+        answered <= PROMISED,
+        "DELETE answered after {answered:?}; an end must answer within {PROMISED:?}"
+    );
+    assert_eq!(
+        t.close_reason().as_deref(),
+        Some(ENDED_FRAME),
+        "the terminal is told why it closed"
+    );
+    wait_for("the ended session's container to go", gone_within, || {
+        container_of(stack, id).is_empty().then_some(())
+    });
+    Ended {
+        answered,
+        closed,
+        gone: start.elapsed(),
+    }
+}
+
+fn assert_terminated(stack: &GatewayStack, owner_token: &str, id: &str, by: &str, why: &str) {
+    let s = session(stack, owner_token, id);
+    assert_eq!(
+        (
+            s["state"].as_str(),
+            s["ended_by"].as_str(),
+            s["end_reason"].as_str()
+        ),
+        (Some("terminated"), Some(by), Some(why)),
+        "{s}"
+    );
+}
+
+#[test]
+fn an_owners_end_answers_within_a_second_closes_the_terminal_saying_why_and_the_container_goes() {
+    let stack = GatewayStack::start("");
+    let alice = stack.control.token("alice", false);
+    let id = stack.control.create(&alice)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The shell exits on the hang-up: its container goes well inside the default grace.
+    let e = end_with_a_terminal_open(&stack, "alice", &id, &alice, Duration::from_secs(5));
+    wait_for("the record to end", T, || {
+        (session(&stack, &alice, &id)["state"] == "terminated").then_some(())
+    });
+    assert_terminated(&stack, &alice, &id, "alice", "ended by its owner");
+    // The quota was given back: alice may create again, up to her limit.
+    for _ in 0..3 {
+        stack.control.create(&alice);
+    }
+    eprintln!(
+        "figures: owner's end: DELETE answered {:?}, terminal closed {:?}, container gone {:?} after the call",
+        e.answered, e.closed, e.gone
+    );
+}
+
+#[test]
+fn an_admins_end_answers_within_a_second_closes_the_terminal_saying_why_and_the_container_goes() {
+    let stack = GatewayStack::start("");
+    let alice = stack.control.token("alice", false);
+    let root = stack.control.token("root", true);
+    let id = stack.control.create(&alice)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let e = end_with_a_terminal_open(&stack, "alice", &id, &root, Duration::from_secs(5));
+    wait_for("the record to end", T, || {
+        (session(&stack, &alice, &id)["state"] == "terminated").then_some(())
+    });
+    assert_terminated(&stack, &alice, &id, "root", "ended by an admin");
+    eprintln!(
+        "figures: admin's end: DELETE answered {:?}, terminal closed {:?}, container gone {:?} after the call",
+        e.answered, e.closed, e.gone
+    );
+}
+
+#[test]
+fn a_program_that_ignores_the_hang_up_keeps_its_grace_then_is_removed_by_force() {
+    const GRACE: u64 = 3;
+    let stack = GatewayStack::start(&profile_ignoring_hang_up("stubborn", GRACE));
+    let alice = stack.control.token("alice", false);
+    let id = stack.control.create_with(&alice, "stubborn")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let checked = std::sync::Mutex::new(None);
+    std::thread::scope(|s| {
+        // While the grace runs: the end is already decided and visible, with who and
+        // why, and the container is still there.
+        s.spawn(|| {
+            let during = wait_for("the end to be recorded", T, || {
+                let v = session(&stack, &alice, &id);
+                (v["state"] == "stopping").then_some(v)
+            });
+            let alive = !container_of(&stack, &id).is_empty();
+            *checked.lock().unwrap() = Some((during, alive));
+        });
+        let e = end_with_a_terminal_open(
+            &stack,
+            "alice",
+            &id,
+            &alice,
+            Duration::from_secs(GRACE + 10),
+        );
+        assert!(
+            e.gone >= Duration::from_secs(GRACE) - Duration::from_millis(300),
+            "the container went after {:?}, before its {GRACE} s grace",
+            e.gone
+        );
+        eprintln!(
+            "figures: end of a program ignoring the hang-up (grace {GRACE} s): DELETE answered {:?}, terminal closed {:?}, container removed by force {:?} after the call",
+            e.answered, e.closed, e.gone
+        );
+    });
+    let (during, alive) = checked
+        .into_inner()
+        .unwrap()
+        .expect("checked during the grace");
+    assert_eq!(
+        (during["ended_by"].as_str(), during["end_reason"].as_str()),
+        (Some("alice"), Some("ended by its owner")),
+        "a stopping record already says who ended it and why: {during}"
+    );
+    assert!(alive, "the container lives on through its grace");
+    wait_for("the record to end", T, || {
+        (session(&stack, &alice, &id)["state"] == "terminated").then_some(())
+    });
+    assert_terminated(&stack, &alice, &id, "alice", "ended by its owner");
+}
