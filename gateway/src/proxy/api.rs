@@ -59,9 +59,9 @@ pub(super) async fn api(g: &Gateway, session: &mut Session, rest: &str) -> Resul
 }
 
 /// How long control may wait on Docker while answering `method /api/{rest}`: its bound
-/// on one Docker call (`control.docker_timeout_seconds`) for a create or a redraw, and
-/// also the stop's grace (`control.stop_timeout_seconds`) for an end. Every other call
-/// waits on nothing but control's store.
+/// on one Docker call (`control.docker_timeout_seconds`) for a create or a redraw. An
+/// end answers once it is decided (the container's stop runs in the background), so it,
+/// like every other call, waits on nothing but control's store.
 ///
 /// One Docker bound, not the sum over a create's calls (volume, create, start): a
 /// create whose Docker steps together take longer is not a normal slow create but a
@@ -73,7 +73,6 @@ fn docker_wait(control: &config::ControlConfig, method: &str, rest: &str) -> Dur
     let segments: Vec<&str> = rest.split('/').collect();
     match (method, segments.as_slice()) {
         ("POST", ["sessions"]) | ("POST", ["sessions", _, "redraw"]) => docker,
-        ("DELETE", ["sessions", _]) => docker + Duration::from_secs(control.stop_timeout_seconds),
         _ => Duration::ZERO,
     }
 }
@@ -236,18 +235,13 @@ mod tests {
     fn only_calls_that_wait_on_docker_get_dockers_bound_on_top() {
         let control: config::ControlConfig = serde_json::from_value(serde_json::json!({
             "docker_timeout_seconds": 7,
-            "stop_timeout_seconds": 3,
         }))
         .unwrap();
         let wait = |method, rest| docker_wait(&control, method, rest).as_secs();
         assert_eq!(wait("POST", "sessions"), 7, "a create");
         assert_eq!(wait("POST", "sessions/abc/redraw"), 7, "a redraw");
-        assert_eq!(
-            wait("DELETE", "sessions/abc"),
-            10,
-            "an end stops, then removes"
-        );
         for (method, rest) in [
+            ("DELETE", "sessions/abc"),
             ("GET", "sessions"),
             ("GET", "sessions/abc"),
             ("POST", "sessions/abc/shares"),
