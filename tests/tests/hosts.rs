@@ -160,6 +160,11 @@ fn sessions_spread_over_two_hosts_and_a_silent_host_is_unreachable_until_it_answ
         .control
         .call("DELETE", &format!("/v1/sessions/{id3}"), Some(&carol), None);
     assert_eq!(gone.status, 204, "{}", gone.text);
+    // The end answers once decided; its container (and so its place on the host) goes
+    // in the background, when its record leaves `stopping`.
+    wait_for("s3's container to be gone", T, || {
+        (session(&stack, &carol, id3)["state"] == "terminated").then_some(())
+    });
     let frank = stack.control.token("frank", false);
     let s5 = create(&stack, &frank);
     assert_eq!(
