@@ -5,6 +5,7 @@
 //! `TERMGATE_BIN_DIR`.
 
 pub mod daemon;
+pub mod hostile;
 pub mod nginx;
 pub mod raw;
 pub mod stack;
