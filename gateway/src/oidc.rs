@@ -538,9 +538,11 @@ fn https_client(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-    #[test]
-    fn a_used_flow_is_refused_the_second_time() {
+    /// A relying party of a provider at 127.0.0.1:1 (never called by these tests).
+    fn relying_party() -> Arc<Oidc> {
         let dir = tempfile::tempdir().unwrap();
         let secret = dir.path().join("hs");
         std::fs::write(&secret, [7u8; 40]).unwrap();
@@ -549,11 +551,169 @@ mod tests {
             secret, secret
         );
         let c = config::load_from_str(&toml, dir.path(), Vec::new()).unwrap();
-        let rp = Oidc::from_config(&c).unwrap().unwrap();
+        Oidc::from_config(&c).unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_used_flow_is_refused_the_second_time() {
+        let rp = relying_party();
         let flow = Flow::new([[1; 32], [2; 32], [3; 32]], 100);
         assert_eq!(rp.mark_used(&flow, 100), Ok(()));
         assert_eq!(rp.mark_used(&flow, 101), Err(OidcError::Replayed));
         assert_eq!(rp.display_name(), "127.0.0.1:1");
         assert!(!rp.secure());
+    }
+
+    const KEY_1: &[u8] = include_bytes!("../../policy/tests/fixtures/rsa.key");
+    const KEY_2: &[u8] = include_bytes!("../../policy/tests/fixtures/rsa2.key");
+
+    /// A provider's key set served over plain HTTP on a port of its own, counting how
+    /// often it is fetched; the set can be replaced (a rotation).
+    struct KeyServer {
+        addr: std::net::SocketAddr,
+        doc: Arc<Mutex<Vec<u8>>>,
+        fetches: Arc<AtomicUsize>,
+        stop: Arc<AtomicBool>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl KeyServer {
+        fn serve(doc: Vec<u8>) -> KeyServer {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let doc = Arc::new(Mutex::new(doc));
+            let (fetches, stop) = (
+                Arc::new(AtomicUsize::new(0)),
+                Arc::new(AtomicBool::new(false)),
+            );
+            let thread = {
+                let (doc, fetches, stop) = (doc.clone(), fetches.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    for conn in listener.incoming() {
+                        if stop.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        let Ok(mut conn) = conn else { continue };
+                        let mut head = Vec::new();
+                        let mut byte = [0u8; 1];
+                        while !head.ends_with(b"\r\n\r\n")
+                            && conn.read(&mut byte).is_ok_and(|n| n == 1)
+                        {
+                            head.push(byte[0]);
+                        }
+                        fetches.fetch_add(1, Ordering::SeqCst);
+                        let body = doc.lock().unwrap().clone();
+                        let _ = write!(
+                            conn,
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            body.len()
+                        );
+                        let _ = conn.write_all(&body);
+                    }
+                })
+            };
+            KeyServer {
+                addr,
+                doc,
+                fetches,
+                stop,
+                thread: Some(thread),
+            }
+        }
+
+        fn url(&self) -> String {
+            format!("http://{}/jwks", self.addr)
+        }
+
+        fn fetches(&self) -> usize {
+            self.fetches.load(Ordering::SeqCst)
+        }
+
+        fn rotate(&self, doc: Vec<u8>) {
+            *self.doc.lock().unwrap() = doc;
+        }
+    }
+
+    impl Drop for KeyServer {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::SeqCst);
+            // Wakes the listener so it sees the flag.
+            let _ = std::net::TcpStream::connect(self.addr);
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    /// The key set publishing the public half of `pem` as `kid`.
+    fn key_set(pem: &[u8], kid: &str) -> Vec<u8> {
+        use jsonwebtoken::jwk::{Jwk, JwkSet};
+        let key = jsonwebtoken::EncodingKey::from_rsa_pem(pem).unwrap();
+        let mut jwk = Jwk::from_encoding_key(&key, jsonwebtoken::Algorithm::RS256).unwrap();
+        jwk.common.key_id = Some(kid.into());
+        serde_json::to_vec(&JwkSet { keys: vec![jwk] }).unwrap()
+    }
+
+    /// An ID token signed with `pem`, naming `kid` (only its signature is checked here).
+    fn id_token(pem: &[u8], kid: &str) -> String {
+        Signer::from_private_pem(pem, Some(kid.into()))
+            .unwrap()
+            .sign_claims(&serde_json::json!({"sub": "u-alice"}))
+            .unwrap()
+    }
+
+    /// Moves the time the cached keys were fetched `by` into the past, as the clock
+    /// moving on would.
+    fn age_keys(rp: &Oidc, by: Duration) {
+        let mut keys = rp.keys.write().unwrap();
+        let keys = Arc::get_mut(keys.as_mut().expect("keys fetched")).expect("no other holder");
+        keys.fetched -= by;
+    }
+
+    #[tokio::test]
+    async fn a_rotated_key_is_fetched_again_at_most_every_five_seconds() {
+        let server = KeyServer::serve(key_set(KEY_1, "k1"));
+        let rp = relying_party();
+        let provider = ProviderMeta {
+            issuer: "http://127.0.0.1:1".into(),
+            authorization_endpoint: String::new(),
+            token_endpoint: String::new(),
+            jwks_uri: server.url(),
+            end_session_endpoint: None,
+        };
+        let unknown_kid = Err(OidcError::InvalidIdToken("unknown_kid".into()));
+        let (old, new) = (id_token(KEY_1, "k1"), id_token(KEY_2, "k2"));
+        assert!(rp.verify_signature(&provider, &old).await.is_ok());
+        assert_eq!(
+            server.fetches(),
+            1,
+            "the keys are fetched at the first sign-in"
+        );
+
+        // The provider rotates: a token of its new key is refused until the keys were
+        // fetched 5 s ago (the documented figure), without asking the provider again.
+        let promised = Duration::from_secs(5);
+        server.rotate(key_set(KEY_2, "k2"));
+        assert_eq!(
+            rp.verify_signature(&provider, &new).await.map(drop),
+            unknown_kid
+        );
+        age_keys(&rp, promised - Duration::from_secs(1));
+        assert_eq!(
+            rp.verify_signature(&provider, &new).await.map(drop),
+            unknown_kid
+        );
+        assert_eq!(server.fetches(), 1, "not fetched again within {promised:?}");
+
+        // 5 s after the last fetch: fetched again, and the new key verifies.
+        age_keys(&rp, Duration::from_secs(1));
+        assert!(rp.verify_signature(&provider, &new).await.is_ok());
+        assert_eq!(server.fetches(), 2);
+        // A key the new set lacks is refused, again without a fetch: the keys are fresh.
+        assert_eq!(
+            rp.verify_signature(&provider, &old).await.map(drop),
+            unknown_kid
+        );
+        assert_eq!(server.fetches(), 2);
     }
 }

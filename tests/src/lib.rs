@@ -5,6 +5,7 @@
 //! `TERMGATE_BIN_DIR`.
 
 pub mod daemon;
+pub mod hostile;
 pub mod nginx;
 pub mod raw;
 pub mod stack;
@@ -91,6 +92,18 @@ impl ConfigDir {
             .output()
             .expect("run binary")
     }
+}
+
+/// What a test that cannot run on this machine does: it fails, naming `why`, so that a
+/// suite whose tests never ran does not read as passed; with `TERMGATE_ALLOW_SKIP=1` it
+/// prints `why` and returns, and the caller returns too (`return skip_or_fail(..)`).
+#[track_caller]
+pub fn skip_or_fail(why: &str) {
+    if std::env::var("TERMGATE_ALLOW_SKIP").as_deref() == Ok("1") {
+        eprintln!("skipped (TERMGATE_ALLOW_SKIP=1): {why}");
+        return;
+    }
+    panic!("this test cannot run here: {why} (set TERMGATE_ALLOW_SKIP=1 to skip it instead)");
 }
 
 /// Hex of `bytes` random bytes from the OS.

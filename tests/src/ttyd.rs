@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -324,7 +324,7 @@ impl Drop for TtydPool {
 }
 
 /// A unix socket proxy that forwards every accepted connection byte for byte to a
-/// target and counts the connections it accepted.
+/// target and counts the connections it accepted, and the bytes each carried to it.
 pub struct CountingProxy {
     dir: tempfile::TempDir,
     path: PathBuf,
@@ -332,7 +332,57 @@ pub struct CountingProxy {
     stop: Arc<AtomicBool>,
     open: Arc<Mutex<OpenConnections>>,
     peaks: Arc<Mutex<Peaks>>,
+    carried: Arc<Mutex<Vec<Arc<Carried>>>>,
     acceptor: Option<JoinHandle<()>>,
+}
+
+/// What one connection carried to the target, counted as it is written on.
+#[derive(Debug, Default)]
+struct Carried {
+    /// Bytes from the client after the end of its first request head (for a terminal:
+    /// its websocket frames).
+    after_head: AtomicU64,
+    /// The client's direction has ended: the count is final.
+    ended: AtomicBool,
+}
+
+/// One connection's share of [`CountingProxy::carried`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CarriedBytes {
+    /// Bytes the client sent on to the target after its first request head.
+    pub after_head: u64,
+    /// Whether the client's direction has ended, so that the count is final.
+    pub ended: bool,
+}
+
+/// Finds where a request head ends (`\r\n\r\n`) across reads.
+#[derive(Debug, Default)]
+struct HeadEnd {
+    /// How much of `\r\n\r\n` the bytes so far end with.
+    matched: u8,
+    done: bool,
+}
+
+impl HeadEnd {
+    /// How many of `bytes` come after the head.
+    fn after(&mut self, bytes: &[u8]) -> usize {
+        if self.done {
+            return bytes.len();
+        }
+        for (i, b) in bytes.iter().enumerate() {
+            self.matched = match (self.matched, b) {
+                (3, b'\n') => {
+                    self.done = true;
+                    return bytes.len() - i - 1;
+                }
+                (0 | 2, b'\r') => self.matched + 1,
+                (1, b'\n') => 2,
+                (_, b'\r') => 1,
+                _ => 0,
+            };
+        }
+        0
+    }
 }
 
 /// Each forwarded connection that is still open, by number: kept to shut its sockets
@@ -364,12 +414,14 @@ impl CountingProxy {
         let stop = Arc::new(AtomicBool::new(false));
         let open = Arc::new(Mutex::new(OpenConnections::new()));
         let peaks = Arc::new(Mutex::new(Peaks::new()));
+        let carried = Arc::new(Mutex::new(Vec::new()));
         let acceptor = {
-            let (accepted, stop, open, peaks) = (
+            let (accepted, stop, open, peaks, all_carried) = (
                 Arc::clone(&accepted),
                 Arc::clone(&stop),
                 Arc::clone(&open),
                 Arc::clone(&peaks),
+                Arc::clone(&carried),
             );
             std::thread::Builder::new()
                 .name("counting-proxy".into())
@@ -379,8 +431,18 @@ impl CountingProxy {
                             return;
                         }
                         let Ok(client) = client else { continue };
+                        // Registered before it is counted: `carried()` has an entry
+                        // for every connection `connections()` counts.
+                        let carried = Arc::new(Carried::default());
+                        all_carried
+                            .lock()
+                            .expect("proxy byte counts")
+                            .push(Arc::clone(&carried));
                         accepted.fetch_add(1, Ordering::SeqCst);
-                        if let Err(e) = forward(Stream::Unix(client), &target, &open, &peaks) {
+                        let forwarded =
+                            forward(Stream::Unix(client), &target, &open, &peaks, &carried);
+                        if let Err(e) = forwarded {
+                            carried.ended.store(true, Ordering::SeqCst);
                             eprintln!("counting proxy: forwarding to {target}: {e}");
                         }
                     }
@@ -394,6 +456,7 @@ impl CountingProxy {
             stop,
             open,
             peaks,
+            carried,
             acceptor: Some(acceptor),
         }
     }
@@ -424,6 +487,21 @@ impl CountingProxy {
     /// the kernel tells, so a copy thread that has not yet woken up adds nothing.
     pub fn peak_open_by_request_line(&self) -> Peaks {
         self.peaks.lock().expect("proxy peaks").clone()
+    }
+
+    /// What each connection carried to the target so far, in the order the
+    /// connections were accepted (index `i` is the connection `connections()` counted
+    /// as its `i + 1`-th): the bytes written on after the client's first request head.
+    pub fn carried(&self) -> Vec<CarriedBytes> {
+        self.carried
+            .lock()
+            .expect("proxy byte counts")
+            .iter()
+            .map(|c| CarriedBytes {
+                after_head: c.after_head.load(Ordering::SeqCst),
+                ended: c.ended.load(Ordering::SeqCst),
+            })
+            .collect()
     }
 }
 
@@ -473,6 +551,7 @@ fn forward(
     target: &Target,
     open: &Arc<Mutex<OpenConnections>>,
     peaks: &Arc<Mutex<Peaks>>,
+    carried: &Arc<Carried>,
 ) -> io::Result<()> {
     let upstream = match target.connect(Duration::from_secs(5)) {
         Ok(u) => u,
@@ -494,31 +573,57 @@ fn forward(
         (upstream, client, false),
     ];
     for (mut from, mut to, up) in pairs {
-        let (open, peaks) = (Arc::clone(open), Arc::clone(peaks));
+        let (open, peaks, carried) = (Arc::clone(open), Arc::clone(peaks), Arc::clone(carried));
         std::thread::Builder::new()
             .name("counting-proxy-copy".into())
             .spawn(move || {
                 if up {
-                    // The first read carries the request line: note it, then copy on.
-                    use std::io::{Read, Write};
-                    let mut head = [0u8; 4096];
-                    if let Ok(n @ 1..) = from.read(&mut head) {
-                        note_request_line(id, &head[..n], &open, &peaks);
-                        if to.write_all(&head[..n]).is_ok() {
-                            let _ = io::copy(&mut from, &mut to);
-                        }
-                    }
+                    copy_up(id, &mut from, &mut to, &open, &peaks, &carried);
                 } else {
                     let _ = io::copy(&mut from, &mut to);
                 }
                 from.shutdown();
                 to.shutdown();
+                if up {
+                    carried.ended.store(true, Ordering::SeqCst);
+                }
                 if let Ok(mut open) = open.lock() {
                     open.remove(&id);
                 }
             })?;
     }
     Ok(())
+}
+
+/// Client → target: the first read carries the request line, which is noted; every
+/// byte after the head is counted once written on.
+fn copy_up(
+    id: u64,
+    from: &mut Stream,
+    to: &mut Stream,
+    open: &Mutex<OpenConnections>,
+    peaks: &Mutex<Peaks>,
+    carried: &Carried,
+) {
+    use std::io::{Read, Write};
+    let mut buf = [0u8; 16 * 1024];
+    let mut head = HeadEnd::default();
+    let mut first = true;
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if first {
+            note_request_line(id, &buf[..n], open, peaks);
+            first = false;
+        }
+        let after = head.after(&buf[..n]);
+        if to.write_all(&buf[..n]).is_err() {
+            return;
+        }
+        carried.after_head.fetch_add(after as u64, Ordering::SeqCst);
+    }
 }
 
 impl Drop for CountingProxy {
@@ -604,5 +709,28 @@ impl Drop for SessionContainer {
         let _ = Command::new("docker")
             .args(["rm", "-f", "-v", &self.name])
             .output();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HeadEnd;
+
+    #[test]
+    fn the_bytes_after_a_head_are_found_however_the_reads_split_it() {
+        let stream = b"GET /ws HTTP/1.1\r\nHost: x\r\n\r\nframes\r\n\r\n";
+        for a in 0..stream.len() {
+            for b in a..stream.len() {
+                let mut h = HeadEnd::default();
+                let after: usize = [&stream[..a], &stream[a..b], &stream[b..]]
+                    .iter()
+                    .map(|part| h.after(part))
+                    .sum();
+                assert_eq!(after, b"frames\r\n\r\n".len(), "split at {a}, {b}");
+            }
+        }
+        let mut h = HeadEnd::default();
+        assert_eq!(h.after(b"GET / HTTP/1.1\r\n\r\r\n"), 0, "no blank line yet");
+        assert_eq!(h.after(b"\r\nx"), 1);
     }
 }

@@ -66,9 +66,16 @@ fn terminal_opens_refusals_and_closes_on_the_gateway_are_in_controls_trail() {
         find(&mine, "session created", "sub", "alice")?;
         let bobs = lines(&stack.control, &format!("sub=bob&session={id}"));
         let denied = find(&bobs, "terminal access", "reason", "session_not_found")?.clone();
-        Some((opened, denied, mine))
+        Some((opened, denied))
     });
-    let (opened, denied, mine) = found;
+    let (opened, denied) = found;
+    // Searched again now that bob's line is in the trail: a search by user must leave
+    // it out.
+    let mine = lines(&stack.control, &format!("sub=alice&session={id}"));
+    assert!(
+        find(&mine, "terminal access", "decision", "allow").is_some(),
+        "alice's line is still found: {mine:?}"
+    );
     assert_eq!(opened["fields"]["status"], "101", "{opened}");
     assert_eq!(denied["fields"]["decision"], "deny", "{denied}");
     for line in [&opened, &denied] {

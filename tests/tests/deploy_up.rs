@@ -566,8 +566,7 @@ fn environ_of(pid: u32, name: &str) -> Option<String> {
 #[test]
 fn deploy_up_starts_one_pool_per_docker_host_each_attaching_to_its_own_daemon() {
     if let Some(why) = e2e::daemon::cannot_run() {
-        eprintln!("skipping: {why}");
-        return;
+        return e2e::skip_or_fail(&why);
     }
     let d2 = e2e::daemon::TestDaemon::start();
     d2.load_session_image();

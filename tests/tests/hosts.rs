@@ -27,8 +27,7 @@ fn create(stack: &GatewayStack, token: &str) -> Value {
 #[test]
 fn sessions_spread_over_two_hosts_and_a_silent_host_is_unreachable_until_it_answers() {
     if let Some(why) = cannot_run() {
-        eprintln!("skipping: {why}");
-        return;
+        return e2e::skip_or_fail(&why);
     }
     assert!(
         link_exists("docker0"),

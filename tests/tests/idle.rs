@@ -129,16 +129,40 @@ fn output_alone_does_not_keep_a_session_alive() {
     // browser pings (with a payload that looks like input), neither of which is
     // typing: the route goes and the terminal closes at the idle deadline.
     t.clear_output();
-    let mut cols = 80;
+    let (mut cols, mut resizes, mut pings) = (80, 0, 0);
     while !t.is_closed() && now() < last_input + IDLE + 8 {
         cols = if cols == 80 { 100 } else { 80 };
-        let _ = t.resize(cols, 24);
-        let _ = t.ping(b"0ls\r");
+        // Each is sent on the open terminal; only its close may refuse one.
+        let sent = t
+            .resize(cols, 24)
+            .map(|()| resizes += 1)
+            .and_then(|()| t.ping(b"0ls\r").map(|()| pings += 1));
+        if let Err(e) = sent {
+            // Refused because the terminal closed (the harness sees the close within
+            // its read poll), not by an open one.
+            let failed_at = Instant::now();
+            t.wait_closed(T)
+                .unwrap_or_else(|_| panic!("a resize or ping refused on an open terminal: {e}"));
+            let closed_at = t.closed_at().expect("closed");
+            assert!(
+                closed_at <= failed_at + Duration::from_secs(1),
+                "a resize or ping was refused {:?} before the terminal closed: {e}",
+                closed_at - failed_at
+            );
+            break;
+        }
         std::thread::sleep(Duration::from_millis(500));
     }
-    t.wait_closed(Duration::from_secs(1))
+    assert!(
+        resizes >= 2 && pings >= 2,
+        "{resizes} resizes and {pings} pings sent while idle"
+    );
+    t.wait_closed(T)
         .expect("the terminal closes when the session ends idle");
-    let closed = now();
+    // When it closed, not when the test looked.
+    let closed_at = t.closed_at().expect("closed");
+    let closed_unix = SystemTime::now() - closed_at.elapsed();
+    let closed = closed_unix.duration_since(UNIX_EPOCH).unwrap().as_secs();
     let ticks = t.output_so_far().matches("tick-42").count();
     assert!(
         ticks as u64 >= IDLE - 3,
@@ -148,14 +172,17 @@ fn output_alone_does_not_keep_a_session_alive() {
     assert_ended_by(&ended, "idle");
     assert_eq!(u(&ended, "last_input"), last_input, "output is not input");
     let ended_at = u(&ended, "ended_at");
-    // On time: not before the deadline, and within the culler's second plus the stop.
+    // On time: not before the deadline, and within the culler's second plus the stop;
+    // the terminal closes with the route, within the 2 s of a session's end (ended_at
+    // counts whole seconds).
     assert!(closed >= last_input + IDLE, "closed at {closed}, {ended}");
     assert!(
         ended_at >= last_input + IDLE && ended_at <= last_input + IDLE + 4,
         "{ended}"
     );
+    assert!(closed <= ended_at + 3, "closed at {closed}, {ended}");
     eprintln!(
-        "idle deadline {} → ended_at {ended_at}, terminal closed at {closed}",
+        "idle deadline {} → ended_at {ended_at}, terminal closed at {closed} ({resizes} resizes and {pings} pings meanwhile)",
         last_input + IDLE
     );
     assert_no_container(&stack, id);

@@ -310,6 +310,13 @@ fn each_forged_or_replayed_answer_is_refused_with_its_own_code_and_a_rotated_key
     let n = oidc_gateway(&mut stack, &[]);
 
     // The good path: a session cookie for the claim's user, admin from the group.
+    let unix_now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let before = unix_now();
     let (ok, callback, flow) = sign_in(&stack, n, "u-alice");
     assert_eq!(ok.status, 303, "callback: {}", ok.body);
     assert_eq!(ok.location.as_deref(), Some("/"));
@@ -325,14 +332,12 @@ fn each_forged_or_replayed_answer_is_refused_with_its_own_code_and_a_rotated_key
         (me["sub"].clone(), me["admin"].clone()),
         (json!("alice"), json!(true))
     );
+    // The ID token (the provider's default: an hour) was issued during the sign-in.
     let exp = me["expires_at"].as_u64().unwrap();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let now = unix_now();
     assert!(
-        exp <= now + 3600 + 5,
-        "the session ends with the ID token (1 h): {exp} vs {now}"
+        (before + 3600 - 5..=now + 3600 + 5).contains(&exp),
+        "the session ends with the ID token (1 h after the sign-in, between {before} and {now}): {exp}"
     );
     let keys_fetched = Instant::now();
     let (bob, _, _) = sign_in(&stack, n, "u-bob");
@@ -436,7 +441,15 @@ fn each_forged_or_replayed_answer_is_refused_with_its_own_code_and_a_rotated_key
         r.body
     );
 
-    // Another site cannot sign a user out (and close their terminals).
+    // Another site cannot sign a user out (and close their terminals): her sign-in
+    // keeps working, at the gateway and at control, and her open terminal stays open.
+    let alice_session = stack.control.create(&stack.control.token("alice", false))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let terminal = stack
+        .open_as(n, &alice_session, &cookie)
+        .expect("alice's terminal opens with the provider's sign-in");
     let r = get(
         &stack.url(n, "/auth/logout"),
         &[("Cookie", &cookie), ("Sec-Fetch-Site", "cross-site")],
@@ -448,6 +461,30 @@ fn each_forged_or_replayed_answer_is_refused_with_its_own_code_and_a_rotated_key
         r.body
     );
     assert!(r.cookie("termgate_session").is_none(), "nothing cleared");
+    // Bob signs out for real at the same gateway, which learns of it from control's
+    // feed, in order: once it refuses his cookie, a revocation of alice's sign-in made
+    // before would have reached it too.
+    let out = get(&stack.url(n, "/auth/logout"), &[("Cookie", &bob)]);
+    assert_eq!(out.status, 303, "bob's sign-out: {}", out.body);
+    wait_for("the gateway to refuse bob's signed-out cookie", T, || {
+        let r = get(&stack.url(n, "/auth/session"), &[("Cookie", &bob)]);
+        (r.status == 401).then_some(())
+    });
+    assert_eq!(whoami(&stack, n, &cookie)["sub"], json!("alice"));
+    let listed = get(&stack.url(n, "/api/sessions"), &[("Cookie", &cookie)]);
+    assert_eq!(
+        listed.status, 200,
+        "control still takes her sign-in: {}",
+        listed.body
+    );
+    terminal
+        .send_input(b"echo still-open-$((40+2))\r")
+        .expect("her terminal is still open");
+    terminal
+        .read_until("still-open-42", T)
+        .expect("her terminal still echoes");
+    assert!(!terminal.is_closed());
+    drop(terminal);
 
     // Refused answers count against the address like failed sign-ins: past
     // `auth_failures_per_minute` the provider is not asked any more.
@@ -460,12 +497,18 @@ fn each_forged_or_replayed_answer_is_refused_with_its_own_code_and_a_rotated_key
     for _ in 0..2 {
         assert_eq!(get(&callback, &[]).code(), "oidc_flow_missing");
     }
+    let asked = Instant::now();
     let r = get(&callback, &[("Cookie", &b.flow)]);
+    let took = asked.elapsed();
     assert_eq!(
         (r.status, r.code()),
         (429, "too_many_failures".into()),
         "{}",
         r.body
+    );
+    assert!(
+        took >= Duration::from_millis(100),
+        "the 429 came back after {took:?}, without the 100 ms pause"
     );
 
     // Bearer tokens keep working next to the sign-in.

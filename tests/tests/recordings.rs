@@ -294,16 +294,64 @@ fn a_recorded_terminal_reaches_control_and_replays_to_the_screen_the_user_saw() 
         Some(&admin),
         None,
     );
-    assert_eq!(a.status, 200);
-    // Gateways hand recordings over on control's internal API only.
-    let put = http(
-        "GET",
-        &stack.url(0, &format!("/api/recordings/{id}/{name}")),
-        Some(&owner),
-        None,
-    )
-    .unwrap();
-    assert_eq!(put.status, 404);
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.text, text, "the admin reads the file");
+
+    // Recordings are handed over with the gateways' service token only: the owner's
+    // token, an admin's or none cannot write one, not even over the owner's own file,
+    // and the gateway offers no way to.
+    let forged = format!(
+        "{}\n[0.5, \"o\", \"forged\"]\n",
+        text.lines().next().unwrap()
+    );
+    let put = |url: &str, bearer: Option<&str>| -> u16 {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(T))
+            .build()
+            .into();
+        let mut r = agent.put(url);
+        if let Some(b) = bearer {
+            r = r.header("Authorization", &format!("Bearer {b}"));
+        }
+        r.send(forged.as_bytes())
+            .unwrap_or_else(|e| panic!("PUT {url}: {e}"))
+            .status()
+            .as_u16()
+    };
+    let at_control = format!("{}/v1/recordings/{id}/{name}", stack.control.api);
+    for (who, bearer) in [
+        ("the owner", Some(owner.as_str())),
+        ("an admin", Some(admin.as_str())),
+        ("no one", None),
+    ] {
+        assert_eq!(
+            put(&at_control, bearer),
+            401,
+            "a recording written by {who}"
+        );
+    }
+    let via_gateway = stack.url(0, &format!("/api/recordings/{id}/{name}"));
+    assert_eq!(
+        put(&via_gateway, Some(&owner)),
+        404,
+        "the gateway has no such route"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&cast).unwrap(),
+        text,
+        "the stored recording is unchanged"
+    );
+    assert_eq!(
+        stored(&stack, &id),
+        vec![cast.clone()],
+        "and no other was stored"
+    );
+    // The same request with the service token is taken: the 401s were the token's.
+    let service = stack.control.service_token();
+    let other = format!("{}/v1/recordings/{id}/{name}-copy", stack.control.api);
+    assert_eq!(put(&other, Some(&service)), 204);
+    assert_eq!(stored(&stack, &id).len(), 2);
 }
 
 #[test]
@@ -392,6 +440,7 @@ fn a_writer_that_falls_behind_closes_the_terminal_and_says_so() {
     // The browser saw no output the recording lacks.
     let recorded = joined(&events, "o");
     let seen = t.output_so_far();
+    assert!(!seen.is_empty(), "the browser saw output before the close");
     assert!(
         recorded.starts_with(&seen),
         "recorded {} bytes, the browser saw {} that are not all in it",
@@ -441,8 +490,21 @@ fn a_recording_control_cannot_take_stays_in_the_spool_until_it_can() {
     });
     let text = std::fs::read_to_string(&waiting).unwrap();
     assert!(text.contains("kept-42"), "{text}");
-    // Past a sweep that could not reach control: still there, nothing lost.
-    std::thread::sleep(Duration::from_secs(6));
+    // Past a sweep that could not reach control (the gateway says so, naming the
+    // recording): still there, nothing lost.
+    let name = waiting
+        .file_stem()
+        .and_then(|n| n.to_str())
+        .unwrap()
+        .to_owned();
+    wait_for("the failed hand-over in the gateway's log", T, || {
+        stack
+            .gw()
+            .log_text()
+            .lines()
+            .any(|l| l.contains("control did not take a recording") && l.contains(&name))
+            .then_some(())
+    });
     assert!(waiting.exists(), "deleted before control acknowledged it");
     assert!(stored(&stack, &id).is_empty());
     // Control is back: the next sweep hands it over, and only then is it deleted.

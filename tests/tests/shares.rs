@@ -83,6 +83,22 @@ fn view(
     stack.open(0, &format!("{url}/ws"), &headers)
 }
 
+/// The status and body of the page at `path`, with the session cookie `cookie`.
+fn get_page(stack: &GatewayStack, path: &str, cookie: Option<&str>) -> (u16, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(T))
+        .build()
+        .into();
+    let mut req = agent.get(&stack.url(0, path));
+    if let Some(c) = cookie {
+        req = req.header("Cookie", c);
+    }
+    let mut r = req.call().expect("the gateway answers");
+    let status = r.status().as_u16();
+    (status, r.body_mut().read_to_string().unwrap_or_default())
+}
+
 fn list(stack: &GatewayStack, session: &str) -> Vec<Value> {
     let token = stack.control.token("alice", false);
     let a = stack.control.call(
@@ -95,11 +111,13 @@ fn list(stack: &GatewayStack, session: &str) -> Vec<Value> {
     a.body["shares"].as_array().unwrap().clone()
 }
 
-/// Waits for `t` to close; how long it took from `since`, at most `CLOSE_BOUND`.
+/// Waits for `t` to close; how long it took from `since` (the request that ended its
+/// link) to the moment it closed, at most `CLOSE_BOUND`.
 fn closed_within_bound(t: &Terminal, since: Instant, what: &str) -> Duration {
-    t.wait_closed(Duration::from_secs(5))
+    t.wait_closed(T)
         .unwrap_or_else(|e| panic!("{what}: the viewer was not closed: {e}"));
-    let took = since.elapsed();
+    let closed_at = t.closed_at().expect("closed");
+    let took = closed_at.saturating_duration_since(since);
     eprintln!("{what} → viewer closed: {took:?}");
     assert!(took <= CLOSE_BOUND, "{what}: viewer closed after {took:?}");
     took
@@ -182,16 +200,35 @@ fn a_viewer_watches_live_cannot_type_and_is_closed_by_revoke_expiry_lock_and_end
     );
 
     // A viewer's window never resizes the shared terminal (its `docker attach` sees
-    // no terminal). The absence of an effect has no event to wait on: a second is
-    // ample for a resize that would land (it does within ~0.1 s without the pipe).
+    // no terminal). The absence of an effect has no event to wait on: the owner's own
+    // resize, through the same kind of attach, shows how soon a resize lands, and the
+    // viewer's is given ten times that (at least a second) to show.
+    let stty = |until: &dyn Fn(&str) -> bool, deadline: Duration| -> String {
+        let start = Instant::now();
+        loop {
+            owner.send_input(b"stty size\r").unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            let seen = owner.output_so_far();
+            if until(&seen) || start.elapsed() >= deadline {
+                return seen;
+            }
+        }
+    };
+    owner.clear_output();
+    let resized = Instant::now();
     owner.resize(100, 30).unwrap();
+    let seen = stty(&|out| out.contains("30 100"), T);
+    let lands = resized.elapsed();
+    assert!(seen.contains("30 100"), "the owner's resize landed: {seen}");
+    eprintln!("the owner's resize landed within {lands:?}");
     viewer.resize(41, 13).unwrap();
-    std::thread::sleep(Duration::from_secs(1));
-    owner.send_input(b"stty size\r").unwrap();
-    owner
-        .read_until("30 100", T)
-        .expect("the owner's size, not the viewer's");
-    assert!(!owner.output_so_far().contains("13 41"));
+    stty(&|_| false, (lands * 10).max(Duration::from_secs(1)));
+    owner.send_input(b"echo sized-$((1+1))\r").unwrap();
+    let seen = owner.read_until("sized-2", T).unwrap();
+    assert!(
+        !seen.contains("13 41"),
+        "the viewer's window resized the shared terminal: {seen}"
+    );
 
     // max_viewers = 2: a second viewer is let in, a third is not.
     let second = view(&stack, &url, None).expect("the second viewer");
@@ -275,9 +312,10 @@ fn a_viewer_watches_live_cannot_type_and_is_closed_by_revoke_expiry_lock_and_end
         view(&stack, &short, None).ok()
     });
     expiring
-        .wait_closed(Duration::from_secs(10))
+        .wait_closed(T)
         .expect("closed once the link expired");
-    let late = unix_now() - expires_at as f64;
+    let closed_at = expiring.closed_at().expect("closed");
+    let late = unix_now() - closed_at.elapsed().as_secs_f64() - expires_at as f64;
     assert_eq!(
         expiring.close_reason().as_deref(),
         Some("close frame 1000 \"termgate: this share link was revoked or expired\"")
@@ -333,8 +371,26 @@ fn signed_in_links_need_a_sign_in_and_name_the_viewer_off_refuses_links() {
     assert_eq!(page.status, 401, "{}", page.text);
     let e = view(&stack, &url, None).expect_err("an anonymous viewer");
     assert_eq!(e.status(), Some(401));
-    // Signed in as bob (not the owner): he watches, and the owner's list names him.
+    // A bad link is the unknown path's 404, signed in or not.
+    let unknown_path = http("GET", &stack.url(0, "/no-such-page"), None, None).unwrap();
     let bob = stack.sign_in("bob");
+    let mut tampered = url.clone();
+    let last = if tampered.ends_with('0') { "1" } else { "0" };
+    tampered.replace_range(tampered.len() - 1.., last);
+    for cookie in [None, Some(bob.as_str())] {
+        assert_eq!(
+            get_page(&stack, &tampered, cookie),
+            (404, unknown_path.text.clone()),
+            "{tampered} with {cookie:?}"
+        );
+        let e = view(&stack, &tampered, cookie).expect_err("a bad link's websocket");
+        assert_eq!(
+            (e.status(), e.body()),
+            (Some(404), Some(unknown_path.text.as_str())),
+            "{tampered}/ws with {cookie:?}"
+        );
+    }
+    // Signed in as bob (not the owner): he watches, and the owner's list names him.
     let viewer = wait_for("a signed-in viewer", T, || {
         view(&stack, &url, Some(&bob)).ok()
     });
@@ -358,6 +414,18 @@ fn signed_in_links_need_a_sign_in_and_name_the_viewer_off_refuses_links() {
     assert_eq!(
         (a.status, a.body["error"]["code"].as_str()),
         (404, Some("session_not_found"))
+    );
+    let a = stack.control.call(
+        "GET",
+        &format!("/v1/sessions/{id}/shares"),
+        Some(&bob_token),
+        None,
+    );
+    assert_eq!(
+        (a.status, a.body["error"]["code"].as_str()),
+        (404, Some("session_not_found")),
+        "bob lists someone else's links: {}",
+        a.text
     );
     // Out-of-range requests are refused.
     for body in [
@@ -501,8 +569,12 @@ fn the_owner_shares_from_the_sessions_page_and_the_link_shows_the_terminal_read_
     );
     ok("type", b.insert_text("touch /tmp/typed-in-browser"));
     ok("enter", b.press_enter());
-    owner.send_input(b"echo checked-$((2*4))\r").unwrap();
+    // The owner's typing, seen the same way, shows the check sees typed files.
+    owner
+        .send_input(b"touch /tmp/typed-by-owner; echo checked-$((2*4))\r")
+        .unwrap();
     owner.read_until("checked-8", T).unwrap();
     let files = docker(&["exec", &container_id(&stack, &id), "ls", "-a", "/tmp"]);
+    assert!(files.contains("typed-by-owner"), "{files}");
     assert!(!files.contains("typed-in-browser"), "{files}");
 }

@@ -3,9 +3,9 @@
 //!
 //! - `soak_terminals_stay_open_and_the_gateway_stays_flat`: 250 terminals for about a
 //!   minute, in the normal suite.
-//! - The long version (1,000 terminals for 10 minutes) runs when `TERMGATE_SOAK_LONG=1`
-//!   and writes `docs/soak/soak-long.csv` and `docs/soak/soak-long.svg`:
-//!   `TERMGATE_SOAK_LONG=1 cargo test -p e2e --test soak --locked -- --nocapture`
+//! - The long version (1,000 terminals for 10 minutes) is `#[ignore]`d and runs by name;
+//!   it writes `docs/soak/soak-long.csv` and `docs/soak/soak-long.svg`:
+//!   `cargo test -p e2e --test soak --locked -- --ignored --nocapture soak_long`
 //!
 //! Terminals share sessions (about 50 per session container) so Docker stays small.
 //! Typing goes through one thread per session: every keystroke reaches the same shell,
@@ -398,11 +398,8 @@ fn soak_terminals_stay_open_and_the_gateway_stays_flat() {
 }
 
 #[test]
+#[ignore = "10 minutes, 1,000 terminals: run by name with --ignored (docs/reliability.md, Soak)"]
 fn soak_long_one_thousand_terminals_for_ten_minutes() {
-    if std::env::var("TERMGATE_SOAK_LONG").as_deref() != Ok("1") {
-        eprintln!("skipped: set TERMGATE_SOAK_LONG=1 for the 10-minute, 1,000-terminal soak");
-        return;
-    }
     let r = soak(1000, Duration::from_secs(600));
     r.print();
     r.write_csv_and_svg("soak-long");

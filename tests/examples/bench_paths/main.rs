@@ -190,7 +190,16 @@ fn upgrade_batch(e: &Endpoint, workers: usize, each: usize, full: bool, into: &m
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_default())
+            .map(|h| {
+                // A client that panicked made `each` upgrades that count as failed,
+                // not as none.
+                h.join().unwrap_or_else(|panic| {
+                    let why = panic_message(&panic);
+                    (0..each)
+                        .map(|_| Outcome::Failed(format!("a client panicked: {why}")))
+                        .collect()
+                })
+            })
             .collect()
     });
     for r in results.into_iter().flatten() {
@@ -209,6 +218,15 @@ fn upgrade_batch(e: &Endpoint, workers: usize, each: usize, full: bool, into: &m
             }
         }
     }
+}
+
+/// What a panicked thread said.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
 }
 
 /// Upgrades per second with `workers` clients, each upgrading (connect → `101` →
@@ -399,7 +417,10 @@ fn idle(e: &Endpoint, count: usize, pids: &[u32], path: usize) -> Idle {
             .collect();
         handles
             .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
             .collect()
     });
     let opened = held.len();
