@@ -126,7 +126,30 @@ pub fn http(
         "PATCH" => with_body(agent.patch(url)),
         m => return Err(format!("unsupported method {m}")),
     };
-    let mut resp = result.map_err(|e| e.to_string())?;
+    Ok(answer(result.map_err(|e| e.to_string())?))
+}
+
+/// A bodiless request (GET, DELETE) with the given headers, such as a browser's cookie
+/// and Origin; never treats a status as an error.
+pub fn http_with(method: &str, url: &str, headers: &[(&str, &str)]) -> Result<Answer, String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into();
+    let mut req = match method {
+        "GET" => agent.get(url),
+        "DELETE" => agent.delete(url),
+        m => return Err(format!("unsupported method {m}")),
+    };
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    Ok(answer(req.call().map_err(|e| e.to_string())?))
+}
+
+/// Reads a whole answer: status, `Set-Cookie` headers, body as text and as JSON.
+fn answer(mut resp: ureq::http::Response<ureq::Body>) -> Answer {
     let status = resp.status().as_u16();
     let set_cookies = resp
         .headers()
@@ -136,12 +159,12 @@ pub fn http(
         .collect();
     let text = resp.body_mut().read_to_string().unwrap_or_default();
     let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-    Ok(Answer {
+    Answer {
         status,
         body,
         text,
         set_cookies,
-    })
+    }
 }
 
 /// Runs `docker` with arguments; returns trimmed stdout (panics when docker fails).

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use e2e::stack::{claims_of, wait_for, Answer, GatewayStack};
-use serde_json::{json, Value};
+use serde_json::json;
 
 const T: Duration = Duration::from_secs(15);
 /// What a revocation promises: every gateway refuses, and closes, within this.
@@ -16,37 +16,12 @@ const PROMISED: Duration = Duration::from_secs(2);
 /// A request to gateway `n` as a browser makes it: the cookie, and this gateway's
 /// Origin on anything but a GET.
 fn browser(stack: &GatewayStack, n: usize, method: &str, path: &str, cookie: &str) -> Answer {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into();
-    let url = stack.url(n, path);
     let origin = stack.origin(n);
-    let result = match method {
-        "GET" => agent.get(&url).header("Cookie", cookie).call(),
-        "DELETE" => agent
-            .delete(&url)
-            .header("Cookie", cookie)
-            .header("Origin", &origin)
-            .call(),
-        m => panic!("unsupported method {m}"),
-    };
-    let mut resp = result.expect("the gateway answers");
-    let status = resp.status().as_u16();
-    let set_cookies = resp
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .filter_map(|v| v.to_str().ok().map(str::to_owned))
-        .collect();
-    let text = resp.body_mut().read_to_string().unwrap_or_default();
-    Answer {
-        status,
-        body: serde_json::from_str(&text).unwrap_or(Value::Null),
-        text,
-        set_cookies,
+    let mut headers = vec![("Cookie", cookie)];
+    if method != "GET" {
+        headers.push(("Origin", origin.as_str()));
     }
+    e2e::stack::http_with(method, &stack.url(n, path), &headers).expect("the gateway answers")
 }
 
 fn bearer(stack: &GatewayStack, n: usize, method: &str, path: &str, token: &str) -> Answer {

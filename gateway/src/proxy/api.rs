@@ -156,19 +156,7 @@ async fn sign_in(g: &Gateway, session: &mut Session) -> Result<Allowed, Denied> 
         Some(signer) => own_token(g, signer, &p)?,
         None => presented,
     };
-    let ip = super::credential::client_ip(session, &g.trusted_proxies).to_string();
-    let report = SignInReport {
-        method: "token",
-        gateway: &g.config.gateway.listen,
-        user_agent: header(session.req_header(), "user-agent")
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .unwrap_or_default(),
-        client: &ip,
-    };
-    if let Err(e) = g.control.record_sign_in(&token, &report).await {
-        tracing::warn!(error = %e, sub = %p.sub, "sign-in could not be recorded; refused");
-        return Err(Refusal::SIGN_IN_UNAVAILABLE.into());
-    }
+    record_sign_in(g, session, &token, "token", &p.sub).await?;
     let max_age = p.expires_at.saturating_sub(now());
     let cookie = &g.config.auth.cookie_name;
     let secure = if g.secure_cookie { "; Secure" } else { "" };
@@ -179,6 +167,31 @@ async fn sign_in(g: &Gateway, session: &mut Session) -> Result<Allowed, Denied> 
     Ok(Allowed {
         principal: Some(p),
         ..Allowed::new("sign_in", Next::Reply(reply))
+    })
+}
+
+/// Records the sign-in whose cookie will carry `token` at control, with this request's
+/// browser and address. A sign-in nobody could sign out is not made: without control,
+/// 503 `sign_in_unavailable` and no cookie.
+pub(super) async fn record_sign_in(
+    g: &Gateway,
+    session: &Session,
+    token: &str,
+    method: &str,
+    sub: &policy::Sub,
+) -> Result<(), Refusal> {
+    let ip = super::credential::client_ip(session, &g.trusted_proxies).to_string();
+    let report = SignInReport {
+        method,
+        gateway: &g.config.gateway.listen,
+        user_agent: header(session.req_header(), "user-agent")
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .unwrap_or_default(),
+        client: &ip,
+    };
+    g.control.record_sign_in(token, &report).await.map_err(|e| {
+        tracing::warn!(error = %e, sub = %sub, "sign-in could not be recorded; refused");
+        Refusal::SIGN_IN_UNAVAILABLE
     })
 }
 

@@ -85,20 +85,8 @@ pub(super) async fn step(
                     g.auth_failures.observe(&ip, 1);
                     fail(e)
                 })?;
-            let client = ip.to_string();
-            let report = crate::control_client::SignInReport {
-                method: "oidc",
-                gateway: &g.config.gateway.listen,
-                user_agent: header(session.req_header(), "user-agent")
-                    .and_then(|v| std::str::from_utf8(v).ok())
-                    .unwrap_or_default(),
-                client: &client,
-            };
-            if let Err(e) = g.control.record_sign_in(&signed_in.token, &report).await {
-                // A sign-in nobody could sign out is not made.
-                tracing::warn!(error = %e, sub = %signed_in.grant.sub, "sign-in could not be recorded; refused");
-                return Err(Refusal::SIGN_IN_UNAVAILABLE.into());
-            }
+            super::api::record_sign_in(g, session, &signed_in.token, "oidc", &signed_in.grant.sub)
+                .await?;
             let name = &g.config.auth.cookie_name;
             let max_age = signed_in.grant.exp.saturating_sub(now());
             tracing::info!(target: "audit", sub = %signed_in.grant.sub, admin = signed_in.grant.admin, sign_in = %g.credential_key(signed_in.token.as_bytes()).id(), decision = "allow", reason = "oidc_sign_in", "signed in");
