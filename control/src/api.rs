@@ -17,6 +17,7 @@ use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use policy::audit::{AuditReport, MAX_REPORT_ENTRIES};
+use policy::revocation::Fingerprint;
 use policy::{Principal, SessionId, Sub};
 use serde::Serialize;
 use tokio::net::TcpListener;
@@ -359,16 +360,17 @@ async fn sign_ins(
     match (rest, method) {
         ([], Method::GET) => {
             let list = control.list_sign_ins(&who, whose.as_ref())?;
+            let current = Fingerprint::of(&token);
             let views: Vec<SignInView<'_>> = list
                 .iter()
-                .map(|s| control.sign_in_view(s, &token))
+                .map(|s| control.sign_in_view(s, &current))
                 .collect();
             Ok(json(200, &serde_json::json!({ "signins": views })))
         }
         ([], Method::POST) => {
             let report: SignInReport = read_json(req, limit).await?;
             let s = control.record_sign_in(&who, &token, &report)?;
-            Ok(json(201, &control.sign_in_view(&s, &token)))
+            Ok(json(201, &control.sign_in_view(&s, &s.fingerprint)))
         }
         ([], Method::DELETE) => {
             let n = control.sign_out_all(&who, whose.as_ref())?;

@@ -282,8 +282,8 @@ impl Control {
         Ok(gone)
     }
 
-    /// A sign-in as listed to `token`'s holder.
-    pub fn sign_in_view<'a>(&self, s: &'a SignIn, token: &[u8]) -> SignInView<'a> {
+    /// A sign-in as listed to the holder of the token whose fingerprint is `current`.
+    pub fn sign_in_view<'a>(&self, s: &'a SignIn, current: &Fingerprint) -> SignInView<'a> {
         SignInView {
             id: s.id(),
             sub: s.sub.as_str(),
@@ -293,7 +293,7 @@ impl Control {
             gateway: &s.gateway,
             user_agent: &s.user_agent,
             client: &s.client,
-            current: s.fingerprint == Fingerprint::of(token),
+            current: s.fingerprint == *current,
         }
     }
 }
