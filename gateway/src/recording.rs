@@ -311,11 +311,6 @@ impl Recorder {
         result
     }
 
-    /// Whether the last byte ttyd sent ended a frame (a close frame may follow).
-    pub fn down_at_frame_boundary(&self) -> bool {
-        self.down.at_boundary()
-    }
-
     fn at(&self) -> f64 {
         self.started.elapsed().as_secs_f64()
     }
@@ -391,10 +386,6 @@ pub(crate) struct FrameReader {
 }
 
 impl FrameReader {
-    pub(crate) fn at_boundary(&self) -> bool {
-        !self.in_frame
-    }
-
     pub(crate) fn feed(&mut self, mut data: &[u8], out: &mut impl FnMut(Piece<'_>)) {
         while !data.is_empty() {
             if self.in_frame && self.have == 0 {
@@ -1027,14 +1018,10 @@ mod tests {
         }
         assert_eq!(r.downward(&frame), Err(QueueFull));
         assert_eq!(r.upward(&framed(0x82, b"0typed", true)), Err(QueueFull));
-        assert!(r.down_at_frame_boundary());
-        // Half a frame: a close frame may not be written now.
         assert_eq!(r.downward(&frame[..3]), Ok(()));
-        assert!(!r.down_at_frame_boundary());
         // A writer that failed is as full as one that is behind; one that is gone too.
         r.queue.waiting.store(0, Ordering::Release);
         assert_eq!(r.downward(&frame[3..]), Ok(()));
-        assert!(r.down_at_frame_boundary());
         r.queue.waiting.store(FAILED, Ordering::Release);
         assert_eq!(r.downward(&frame), Err(QueueFull));
         r.queue.waiting.store(0, Ordering::Release);

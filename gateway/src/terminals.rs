@@ -1,13 +1,16 @@
 //! Live terminals and their enforcement.
 //!
 //! Every open terminal websocket holds a [`Ticket`]. When access ends — its route is
-//! removed, its owner changes, its user is locked, or its token expires — the gateway
-//! shuts down the terminal's upstream socket. That ends the proxy loop in both
-//! directions at once, whether or not bytes are flowing, and never touches the byte path
-//! itself. The socket is a duplicate of the upstream descriptor taken at connect time,
-//! so it stays valid (no descriptor reuse) for as long as the ticket lives — or, for the
-//! gateway's own tunnel, the tunnel's descriptor itself, lent for the ticket's life
-//! ([`Ticket::lend`]).
+//! removed, its owner changes, its user is locked, or its token expires — the terminal
+//! is closed, whether or not bytes are flowing:
+//!
+//! - a terminal in the gateway's own tunnel is woken ([`Ticket::hand_to_tunnel`]): the
+//!   tunnel, the one writer of the browser's socket, writes the close frame between two
+//!   of the ttyd's frames and ends. Nothing else writes on that socket, so no close
+//!   frame lands inside a frame, and nothing of the ttyd's follows it;
+//! - a terminal on Pingora's upgrade path has its upstream socket shut down (a duplicate
+//!   of the descriptor taken at connect time, valid for as long as the ticket lives),
+//!   after a close frame written on the browser's socket where one can be.
 //!
 //! The limits (terminals per user, per session, viewers per share link) hold over every
 //! gateway replica: control answers each report of this gateway's counts with what the
@@ -17,15 +20,15 @@
 //! own.
 
 use std::collections::HashMap;
-use std::mem::ManuallyDrop;
 use std::net::Shutdown;
-use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use policy::revocation::{CredentialId, Fingerprint, Revocation, RevokedWhy};
 use policy::{Principal, SessionId};
+use tokio::sync::Notify;
 
 /// Why a terminal was refused a slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,26 +90,6 @@ impl CloseReason {
     }
 }
 
-/// A socket kept for enforcement.
-enum Kept {
-    /// Our duplicate of a descriptor Pingora lends for the duration of a call.
-    Own(socket2::Socket),
-    /// The tunnel's own descriptor, open for as long as the ticket lives
-    /// ([`Ticket::lend`]); never closed from here.
-    Lent(ManuallyDrop<socket2::Socket>),
-}
-
-impl std::ops::Deref for Kept {
-    type Target = socket2::Socket;
-
-    fn deref(&self) -> &socket2::Socket {
-        match self {
-            Kept::Own(s) => s,
-            Kept::Lent(s) => s,
-        }
-    }
-}
-
 struct Live {
     session: SessionId,
     sub: String,
@@ -120,10 +103,14 @@ struct Live {
     jti: Option<Box<str>>,
     issued_at: u64,
     expires_at: Option<u64>,
-    upstream: Option<Kept>,
-    /// The browser's socket, once the upgrade has been answered (plain-text listeners
-    /// only: under TLS no frame can be written from outside the session).
-    downstream: Option<Kept>,
+    /// Our duplicate of the upstream socket (Pingora's upgrade path).
+    upstream: Option<socket2::Socket>,
+    /// Our duplicate of the browser's socket, once the upgrade has been answered
+    /// (Pingora's upgrade path on a plain-text listener: under TLS no frame can be
+    /// written from outside the session).
+    downstream: Option<socket2::Socket>,
+    /// Set for a terminal in the gateway's own tunnel: wakes it to close.
+    tunnel: Option<Arc<Notify>>,
     closed: Option<CloseReason>,
     /// Set for a share-link viewer: what it watches through.
     view: Option<View>,
@@ -326,6 +313,7 @@ impl Terminals {
                 expires_at,
                 upstream: None,
                 downstream: None,
+                tunnel: None,
                 closed: None,
                 view: None,
             },
@@ -386,6 +374,7 @@ impl Terminals {
                 expires_at,
                 upstream: None,
                 downstream: None,
+                tunnel: None,
                 closed: None,
                 view: Some(View {
                     share: req.share.to_owned(),
@@ -498,6 +487,12 @@ impl Terminals {
             .filter(|l| l.closed.is_none() && pred(l))
         {
             live.closed = Some(reason);
+            if let Some(wake) = &live.tunnel {
+                // The tunnel writes the close frame itself and ends.
+                wake.notify_one();
+                n += 1;
+                continue;
+            }
             if let Some(d) = &live.downstream {
                 // Say why before cutting: ttyd's page reconnects after any close code but
                 // 1000. The socket is non-blocking; a full buffer just skips the frame.
@@ -609,34 +604,20 @@ impl Ticket {
             // Revoked already: the socket is cut; the proxy loop ends at once.
             socket.shutdown(Shutdown::Both)?;
         }
-        live.upstream = Some(Kept::Own(socket));
+        live.upstream = Some(socket);
         Ok(())
     }
 
-    /// Lends the gateway tunnel's own sockets (`upstream`, and `downstream` once the
-    /// `101` is written) for enforcement, without duplicating them: a terminal then
-    /// holds two descriptors, not four. If the terminal was revoked already, the
-    /// upstream is shut down at once.
-    ///
-    /// # Safety
-    ///
-    /// Both descriptors must stay open until this ticket is dropped.
-    pub unsafe fn lend(&self, upstream: RawFd, downstream: RawFd) -> std::io::Result<()> {
-        // SAFETY: the caller keeps both open for the ticket's life; `ManuallyDrop` never
-        // closes them.
-        let (up, down) = unsafe {
-            (
-                ManuallyDrop::new(socket2::Socket::from_raw_fd(upstream)),
-                ManuallyDrop::new(socket2::Socket::from_raw_fd(downstream)),
-            )
-        };
+    /// Hands the terminal to the gateway's own tunnel: enforcement then wakes `wake`
+    /// (a stored permit, so a wake before the tunnel waits is not lost) and the tunnel
+    /// closes the terminal itself. A terminal revoked already is woken at once.
+    pub fn hand_to_tunnel(&self, wake: Arc<Notify>) -> std::io::Result<()> {
         let mut inner = self.registry.lock();
         let live = self.slot(&mut inner)?;
         if live.closed.is_some() {
-            up.shutdown(Shutdown::Both)?;
+            wake.notify_one();
         }
-        live.upstream = Some(Kept::Lent(up));
-        live.downstream = Some(Kept::Lent(down));
+        live.tunnel = Some(wake);
         Ok(())
     }
 
@@ -649,7 +630,7 @@ impl Ticket {
         };
         let mut inner = self.registry.lock();
         if let Some(live) = inner.live.get_mut(&self.id) {
-            live.downstream = Some(Kept::Own(socket));
+            live.downstream = Some(socket);
         }
     }
 
@@ -831,30 +812,38 @@ mod tests {
         assert_eq!(ticket.closed(), Some(CloseReason::RouteRemoved));
     }
 
+    /// Whether `wake` holds a wake-up now.
+    fn woken(wake: &Notify) -> bool {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_millis(50), wake.notified())
+                .await
+                .is_ok()
+        })
+    }
+
     #[test]
-    fn lent_sockets_are_cut_with_a_close_frame_and_left_open_when_the_ticket_goes() {
+    fn a_tunnel_terminal_is_woken_to_close_and_nothing_is_written_on_its_sockets() {
         let t = Terminals::new(8, 8);
-        let (up, mut ttyd) = UnixStream::pair().unwrap();
-        let (down, mut browser) = UnixStream::pair().unwrap();
+        let wake = Arc::new(Notify::new());
         let ticket = t.admit(id(1), &who("alice"), None, fp(0)).unwrap();
-        // SAFETY: both sockets outlive the ticket (dropped first below).
-        unsafe { ticket.lend(up.as_raw_fd(), down.as_raw_fd()) }.unwrap();
+        ticket.hand_to_tunnel(Arc::clone(&wake)).unwrap();
+        assert!(!woken(&wake), "not woken before anything is revoked");
         assert_eq!(t.close_user("alice", CloseReason::UserLocked), 1);
-        let mut buf = [0u8; 64];
-        assert_eq!(ttyd.read(&mut buf).unwrap(), 0, "the ttyd side sees EOF");
-        let n = browser.read(&mut buf).unwrap();
-        assert_eq!(&buf[..n], close_frame(CloseReason::UserLocked.message()));
+        assert!(woken(&wake), "the revocation wakes the tunnel");
+        assert_eq!(ticket.closed(), Some(CloseReason::UserLocked));
+        assert_eq!(t.close_user("alice", CloseReason::UserLocked), 0);
+        assert!(!woken(&wake), "closed once: one wake-up");
         drop(ticket);
-        // The registry never closed the lent descriptors: they are still ours.
-        std::io::Write::write_all(&mut &down, b"x").unwrap();
-        assert_eq!(browser.read(&mut buf).unwrap(), 1);
-        // A terminal revoked before its sockets were lent is cut at once.
-        let (up, mut ttyd) = UnixStream::pair().unwrap();
+        // A terminal revoked before the tunnel took it is woken as soon as it does.
+        let wake = Arc::new(Notify::new());
         let ticket = t.admit(id(2), &who("bob"), None, fp(0)).unwrap();
         t.close_user("bob", CloseReason::UserLocked);
-        // SAFETY: as above.
-        unsafe { ticket.lend(up.as_raw_fd(), down.as_raw_fd()) }.unwrap();
-        assert_eq!(ttyd.read(&mut buf).unwrap(), 0);
+        ticket.hand_to_tunnel(Arc::clone(&wake)).unwrap();
+        assert!(woken(&wake));
         drop(ticket);
     }
 

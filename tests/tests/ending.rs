@@ -202,3 +202,141 @@ fn a_program_that_ignores_the_hang_up_keeps_its_grace_then_is_removed_by_force()
     });
     assert_terminated(&stack, &alice, &id, "alice", "ended by its owner");
 }
+
+/// The frames a server sent (unmasked), read strictly: each as `(opcode, payload)`, and
+/// how many bytes at the end do not make a whole frame.
+fn server_frames(mut bytes: &[u8]) -> (Vec<(u8, Vec<u8>)>, usize) {
+    let mut frames = Vec::new();
+    loop {
+        let [b0, b1, rest @ ..] = bytes else {
+            return (frames, bytes.len());
+        };
+        assert_eq!(b1 & 0x80, 0, "a server frame is never masked");
+        let (extra, len) = match b1 & 0x7f {
+            126 if rest.len() >= 2 => (2, u64::from(u16::from_be_bytes([rest[0], rest[1]]))),
+            127 if rest.len() >= 8 => (8, u64::from_be_bytes(rest[..8].try_into().unwrap())),
+            126 | 127 => return (frames, bytes.len()),
+            n => (0, u64::from(n)),
+        };
+        let start = 2 + extra;
+        let Some(end) = usize::try_from(len).ok().and_then(|l| l.checked_add(start)) else {
+            return (frames, bytes.len());
+        };
+        if bytes.len() < end {
+            return (frames, bytes.len());
+        }
+        frames.push((b0 & 0x0f, bytes[start..end].to_vec()));
+        bytes = &bytes[end..];
+    }
+}
+
+#[test]
+fn an_end_while_output_streams_closes_between_two_frames_and_nothing_follows_the_close_frame() {
+    let stack = GatewayStack::start("");
+    let alice = stack.control.token("alice", false);
+    // The close races the ttyd's output: several ends, so that a close frame written
+    // from outside the tunnel, or ttyd bytes after it, are all but sure to be seen.
+    for round in 0..6 {
+        end_while_streaming(&stack, &alice, round);
+    }
+}
+
+/// Ends a session of `alice`'s while its terminal streams output, reading every byte the
+/// gateway sends, and checks that they are whole frames ending with one close frame.
+fn end_while_streaming(stack: &GatewayStack, alice: &str, round: usize) {
+    use std::io::{Read, Write};
+    let id = stack.control.create(alice)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let port = stack.gateways[0].port;
+    let cookie = stack.sign_in("alice");
+    let origin = stack.origin(0);
+    let mut ws = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    ws.set_read_timeout(Some(T)).unwrap();
+    let head = e2e::raw::upgrade_head(
+        port,
+        &format!("/s/{id}/ws"),
+        &[("Cookie", &cookie), ("Origin", &origin)],
+    );
+    ws.write_all(head.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let body_at = loop {
+        if let Some(at) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let n = ws.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "closed before the 101: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    };
+    assert!(
+        got.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&got[..body_at])
+    );
+    // ttyd's first message, then a program whose output never stops.
+    for message in [
+        &br#"{"AuthToken":"","columns":80,"rows":24}"#[..],
+        b"0yes streaming-output-streaming-output\r",
+    ] {
+        let mut frame = e2e::raw::frame_header(message.len() as u64);
+        frame.extend_from_slice(message);
+        ws.write_all(&frame).unwrap();
+    }
+    // Well into the stream: frames of every size have gone by.
+    while got.len() < body_at + 512 * 1024 {
+        let n = ws.read(&mut buf).unwrap();
+        assert!(n > 0, "the terminal closed before its output streamed");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let url = stack.url(0, &format!("/api/sessions/{id}"));
+    let start = Instant::now();
+    let delete = {
+        let alice = alice.to_owned();
+        std::thread::spawn(move || http("DELETE", &url, Some(&alice), None).expect("DELETE"))
+    };
+    // Everything up to the end of the connection, read as fast as it comes.
+    loop {
+        match ws.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("reading the terminal after the end: {e}"),
+        }
+        assert!(start.elapsed() < T, "the terminal never closed");
+    }
+    let closed = start.elapsed();
+    let answer = delete.join().unwrap();
+    assert_eq!(answer.status, 204, "{}", answer.text);
+    assert!(closed <= PROMISED, "closed {closed:?} after the call");
+    let (frames, partial) = server_frames(&got[body_at..]);
+    assert_eq!(partial, 0, "the stream ends on a frame boundary");
+    let closes: Vec<usize> = (0..frames.len()).filter(|i| frames[*i].0 == 8).collect();
+    assert_eq!(
+        closes,
+        vec![frames.len() - 1],
+        "one close frame, the last: nothing of the ttyd's follows it, and it landed inside no frame"
+    );
+    let (_, payload) = frames.last().unwrap();
+    assert_eq!(&payload[..2], &1000u16.to_be_bytes(), "code 1000");
+    assert_eq!(
+        std::str::from_utf8(&payload[2..]),
+        Ok("termgate: this session was ended")
+    );
+    assert!(
+        frames[..frames.len() - 1]
+            .iter()
+            .all(|(op, p)| *op == 2 && p.first().is_some_and(|c| b"012".contains(c))),
+        "every frame before it is one of ttyd's messages (output, title, preferences), whole"
+    );
+    eprintln!(
+        "figures: end while output streams, round {round}: {} frames, {} bytes, closed {closed:?} after the call",
+        frames.len(),
+        got.len() - body_at
+    );
+}

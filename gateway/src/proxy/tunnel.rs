@@ -16,14 +16,20 @@
 //!   (`gateway.max_ws_frame_bytes`) and the first message of a `ttyd -c` target.
 //!
 //! - A recorded terminal's bytes also pass its [`Recorder`] (both directions, before
-//!   they are written on); an unrecorded one has none and its output is not parsed.
+//!   they are written on).
+//! - The tunnel is the one writer of the browser's socket. Enforcement wakes it
+//!   ([`crate::terminals::Ticket::hand_to_tunnel`]); it then passes on the rest of the
+//!   ttyd's frame in progress (the ttyd's frame headers are followed for this, not its
+//!   payloads), writes its close frame with the reason, and ends. Nothing of the
+//!   ttyd's follows the close frame, and none is written once the ttyd sent its own.
+//!   A terminal that cannot be closed so within [`CLOSE_GRACE`] (a browser that reads
+//!   nothing, a frame that never ends) is cut without one.
 //!
 //! A TLS listener keeps Pingora's own upgrade path (`ProxyHttp` body filters).
 
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::io::{self, ErrorKind};
-use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +40,7 @@ use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::{TcpStream, UnixStream};
+use tokio::sync::Notify;
 
 use super::{first_message, log, ws_frames, Ctx, Proxy, RequestLine};
 use crate::head_deadline::HeadDeadline;
@@ -46,6 +53,9 @@ const SCRATCH: usize = 64 * 1024;
 const READS_PER_WAKE: usize = 8;
 /// Largest response head accepted from a ttyd.
 const MAX_HEAD: usize = 16 * 1024;
+/// How long a terminal being closed by enforcement may take to reach a frame boundary
+/// and write its close frame before it is cut without one.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 thread_local! {
     /// The one read buffer of each worker thread: held only between a read and the
@@ -102,13 +112,6 @@ impl Socket {
         };
         socket.write_all(&head[sent..]).await?;
         Ok(socket)
-    }
-
-    fn fd(&self) -> RawFd {
-        match self {
-            Socket::Tcp(s) => s.as_raw_fd(),
-            Socket::Unix(s) => s.as_raw_fd(),
-        }
     }
 
     async fn readable(&self) -> io::Result<()> {
@@ -472,22 +475,29 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
             return Ok(());
         }
     };
-    // The 101 is out: a close frame from enforcement can no longer land inside it.
-    let lent = match &ctx.ticket {
-        // SAFETY: both sockets move into the tunnel below, which drops its ticket
-        // before them (`Tunnel` field order, and `Tunnel::finish`).
-        Some(t) => unsafe { t.lend(up.fd(), down.fd()) },
+    // The 101 is out: from here on enforcement wakes the tunnel to close.
+    let wake = Arc::new(Notify::new());
+    let handed = match &ctx.ticket {
+        Some(t) => t.hand_to_tunnel(Arc::clone(&wake)),
         None => Err(io::Error::other("the terminal websocket holds no slot")),
     };
-    if let Err(e) = lent {
-        fail(ctx, format!("cannot keep the sockets for enforcement: {e}"));
+    if let Err(e) = handed {
+        fail(
+            ctx,
+            format!("cannot keep the terminal for enforcement: {e}"),
+        );
         return Ok(());
     }
+    let mut frames_down = ws_frames::Boundaries::default();
+    frames_down.read(&answer.rest);
     let mut tunnel = Tunnel {
         ctx,
         g: Arc::clone(g),
         line,
         flow: Flow::default(),
+        frames_down,
+        wake,
+        closing: None,
         recorder,
         down,
         up,
@@ -519,13 +529,18 @@ fn take_downstream(session: &mut Session) -> io::Result<std::net::TcpStream> {
     stream.into_tcp()
 }
 
-/// A running tunnel. `ctx` is declared first so that its ticket, which holds the
-/// sockets' descriptors for enforcement, is dropped before the sockets are.
+/// A running tunnel.
 struct Tunnel {
     ctx: Ctx,
     g: Arc<Gateway>,
     line: RequestLine,
     flow: Flow,
+    /// Where the ttyd's frames to the browser begin and end.
+    frames_down: ws_frames::Boundaries,
+    /// Woken by enforcement.
+    wake: Arc<Notify>,
+    /// Set once enforcement closes the terminal.
+    closing: Option<Closing>,
     /// Set for a recorded terminal.
     recorder: Option<Recorder>,
     down: Socket,
@@ -543,17 +558,29 @@ struct Flow {
     down_eof: bool,
 }
 
+/// A terminal that enforcement is closing.
+struct Closing {
+    /// Past it, the terminal is cut without a close frame.
+    deadline: tokio::time::Instant,
+    /// The close frame is written, or queued in `down_pending`, or not needed (the
+    /// ttyd sent its own).
+    framed: bool,
+}
+
 /// Why the copy loop ended early.
 type Failure = String;
 
 impl Tunnel {
-    /// Copies until the ttyd ends the terminal (or enforcement cuts it), or either side
-    /// fails.
+    /// Copies until the ttyd ends the terminal (or enforcement closes it), or either
+    /// side fails.
     async fn copy(&mut self) -> Result<(), Failure> {
         let Tunnel {
             ctx,
             g,
             flow,
+            frames_down,
+            wake,
+            closing,
             recorder,
             down,
             up,
@@ -561,32 +588,71 @@ impl Tunnel {
         } = self;
         let max = g.config.gateway.max_ws_frame_bytes;
         loop {
-            // Either side gone (the ttyd done or cut by enforcement, the browser away)
-            // ends the terminal once what it sent is passed on: a websocket has no use
-            // for a half-closed connection.
+            if let Some(c) = closing.as_mut() {
+                if !c.framed && frames_down.at_boundary() {
+                    c.framed = true;
+                    if !frames_down.ttyd_closed() {
+                        let why = ctx.ticket.as_ref().and_then(|t| t.closed());
+                        let frame = crate::terminals::close_frame(
+                            why.map_or("termgate: terminal closed", |w| w.message()),
+                        );
+                        send(down, &frame, &mut flow.down_pending)
+                            .map_err(|e| format!("browser: {e}"))?;
+                    }
+                }
+                if c.framed && flow.down_pending.is_empty() {
+                    return Ok(());
+                }
+            }
+            // Either side gone (the ttyd done, the browser away) ends the terminal once
+            // what it sent is passed on: a websocket has no use for a half-closed
+            // connection.
             if (flow.up_eof && flow.down_pending.is_empty())
                 || (flow.down_eof && flow.up_pending.is_empty())
             {
                 return Ok(());
             }
+            let open = closing.is_none();
             let read_down = !flow.down_eof && flow.up_pending.is_empty();
-            let read_up = !flow.up_eof && flow.down_pending.is_empty();
+            let read_up = !flow.up_eof
+                && flow.down_pending.is_empty()
+                && closing.as_ref().is_none_or(|c| !c.framed);
+            let deadline = closing.as_ref().map(|c| c.deadline);
             tokio::select! {
                 r = down.readable(), if read_down => {
                     r.map_err(|e| format!("browser: {e}"))?;
-                    pump_up(ctx, flow, recorder.as_mut(), down, up, max)?;
+                    if open {
+                        pump_up(ctx, flow, recorder.as_mut(), frames_down, down, up, max)?;
+                    } else {
+                        drain(down, flow)?;
+                    }
                 }
                 r = up.readable(), if read_up => {
                     r.map_err(|e| format!("ttyd: {e}"))?;
-                    pump_down(ctx, flow, recorder.as_mut(), down, up)?;
+                    let closing = !open;
+                    pump_down(ctx, flow, recorder.as_mut(), frames_down, closing, down, up)?;
                 }
-                r = up.writable(), if !flow.up_pending.is_empty() => {
+                r = up.writable(), if open && !flow.up_pending.is_empty() => {
                     r.map_err(|e| format!("ttyd: {e}"))?;
                     flush(up, &mut flow.up_pending).map_err(|e| format!("ttyd: {e}"))?;
                 }
                 r = down.writable(), if !flow.down_pending.is_empty() => {
                     r.map_err(|e| format!("browser: {e}"))?;
                     flush(down, &mut flow.down_pending).map_err(|e| format!("browser: {e}"))?;
+                }
+                () = wake.notified(), if open => {
+                    // What the browser sent no longer goes anywhere.
+                    flow.up_pending = Vec::new();
+                    *closing = Some(Closing {
+                        deadline: tokio::time::Instant::now() + CLOSE_GRACE,
+                        framed: false,
+                    });
+                }
+                () = tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)),
+                    if deadline.is_some() => {
+                    return Err("closed by enforcement without a close frame: the browser \
+                                took nothing, or the ttyd's frame did not end"
+                        .into());
                 }
                 else => return Ok(()),
             }
@@ -605,6 +671,7 @@ fn pump_up(
     ctx: &mut Ctx,
     flow: &mut Flow,
     recorder: Option<&mut Recorder>,
+    frames_down: &ws_frames::Boundaries,
     down: &Socket,
     up: &Socket,
     max: u64,
@@ -623,9 +690,8 @@ fn pump_up(
         let checked = upward(ctx, &scratch[..n], max)?;
         if let Some(r) = recorder {
             // As the browser sent them (before a target's token is written in).
-            let boundary = r.down_at_frame_boundary();
             if r.upward(&scratch[..n]).is_err() {
-                return Err(behind(ctx, flow, down, boundary));
+                return Err(behind(ctx, flow, down, frames_down.at_boundary()));
             }
         }
         let Some(bytes) = checked else {
@@ -637,11 +703,14 @@ fn pump_up(
 }
 
 /// ttyd → browser: reads written on at once, while the ttyd has more (a full read)
-/// and the browser takes it all, at most [`READS_PER_WAKE`] times.
+/// and the browser takes it all, at most [`READS_PER_WAKE`] times. While `closing`,
+/// only the rest of the frame in progress is passed on; what follows it is dropped.
 fn pump_down(
     ctx: &mut Ctx,
     flow: &mut Flow,
     mut recorder: Option<&mut Recorder>,
+    frames_down: &mut ws_frames::Boundaries,
+    closing: bool,
     down: &Socket,
     up: &Socket,
 ) -> Result<(), Failure> {
@@ -657,9 +726,15 @@ fn pump_down(
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
                 Err(e) => return Err(format!("ttyd: {e}")),
             };
+            let boundary = frames_down.at_boundary();
+            let n = if closing {
+                frames_down.read_to_boundary(&scratch[..n])
+            } else {
+                frames_down.read(&scratch[..n]);
+                n
+            };
             if let Some(r) = recorder.as_deref_mut() {
                 // Recorded before the browser sees it, or not passed on at all.
-                let boundary = r.down_at_frame_boundary();
                 if let Err(QueueFull) = r.downward(&scratch[..n]) {
                     return Err(behind(ctx, flow, down, boundary));
                 }
@@ -667,11 +742,28 @@ fn pump_down(
             ctx.bytes_down += n as u64;
             send(down, &scratch[..n], &mut flow.down_pending)
                 .map_err(|e| format!("browser: {e}"))?;
-            if n < scratch.len() || !flow.down_pending.is_empty() {
+            if n < scratch.len()
+                || !flow.down_pending.is_empty()
+                || (closing && frames_down.at_boundary())
+            {
                 break;
             }
         }
         Ok(())
+    })
+}
+
+/// Browser → nowhere, while enforcement closes the terminal: what the browser sends is
+/// read (so that closing its socket resets nothing) and dropped.
+fn drain(down: &Socket, flow: &mut Flow) -> Result<(), Failure> {
+    SCRATCH_BUF.with(|scratch| match down.try_read(&mut scratch.borrow_mut()) {
+        Ok(0) => {
+            flow.down_eof = true;
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(()),
+        Err(e) => Err(format!("browser: {e}")),
     })
 }
 

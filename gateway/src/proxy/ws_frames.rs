@@ -1,5 +1,6 @@
 //! The size of each websocket frame a browser sends up a terminal
-//! (`gateway.max_ws_frame_bytes`).
+//! (`gateway.max_ws_frame_bytes`), and where the frames a ttyd sends down begin and end
+//! ([`Boundaries`]: the one place a close frame of the gateway's can go).
 //!
 //! ttyd (libwebsockets) gathers a message in memory until its last fragment, and one
 //! ttyd serves every terminal: one huge frame would grow the process all terminals
@@ -147,6 +148,71 @@ impl FrameSizes {
     }
 }
 
+/// Where the ttyd's frames to the browser begin and end. The tunnel writes its own
+/// close frame only between two of them, and none once the ttyd sent its own. Headers
+/// only are read, as [`FrameSizes`] does: the cost is per frame, not per byte.
+#[derive(Debug, Default)]
+pub(super) struct Boundaries {
+    /// Payload bytes of the current frame still to pass.
+    skip: u64,
+    /// Bytes of a frame header received so far.
+    head: [u8; FrameHead::MAX],
+    have: usize,
+    /// The ttyd began a close frame of its own.
+    closed: bool,
+}
+
+impl Boundaries {
+    /// Whether the bytes read so far end a frame.
+    pub(super) fn at_boundary(&self) -> bool {
+        self.skip == 0 && self.have == 0
+    }
+
+    /// Whether the ttyd sent a close frame of its own.
+    pub(super) fn ttyd_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Reads all of `data`.
+    pub(super) fn read(&mut self, data: &[u8]) {
+        self.read_to(data, false);
+    }
+
+    /// Reads `data` as far as the end of the frame in progress; how many of its bytes
+    /// that is (`0` on a boundary already, all of them if the frame goes on past them).
+    pub(super) fn read_to_boundary(&mut self, data: &[u8]) -> usize {
+        self.read_to(data, true)
+    }
+
+    fn read_to(&mut self, mut data: &[u8], stop: bool) -> usize {
+        let total = data.len();
+        while !data.is_empty() {
+            if stop && self.at_boundary() {
+                break;
+            }
+            if self.skip > 0 {
+                let n = self.skip.min(data.len() as u64);
+                self.skip -= n;
+                data = &data[n as usize..];
+                continue;
+            }
+            self.head[self.have] = data[0];
+            self.have += 1;
+            data = &data[1..];
+            let Some(head) = FrameHead::parse(&self.head[..self.have]) else {
+                continue;
+            };
+            if self.have < head.size {
+                continue;
+            }
+            self.closed |= head.opcode == 8;
+            self.skip = head.len;
+            self.have = 0;
+        }
+        total - data.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,5 +340,89 @@ mod tests {
         let mut header = vec![0x82, 0xff];
         header.extend_from_slice(&u64::MAX.to_be_bytes());
         assert_eq!(f.feed(&header, 1 << 20), Err(TooLarge(u64::MAX)));
+    }
+
+    /// An unmasked server frame with first byte `b0` and `payload`.
+    fn server_frame(b0: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = framed(b0, payload);
+        // Unmask: drop the key, clear the bit, and the payload is XORed back.
+        let head = FrameHead::parse(&f).unwrap();
+        let mask = head.mask(&f).unwrap();
+        let body: Vec<u8> = f[head.size..]
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b ^ mask[i % 4])
+            .collect();
+        f.truncate(head.size - 4);
+        f[1] &= 0x7f;
+        f.extend(body);
+        f
+    }
+
+    #[test]
+    fn the_ttyds_frame_boundaries_are_found_in_any_split() {
+        let frames = [
+            server_frame(0x82, b"0hello"),
+            server_frame(0x82, &[b'x'; 300]),
+            server_frame(0x02, b"0frag"),
+            server_frame(0x89, b""),
+            server_frame(0x80, &[b'y'; 70_000]),
+        ];
+        let ends: Vec<usize> = frames
+            .iter()
+            .scan(0, |at, f| {
+                *at += f.len();
+                Some(*at)
+            })
+            .collect();
+        let stream = frames.concat();
+        for chunk in [1, 2, 3, 7, 13, 4096, stream.len()] {
+            // Read whole: a boundary exactly at each frame's end, and nowhere inside.
+            let mut b = Boundaries::default();
+            let mut at = 0;
+            for c in stream.chunks(chunk) {
+                b.read(c);
+                at += c.len();
+                assert_eq!(
+                    b.at_boundary(),
+                    ends.contains(&at),
+                    "chunks of {chunk}, at {at}"
+                );
+            }
+            // Read to a boundary from anywhere: it stops at the next frame's end.
+            for start in [1, 5, ends[0] + 1, ends[1], ends[3] + 3] {
+                let mut b = Boundaries::default();
+                b.read(&stream[..start]);
+                let next = *ends.iter().find(|e| **e >= start).unwrap();
+                let mut at = start;
+                for c in stream[start..].chunks(chunk) {
+                    let n = b.read_to_boundary(c);
+                    at += n;
+                    if n < c.len() {
+                        break;
+                    }
+                }
+                assert_eq!(at, next, "chunks of {chunk}, from {start}");
+                assert!(b.at_boundary());
+                assert_eq!(
+                    b.read_to_boundary(&stream[at..]),
+                    0,
+                    "on a boundary: nothing"
+                );
+            }
+            assert!(!b.ttyd_closed());
+        }
+    }
+
+    #[test]
+    fn a_close_frame_of_the_ttyds_is_seen() {
+        let mut b = Boundaries::default();
+        b.read(&server_frame(0x82, b"0bye"));
+        assert!(!b.ttyd_closed());
+        let close = server_frame(0x88, &1000u16.to_be_bytes());
+        b.read(&close[..1]);
+        assert!(!b.ttyd_closed() && !b.at_boundary());
+        b.read(&close[1..]);
+        assert!(b.ttyd_closed() && b.at_boundary());
     }
 }
