@@ -73,14 +73,55 @@ impl FrameHead {
     }
 }
 
+/// A frame header received a byte at a time.
+#[derive(Debug, Default)]
+struct HeadBytes {
+    bytes: [u8; FrameHead::MAX],
+    have: usize,
+}
+
+impl HeadBytes {
+    /// Takes the next byte of a header: the header as far as it is known (`None` until
+    /// its payload length is), and whether it is whole. A whole header's bytes stay
+    /// readable ([`HeadBytes::bytes`]) until the next header begins.
+    #[inline]
+    fn push(&mut self, byte: u8) -> Option<(FrameHead, bool)> {
+        self.bytes[self.have] = byte;
+        self.have += 1;
+        let head = FrameHead::parse(&self.bytes[..self.have])?;
+        let whole = self.have >= head.size;
+        if whole {
+            self.have = 0;
+        }
+        Some((head, whole))
+    }
+
+    /// No header in progress.
+    fn is_empty(&self) -> bool {
+        self.have == 0
+    }
+
+    /// The last whole header's bytes.
+    fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// Passes over as much of the current frame's payload (`skip` bytes still to come) as
+/// `data` holds.
+#[inline]
+fn pass_payload(skip: &mut u64, data: &mut &[u8]) {
+    let n = (*skip).min(data.len() as u64);
+    *skip -= n;
+    *data = &data[n as usize..];
+}
+
 /// Where the reader is in the stream of client frames.
 #[derive(Debug, Default)]
 pub(super) struct FrameSizes {
     /// Payload bytes of the current frame still to pass.
     skip: u64,
-    /// Bytes of a frame header received so far.
-    head: [u8; FrameHead::MAX],
-    have: usize,
+    head: HeadBytes,
     /// Touched on input; `None`: input is not recorded (a target's terminal).
     clock: Option<InputClock>,
     /// The mask of a data frame's first payload byte, while that byte is still to come.
@@ -119,30 +160,26 @@ impl FrameSizes {
                 if let Some(mask) = self.command_mask.take() {
                     *typed |= data[0] ^ mask == b'0';
                 }
-                let n = self.skip.min(data.len() as u64);
-                self.skip -= n;
-                data = &data[n as usize..];
+                pass_payload(&mut self.skip, &mut data);
                 continue;
             }
-            self.head[self.have] = data[0];
-            self.have += 1;
+            let pushed = self.head.push(data[0]);
             data = &data[1..];
-            let Some(head) = FrameHead::parse(&self.head[..self.have]) else {
+            let Some((head, whole)) = pushed else {
                 continue;
             };
             // Refused as soon as the length is known, before the mask arrives.
             if head.len > max {
                 return Err(TooLarge(head.len));
             }
-            if self.have < head.size {
+            if !whole {
                 continue;
             }
             self.skip = head.len;
-            self.have = 0;
             // Text or binary, not a continuation: its first byte is ttyd's command.
             self.command_mask =
                 (self.clock.is_some() && head.len > 0 && matches!(head.opcode, 1 | 2))
-                    .then(|| head.mask(&self.head).map_or(0, |m| m[0]));
+                    .then(|| head.mask(self.head.bytes()).map_or(0, |m| m[0]));
         }
         Ok(())
     }
@@ -155,9 +192,7 @@ impl FrameSizes {
 pub(super) struct Boundaries {
     /// Payload bytes of the current frame still to pass.
     skip: u64,
-    /// Bytes of a frame header received so far.
-    head: [u8; FrameHead::MAX],
-    have: usize,
+    head: HeadBytes,
     /// The ttyd began a close frame of its own.
     closed: bool,
 }
@@ -165,7 +200,7 @@ pub(super) struct Boundaries {
 impl Boundaries {
     /// Whether the bytes read so far end a frame.
     pub(super) fn at_boundary(&self) -> bool {
-        self.skip == 0 && self.have == 0
+        self.skip == 0 && self.head.is_empty()
     }
 
     /// Whether the ttyd sent a close frame of its own.
@@ -191,23 +226,15 @@ impl Boundaries {
                 break;
             }
             if self.skip > 0 {
-                let n = self.skip.min(data.len() as u64);
-                self.skip -= n;
-                data = &data[n as usize..];
+                pass_payload(&mut self.skip, &mut data);
                 continue;
             }
-            self.head[self.have] = data[0];
-            self.have += 1;
+            let pushed = self.head.push(data[0]);
             data = &data[1..];
-            let Some(head) = FrameHead::parse(&self.head[..self.have]) else {
-                continue;
-            };
-            if self.have < head.size {
-                continue;
+            if let Some((head, true)) = pushed {
+                self.closed |= head.opcode == 8;
+                self.skip = head.len;
             }
-            self.closed |= head.opcode == 8;
-            self.skip = head.len;
-            self.have = 0;
         }
         total - data.len()
     }
@@ -323,8 +350,8 @@ mod tests {
                 assert_eq!(f.feed(c, 70000), Ok(()), "chunks of {chunk}");
             }
             assert_eq!(
-                (f.skip, f.have),
-                (0, 0),
+                (f.skip, f.head.is_empty()),
+                (0, true),
                 "chunks of {chunk}: ends on a boundary"
             );
         }
