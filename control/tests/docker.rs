@@ -459,10 +459,20 @@ async fn wait_exit_gives_up_at_its_bound_on_a_program_that_ignores_the_hang_up()
     let (name, instance) = names(&mut cleanup);
     let d = docker().await;
     let mut req = request(&name, &instance);
-    req.command = vec!["-c".into(), "trap '' HUP; while :; do sleep 1; done".into()];
+    req.command = vec![
+        "-c".into(),
+        "trap '' HUP; echo trapped; while :; do sleep 1; done".into(),
+    ];
     let id = d.create(&req).await.unwrap();
     d.start(&id).await.unwrap();
     wait_for_state(&d, &id, ContainerState::Running).await;
+    // Running is reported before the shell has read its first line: the hang-up must
+    // not arrive before the trap is set.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !String::from_utf8_lossy(&docker_cli(&["logs", &id]).stdout).contains("trapped") {
+        assert!(Instant::now() < deadline, "the shell never set its trap");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     d.hang_up(&id).await.unwrap();
     let waited = Instant::now();
     assert!(!d.wait_exit(&id, Duration::from_millis(700)).await.unwrap());

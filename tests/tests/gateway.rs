@@ -1267,7 +1267,11 @@ fn every_request_leaves_one_access_line_and_terminal_decisions_an_audit_line() {
     let _ = stack.open_as(0, &id, &bob);
     let log = wait_for("access lines", T, || {
         let log = stack.gw().log_text();
-        (log.contains("session_not_found") && log.contains("status=101")).then_some(log)
+        // The audit line of bob's refusal follows its access line: wait for both.
+        let refusal_audited = log.lines().any(|l| {
+            l.contains(" audit:") && l.contains("sub=\"bob\"") && l.contains("session_not_found")
+        });
+        (refusal_audited && log.contains("status=101")).then_some(log)
     });
     // One access line per request: every request id appears on exactly one access
     // line (two sign-ins, the upgrade and bob's refusal at least), and every terminal
