@@ -184,6 +184,12 @@ impl HeadDeadline {
         f(&socket)
     }
 
+    /// Releases the connection this wraps (a TLS stream): its request heads are over,
+    /// the connection leaves Pingora for a tunnel of the gateway's own.
+    pub fn into_stream(self) -> Stream {
+        self.inner
+    }
+
     /// Releases the TCP socket under a plain connection, without Pingora's buffers: the
     /// connection leaves Pingora for a tunnel of the gateway's own. Bytes Pingora read
     /// ahead of the request head stay behind (a websocket client sends nothing before

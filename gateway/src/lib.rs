@@ -6,6 +6,7 @@
 pub mod activity;
 pub mod admin;
 pub mod audit;
+pub mod certificate;
 pub mod control_client;
 pub mod feed;
 pub mod head_deadline;

@@ -7,12 +7,15 @@ use std::time::Duration;
 
 use clap::Parser;
 use gateway::admin::Admin;
+use gateway::certificate::{Certificate, Renewals};
 use gateway::feed::{ExpirySweeper, FeedFollower};
 use gateway::head_deadline::HeadDeadlineApp;
 use gateway::proxy::{Proxy, TestHooks, TtydUpstream};
 use gateway::state::Gateway;
 use pingora::lb::health_check::TcpHealthCheck;
 use pingora::lb::LoadBalancer;
+use pingora::listeners::tls::TlsSettings;
+use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::Server;
 use pingora::services::background::background_service;
@@ -112,16 +115,27 @@ fn run(config: config::Config, upgrade: bool) -> anyhow::Result<()> {
         "termgate proxy".into(),
         HeadDeadlineApp::new(http, Duration::from_millis(g.header_timeout_ms)),
     );
-    match (&g.tls_cert_file, &g.tls_key_file) {
+    let renewals = match (&g.tls_cert_file, &g.tls_key_file) {
         (Some(cert), Some(key)) => {
-            let cert = config.resolve(cert).to_string_lossy().into_owned();
-            let key = config.resolve(key).to_string_lossy().into_owned();
-            proxy
-                .add_tls(&g.listen, &cert, &key)
+            let certificate = Certificate::load(&config.resolve(cert), &config.resolve(key))?;
+            // The certificate is asked for at each handshake (renewals without a restart).
+            let mut tls = TlsSettings::intermediate("", "")
                 .map_err(|e| anyhow::anyhow!("gateway.tls_cert_file: {e}"))?;
+            tls.set_cert_resolver(Arc::clone(&certificate) as _);
+            // No buffer under TLS: rustls reads whole records itself, and a terminal's
+            // tunnel keeps its connection for hours.
+            proxy.add_listener(
+                ListenerConfig::tcp(g.listen.as_str())
+                    .tls(tls)
+                    .l4_buffer(L4BufferSettings::unbuffered()),
+            );
+            Some(Renewals(certificate))
         }
-        _ => proxy.add_tcp(&g.listen),
-    }
+        _ => {
+            proxy.add_tcp(&g.listen);
+            None
+        }
+    };
     let mut admin = Service::new("termgate admin".into(), Admin(Arc::clone(&state)));
     admin.add_tcp(&g.admin_listen);
 
@@ -143,6 +157,9 @@ fn run(config: config::Config, upgrade: bool) -> anyhow::Result<()> {
         "token expiry",
         ExpirySweeper(Arc::clone(&state)),
     ));
+    if let Some(r) = renewals {
+        server.add_service(background_service("certificate renewals", r));
+    }
     if let Some(h) = health {
         server.add_service(h);
     }

@@ -11,6 +11,7 @@ pub mod raw;
 pub mod stack;
 pub mod stats;
 pub mod term;
+pub mod tls;
 pub mod ttyd;
 pub mod upstream;
 

@@ -635,6 +635,27 @@ impl GatewayStack {
         self.spawn_gateway_on(port, admin_port, &[], extra_env, true)
     }
 
+    /// Starts another gateway whose listener speaks TLS with `certs`; waits for `/readyz`.
+    pub fn spawn_tls_gateway(
+        &mut self,
+        certs: &crate::tls::SelfSigned,
+        extra_env: &[(&str, &str)],
+    ) -> usize {
+        let cert = certs.cert.to_string_lossy().into_owned();
+        let key = certs.key.to_string_lossy().into_owned();
+        let mut env = vec![
+            ("TERMGATE__GATEWAY__TLS_CERT_FILE", cert.as_str()),
+            ("TERMGATE__GATEWAY__TLS_KEY_FILE", key.as_str()),
+        ];
+        env.extend_from_slice(extra_env);
+        self.spawn_gateway(&env)
+    }
+
+    /// Gateway `n`'s TLS listener, trusted through `pin`.
+    pub fn tls_target(&self, n: usize, pin: crate::tls::Pin) -> crate::term::Target {
+        crate::term::Target::Tls(([127, 0, 0, 1], self.gateways[n].port).into(), pin)
+    }
+
     /// Starts a gateway on given ports with extra arguments (e.g. `--upgrade`) and
     /// environment; `wait` for readiness.
     pub fn spawn_gateway_on(

@@ -34,6 +34,8 @@ pub enum Target {
     Tcp(SocketAddr),
     /// A unix socket path.
     Unix(PathBuf),
+    /// A TLS listener, trusted through its pinned certificate.
+    Tls(SocketAddr, crate::tls::Pin),
 }
 
 impl fmt::Display for Target {
@@ -41,27 +43,32 @@ impl fmt::Display for Target {
         match self {
             Target::Tcp(a) => write!(f, "tcp:{a}"),
             Target::Unix(p) => write!(f, "unix:{}", p.display()),
+            Target::Tls(a, _) => write!(f, "tls:{a}"),
         }
     }
 }
 
 impl Target {
-    /// Opens a plain stream to the target (with `deadline` as TCP connect timeout).
+    /// Opens a stream to the target (with `deadline` as TCP connect timeout, and the
+    /// TLS handshake's).
     pub fn connect(&self, deadline: Duration) -> io::Result<Stream> {
         match self {
             Target::Tcp(a) => TcpStream::connect_timeout(a, deadline).map(Stream::Tcp),
             Target::Unix(p) => UnixStream::connect(p).map(Stream::Unix),
+            Target::Tls(a, pin) => pin.connect(*a, deadline).map(|s| Stream::Tls(Box::new(s))),
         }
     }
 }
 
-/// A connected TCP or unix stream.
+/// A connected TCP, unix or TLS stream.
 #[derive(Debug)]
 pub enum Stream {
     /// TCP.
     Tcp(TcpStream),
     /// Unix socket.
     Unix(UnixStream),
+    /// TLS over TCP.
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
 }
 
 impl Stream {
@@ -70,14 +77,16 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(t),
             Stream::Unix(s) => s.set_read_timeout(t),
+            Stream::Tls(s) => s.sock.set_read_timeout(t),
         }
     }
 
-    /// A second handle on the same socket.
+    /// A second handle on the same socket (not for TLS, whose state is one).
     pub fn try_clone(&self) -> io::Result<Stream> {
         match self {
             Stream::Tcp(s) => s.try_clone().map(Stream::Tcp),
             Stream::Unix(s) => s.try_clone().map(Stream::Unix),
+            Stream::Tls(_) => Err(io::Error::other("a TLS stream has one handle")),
         }
     }
 
@@ -86,6 +95,7 @@ impl Stream {
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(Shutdown::Both),
             Stream::Unix(s) => s.shutdown(Shutdown::Both),
+            Stream::Tls(s) => s.sock.shutdown(Shutdown::Both),
         };
     }
 }
@@ -95,6 +105,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
         }
     }
 }
@@ -104,6 +115,7 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
         }
     }
 
@@ -111,6 +123,7 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.flush(),
             Stream::Unix(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
         }
     }
 }
@@ -448,10 +461,14 @@ fn handshake(
 ) -> Result<(WebSocket<Stream>, tungstenite::handshake::client::Response), ConnectError> {
     let start = Instant::now();
     let authority = match target {
-        Target::Tcp(a) => a.to_string(),
+        Target::Tcp(a) | Target::Tls(a, _) => a.to_string(),
         Target::Unix(_) => "localhost".to_owned(),
     };
-    let mut request = format!("ws://{authority}{path_and_query}")
+    let scheme = match target {
+        Target::Tls(..) => "wss",
+        _ => "ws",
+    };
+    let mut request = format!("{scheme}://{authority}{path_and_query}")
         .into_client_request()
         .map_err(|e| ConnectError::Handshake(format!("request for {path_and_query:?}: {e}")))?;
     let h = request.headers_mut();
@@ -481,7 +498,8 @@ fn handshake(
     stream
         .set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(ConnectError::Io)?;
-    let spare = stream.try_clone().map_err(ConnectError::Io)?;
+    // Under TLS, only what came with the head is read of a refusal's body.
+    let spare = stream.try_clone().ok();
 
     let mut attempt = tungstenite::client::client_with_config(request, stream, None);
     loop {
@@ -513,7 +531,12 @@ fn handshake(
                     })
                     .collect();
                 let tail = response.body().clone().unwrap_or_default();
-                let body = read_rest_of_body(spare, &headers, tail, start + CONNECT_DEADLINE);
+                let body = match spare {
+                    Some(spare) => {
+                        read_rest_of_body(spare, &headers, tail, start + CONNECT_DEADLINE)
+                    }
+                    None => String::from_utf8_lossy(&tail).into_owned(),
+                };
                 return Err(ConnectError::Refused {
                     status,
                     headers,

@@ -511,6 +511,7 @@ fn peer_closed(s: &Stream) -> bool {
     let fd = match s {
         Stream::Tcp(t) => t.as_raw_fd(),
         Stream::Unix(u) => u.as_raw_fd(),
+        Stream::Tls(t) => t.sock.as_raw_fd(),
     };
     let mut p = libc::pollfd {
         fd,

@@ -172,14 +172,14 @@ impl RecordingUpstream {
     pub fn socket_path(&self) -> Option<&Path> {
         match &self.target {
             Target::Unix(p) => Some(p),
-            Target::Tcp(_) => None,
+            Target::Tcp(_) | Target::Tls(..) => None,
         }
     }
 
     /// The address of a TCP upstream.
     pub fn addr(&self) -> Option<SocketAddr> {
         match &self.target {
-            Target::Tcp(a) => Some(*a),
+            Target::Tcp(a) | Target::Tls(a, _) => Some(*a),
             Target::Unix(_) => None,
         }
     }
@@ -196,7 +196,7 @@ impl Drop for RecordingUpstream {
         // Wake the acceptor so it sees the flag.
         let _ = match &self.target {
             Target::Unix(p) => UnixStream::connect(p).map(drop),
-            Target::Tcp(a) => {
+            Target::Tcp(a) | Target::Tls(a, _) => {
                 std::net::TcpStream::connect_timeout(a, Duration::from_secs(1)).map(drop)
             }
         };

@@ -409,30 +409,11 @@ fn compose_deployment_serves_terminals_and_keeps_control_and_ttyd_internal() {
             }
         })
     };
-    // Pingora 0.9 sometimes ends an upgraded connection right after the 101 when the
-    // upstream answers fast (cloudflare/pingora#946): the terminal then closes before
-    // any output. That is the gateway's bug, not the deployment's; it is reported here
-    // and the terminal opened again, a bounded number of times.
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let term = open();
-        let typed = term.send_input(b"echo hello-$((6*7))\r");
-        let result = typed.and_then(|()| term.read_until("hello-42", T));
-        match result {
-            Ok(_) => {
-                term.close();
-                break;
-            }
-            Err(e) if attempt < 5 && term.is_closed() && term.output_so_far().is_empty() => {
-                eprintln!(
-                    "terminal closed right after the upgrade, no output (pingora#946): {e}; {:?}",
-                    term.close_reason()
-                );
-            }
-            Err(e) => panic!("terminal (attempt {attempt}): {e}"),
-        }
-    }
+    let term = open();
+    term.send_input(b"echo hello-$((6*7))\r")
+        .and_then(|()| term.read_until("hello-42", T))
+        .unwrap_or_else(|e| panic!("terminal: {e}; {:?}", term.close_reason()));
+    term.close();
 
     // A share link's viewer goes through the read-only pool (`ttyd-view`) and watches.
     let share = http(
@@ -761,20 +742,20 @@ fn compose_restarts_a_crashed_control_while_the_open_terminal_keeps_flowing() {
     let id = session["id"].as_str().expect("session id").to_owned();
     let bearer = format!("Bearer {token}");
     let addr: SocketAddr = ([127, 0, 0, 1], dep.port).into();
-    // Retried while the route is not yet fed, and on Pingora's close right after the
-    // 101 (cloudflare/pingora#946: closed before ttyd said anything).
+    // Retried while the route is not yet fed.
     let term = wait_for("the session's terminal", T, || {
         match Terminal::connect(
             Target::Tcp(addr),
             &format!("/s/{id}/ws"),
             &[("Authorization", &bearer)],
         ) {
-            Ok(t) if t.wait_title(Duration::from_secs(10)).is_ok() => Some(t),
-            Ok(_) => None,
+            Ok(t) => Some(t),
             Err(e) if matches!(e.status(), Some(404 | 502 | 503)) => None,
             Err(e) => panic!("open terminal: {e}"),
         }
     });
+    term.wait_title(Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("the shell speaks: {e}; {:?}", term.close_reason()));
     let mut n = 0;
     echo(&term, &mut n).expect("echo before control crashes");
 

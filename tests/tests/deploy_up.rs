@@ -197,9 +197,8 @@ impl Up {
     }
 
     /// Opens the session's terminal through the gateway and waits until ttyd has spoken.
-    /// Retried while the gateway or the pool is not (yet) there, while the route is not
-    /// yet fed (404), and on Pingora's close right after the 101 (cloudflare/pingora#946:
-    /// closed before ttyd said anything).
+    /// Retried while the gateway or the pool is not (yet) there, and while the route is
+    /// not yet fed (404). A terminal that opens and then closes before ttyd spoke fails.
     fn open_terminal(&self, id: &str, token: &str) -> Terminal {
         let bearer = format!("Bearer {token}");
         let path = format!("/s/{id}/ws");
@@ -215,13 +214,13 @@ impl Up {
                 &[("Authorization", &bearer)],
             ) {
                 Ok(t) => {
-                    if t.wait_title(Duration::from_secs(10)).is_ok() {
-                        return t;
+                    if let Err(e) = t.wait_title(Duration::from_secs(10)) {
+                        panic!(
+                            "terminal {id}: ttyd never spoke: {e}; {:?}",
+                            t.close_reason()
+                        );
                     }
-                    eprintln!(
-                        "terminal closed before ttyd spoke ({:?}); reopening",
-                        t.close_reason()
-                    );
+                    return t;
                 }
                 Err(ConnectError::Refused {
                     status: 404 | 502 | 503,

@@ -450,9 +450,43 @@ fn a_writer_that_falls_behind_closes_the_terminal_and_says_so() {
 }
 
 #[test]
+fn a_recorded_terminal_on_the_tls_listener_is_recorded_like_a_plain_one() {
+    let mut stack = stack(true, false, &[]);
+    let certs = e2e::tls::SelfSigned::generate(dir(&stack), "gateway");
+    let n = stack.spawn_tls_gateway(&certs, &[]);
+    let owner = stack.control.token("alice", false);
+    let s = stack.control.create(&owner);
+    let id = s["id"].as_str().unwrap().to_owned();
+    let bearer = format!("Bearer {owner}");
+    let t = wait_for(
+        "the terminal over TLS",
+        T,
+        || match e2e::term::Terminal::connect(
+            stack.tls_target(n, certs.pin()),
+            &format!("/s/{id}/ws"),
+            &[("Authorization", &bearer)],
+        ) {
+            Ok(t) => Some(t),
+            Err(e) if e.status() == Some(404) => None,
+            Err(e) => panic!("open terminal: {e:?}"),
+        },
+    );
+    t.send_input(b"echo tls-rec-$((6*7))\r").expect("type");
+    t.read_until("tls-rec-42\r\n", T)
+        .expect("the command's output");
+    t.close();
+    let cast = wait_stored(&stack, &id);
+    let (_, events) = parse(&std::fs::read_to_string(&cast).unwrap());
+    assert!(
+        joined(&events, "o").contains("tls-rec-42"),
+        "the recording holds what the shell printed"
+    );
+}
+
+#[test]
 fn a_recorded_terminal_is_refused_where_pingora_carries_the_bytes() {
-    // Pingora's upgrade path (TLS listeners; here forced on a plain one) cannot
-    // record: such a terminal is refused rather than carried unrecorded.
+    // Pingora's upgrade path (no listener takes it; here forced by the test hook)
+    // cannot record: such a terminal is refused rather than carried unrecorded.
     let stack = stack(true, false, &[("TERMGATE_TEST_PINGORA_TUNNEL", "1")]);
     let owner = stack.control.token("alice", false);
     let s = stack.control.create(&owner);

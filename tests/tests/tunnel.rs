@@ -4,23 +4,22 @@
 //! a stale end-of-request-body task for the body-less upgrade arrives after it
 //! (cloudflare/pingora#946); an await in `request_body_filter` before the upgrade makes
 //! it near-certain. Debug builds of the gateway honour `TERMGATE_TEST_BODY_FILTER_DELAY_MS`,
-//! such an await, so the race is reproducible through the real binaries. Terminals on a
-//! plain listener run in the gateway's own tunnel and never reach that filter:
-//! `no_terminal_ends_right_after_its_101_while_others_stream` opens 2,000 of them
-//! (`TERMGATE_TUNNEL_UPGRADES` to change) with the delay set and bytes flowing on other
-//! terminals, and every one must reach its shell.
+//! such an await, so the race is reproducible through the real binaries. Terminals on
+//! every listener, plain or TLS, run in the gateway's own tunnel and never reach that
+//! filter: `no_terminal_ends_right_after_its_101_while_others_stream` (and its TLS
+//! twin) opens 2,000 of them (`TERMGATE_TUNNEL_UPGRADES` to change) with the delay set
+//! and bytes flowing on other terminals, and every one must reach its shell.
 //!
-//! `pingora_s_upgrade_path_does_end_terminals_after_their_101` (ignored: it shows
-//! Pingora's bug, not termgate's behaviour) runs the same load with
-//! `TERMGATE_TEST_PINGORA_TUNNEL=1`, the path TLS listeners still take, and expects the
-//! race to show:
-//! `cargo test -p e2e --test tunnel --locked -- --ignored --nocapture`
+//! `pingora_s_upgrade_path_does_end_terminals_after_their_101` runs the same load with
+//! `TERMGATE_TEST_PINGORA_TUNNEL=1`, Pingora's own upgrade path (which no listener
+//! takes any more), and expects the race to show: the hook does make it reproducible.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use e2e::stack::{http, GatewayStack};
 use e2e::term::{ConnectError, Target, Terminal};
+use e2e::tls::SelfSigned;
 use e2e::ttyd::TtydPool;
 use e2e::upstream::RecordingUpstream;
 use serde_json::json;
@@ -42,8 +41,9 @@ struct Run {
 }
 
 /// Opens `count` terminals (eight at a time) on a plain ttyd target through a gateway
-/// started with `env`, while four other terminals keep typing and reading.
-fn run(env: &[(&str, &str)], count: usize) -> Run {
+/// started with `env` (on a TLS listener when `tls`), while four other terminals keep
+/// typing and reading.
+fn run(env: &[(&str, &str)], count: usize, tls: bool) -> Run {
     let mut stack = GatewayStack::start("");
     let ttyd = TtydPool::start_plain(true, &[]);
     let admin = stack.control.token("root", true);
@@ -63,23 +63,32 @@ fn run(env: &[(&str, &str)], count: usize) -> Run {
     let mut env = env.to_vec();
     env.push(("TERMGATE__GATEWAY__MAX_TERMINALS_PER_USER", "100"));
     env.push(("TERMGATE__GATEWAY__MAX_TERMINALS_PER_SESSION", "100"));
-    let n = stack.spawn_gateway(&env);
+    let certs = SelfSigned::generate(stack.control.dir.dir.path(), "gateway");
+    let n = if tls {
+        stack.spawn_tls_gateway(&certs, &env)
+    } else {
+        stack.spawn_gateway(&env)
+    };
     let addr: std::net::SocketAddr = format!("127.0.0.1:{}", stack.gateways[n].port)
         .parse()
         .unwrap();
+    let target = if tls {
+        stack.tls_target(n, certs.pin())
+    } else {
+        Target::Tcp(addr)
+    };
     let bearer = format!("Bearer {}", stack.control.token("alice", false));
     let path = format!("/s/{id}/ws");
     let headers = [("Authorization", bearer.as_str())];
-    let connect = || Terminal::connect(Target::Tcp(addr), &path, &headers);
+    let connect = || Terminal::connect(target.clone(), &path, &headers);
     // Pingora's path ends nearly every terminal under the delay, so there the loading
     // terminals go through the first gateway (its own tunnel, no hook) instead.
     let pingora_path = env.contains(&("TERMGATE_TEST_PINGORA_TUNNEL", "1"));
-    let load_addr: std::net::SocketAddr = format!(
-        "127.0.0.1:{}",
-        stack.gateways[if pingora_path { 0 } else { n }].port
-    )
-    .parse()
-    .unwrap();
+    let load_target = if pingora_path {
+        Target::Tcp(([127, 0, 0, 1], stack.gateways[0].port).into())
+    } else {
+        target.clone()
+    };
 
     let stop = AtomicBool::new(false);
     let next = AtomicUsize::new(0);
@@ -90,7 +99,7 @@ fn run(env: &[(&str, &str)], count: usize) -> Run {
         // Bytes flowing on other terminals the whole time.
         let loaders: Vec<_> = (0..4)
             .map(|i| {
-                let t = Terminal::connect(Target::Tcp(load_addr), &path, &headers)
+                let t = Terminal::connect(load_target.clone(), &path, &headers)
                     .expect("a loading terminal");
                 t.wait_title(Duration::from_secs(10)).expect("its shell");
                 let stop = &stop;
@@ -155,12 +164,12 @@ fn run(env: &[(&str, &str)], count: usize) -> Run {
     }
 }
 
-#[test]
-fn no_terminal_ends_right_after_its_101_while_others_stream() {
+fn no_terminal_ends_right_after_its_101(tls: bool) {
     let count = upgrades();
-    let r = run(&[("TERMGATE_TEST_BODY_FILTER_DELAY_MS", "20")], count);
+    let r = run(&[("TERMGATE_TEST_BODY_FILTER_DELAY_MS", "20")], count, tls);
     println!(
-        "own tunnel: {} of {count} terminals reached their shell, {} ended right after the 101, in {:.1} s",
+        "own tunnel{}: {} of {count} terminals reached their shell, {} ended right after the 101, in {:.1} s",
+        if tls { " (TLS)" } else { "" },
         r.opened,
         r.ended_after_101,
         r.elapsed.as_secs_f64()
@@ -172,9 +181,19 @@ fn no_terminal_ends_right_after_its_101_while_others_stream() {
     assert_eq!(r.opened, count);
 }
 
+#[test]
+fn no_terminal_ends_right_after_its_101_while_others_stream() {
+    no_terminal_ends_right_after_its_101(false);
+}
+
+#[test]
+fn no_tls_terminal_ends_right_after_its_101_while_others_stream() {
+    no_terminal_ends_right_after_its_101(true);
+}
+
 /// The other half of the regression test: the same race hook on Pingora's own upgrade
-/// path (which TLS listeners still take) ends terminals right after their `101`
-/// (cloudflare/pingora#946), so the test above would see it if the own tunnel had it.
+/// path (which no listener takes any more) ends terminals right after their `101`
+/// (cloudflare/pingora#946), so the tests above would see it if the own tunnel had it.
 #[test]
 fn pingora_s_upgrade_path_does_end_terminals_after_their_101() {
     let count = upgrades().min(100);
@@ -184,6 +203,7 @@ fn pingora_s_upgrade_path_does_end_terminals_after_their_101() {
             ("TERMGATE_TEST_PINGORA_TUNNEL", "1"),
         ],
         count,
+        false,
     );
     println!(
         "Pingora's path: {} of {count} terminals reached their shell, {} ended right after the 101, in {:.1} s",

@@ -57,8 +57,8 @@ pub struct TestHooks {
     /// terminal's upgrade, which makes Pingora's end-of-body race (cloudflare/pingora#946)
     /// near-certain on its own upgrade path.
     pub body_filter_delay: Option<Duration>,
-    /// `TERMGATE_TEST_PINGORA_TUNNEL=1`: terminals on plain listeners take Pingora's
-    /// upgrade path, as TLS listeners do.
+    /// `TERMGATE_TEST_PINGORA_TUNNEL=1`: terminals take Pingora's own upgrade path
+    /// (which shows cloudflare/pingora#946) instead of the gateway's tunnel.
     pub pingora_tunnel: bool,
     /// `TERMGATE_TEST_RECORD_ALL=1`: every terminal websocket is recorded (output), a
     /// target's too, so benchmarks compare the same ttyd recorded and not.
@@ -482,8 +482,8 @@ impl ProxyHttp for Proxy {
                 ctx.upstream = Some(upstream);
                 let own_tunnel = ws && !self.hooks.pingora_tunnel && tunnel::eligible(session);
                 if ws && recorded && !own_tunnel {
-                    // Only the gateway's own tunnel records (TLS listeners: Pingora's
-                    // path): refused rather than carried unrecorded.
+                    // Only the gateway's own tunnel records (the test hook's Pingora
+                    // path cannot): refused rather than carried unrecorded.
                     ctx.decision = Decision::Deny;
                     ctx.reason = Refusal::RECORDING_UNAVAILABLE.code;
                     reply::refusal(session, &Refusal::RECORDING_UNAVAILABLE).await?;

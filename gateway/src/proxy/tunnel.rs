@@ -1,15 +1,19 @@
-//! A terminal websocket's own tunnel (plain-TCP listeners).
+//! A terminal websocket's own tunnel, on every listener (plain TCP or TLS).
 //!
-//! Pingora is the door: it reads the request head and `request_filter` admits the
-//! terminal. Then, instead of handing the upgrade to Pingora's body machinery, the
-//! gateway connects to the ttyd itself, sends the rewritten head, reads ttyd's answer
-//! and, after a real `101`, takes the browser's socket out of Pingora and copies bytes
-//! between the two sockets in a task of its own:
+//! Pingora is the door: it accepts the connection (and makes its TLS handshake), reads
+//! the request head and `request_filter` admits the terminal. Then, instead of handing
+//! the upgrade to Pingora's body machinery, the gateway connects to the ttyd itself,
+//! sends the rewritten head, reads ttyd's answer and, after a real `101`, takes the
+//! browser's connection out of Pingora's HTTP session and copies bytes between the two
+//! in a task of its own. A plain connection leaves as its bare socket; a TLS one as
+//! the TLS stream over it (unbuffered below rustls: the listener's L4 buffers are off).
 //!
-//! - An idle terminal holds no buffer: a direction is read only once its socket is
-//!   readable, into a per-thread scratch buffer, and written on at once. Only bytes the
-//!   other side cannot take yet are kept, in a buffer owned by that direction until they
-//!   are written (and that direction is not read meanwhile).
+//! - An idle terminal holds no buffer of the tunnel's: a direction is read only when
+//!   its connection has bytes, into a per-thread scratch buffer that is borrowed only
+//!   within one poll, and written on at once. Only bytes the other side cannot take yet
+//!   are kept, in a buffer owned by that direction until they are written (and that
+//!   direction is not read meanwhile). Under TLS, rustls keeps its own record buffer
+//!   (4 KiB) and what it has encrypted but not yet written, which the tunnel flushes.
 //! - No end-of-body of the upgrade request is relayed after the `101`, so the tunnel
 //!   cannot be ended by a stale one (cloudflare/pingora#946).
 //! - Upward bytes pass the same checks as on Pingora's path: each frame's size
@@ -25,12 +29,16 @@
 //!   A terminal that cannot be closed so within [`CLOSE_GRACE`] (a browser that reads
 //!   nothing, a frame that never ends) is cut without one.
 //!
-//! A TLS listener keeps Pingora's own upgrade path (`ProxyHttp` body filters).
+//! Pingora's own upgrade path (the `ProxyHttp` body filters) is taken only under the
+//! debug-build test hook `TERMGATE_TEST_PINGORA_TUNNEL`, which shows its race.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
+use std::future::Future;
 use std::io::{self, ErrorKind};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use pingora::http::ResponseHeader;
@@ -38,8 +46,9 @@ use pingora::protocols::http::server::Session as ServerSession;
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
+use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
 
 use super::{first_message, log, ws_frames, Ctx, Proxy, RequestLine};
@@ -49,8 +58,10 @@ use crate::state::Gateway;
 
 /// Bytes read from a socket at a time.
 const SCRATCH: usize = 64 * 1024;
-/// Full reads of bulk output passed on per wake-up before the task yields.
+/// Full reads of bulk output passed on in a row before the browser's side is looked at.
 const READS_PER_WAKE: usize = 8;
+/// Rounds of both directions in one poll before the task yields to others.
+const ROUNDS_PER_POLL: usize = 16;
 /// Largest response head accepted from a ttyd.
 const MAX_HEAD: usize = 16 * 1024;
 /// How long a terminal being closed by enforcement may take to reach a frame boundary
@@ -64,9 +75,9 @@ thread_local! {
 }
 
 /// Whether the request's connection can leave Pingora for a tunnel of the gateway's own:
-/// HTTP/1 on a plain TCP listener.
+/// HTTP/1 on this gateway's listener, plain or TLS.
 pub(super) fn eligible(session: &Session) -> bool {
-    downstream(session).is_some_and(HeadDeadline::is_plain_tcp)
+    downstream(session).is_some() && !session.as_downstream().is_http2()
 }
 
 /// The browser's connection, as this gateway's listener accepted it.
@@ -77,10 +88,12 @@ fn downstream(session: &Session) -> Option<&HeadDeadline> {
         .and_then(|s| (**s).as_any().downcast_ref::<HeadDeadline>())
 }
 
-/// A socket at either end of a tunnel.
+/// A connection at either end of a tunnel.
 enum Socket {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// A browser's TLS connection: Pingora's stream, rustls over the TCP socket.
+    Tls(pingora::protocols::Stream),
 }
 
 impl Socket {
@@ -114,17 +127,53 @@ impl Socket {
         Ok(socket)
     }
 
+    /// Waits until a ttyd's socket has bytes (the upgrade's answer; not for TLS).
     async fn readable(&self) -> io::Result<()> {
         match self {
             Socket::Tcp(s) => s.readable().await,
             Socket::Unix(s) => s.readable().await,
+            Socket::Tls(_) => Err(io::Error::other("not a ttyd's socket")),
         }
     }
 
-    async fn writable(&self) -> io::Result<()> {
+    /// Whether what is written may wait in the connection's own buffer until flushed.
+    fn buffers(&self) -> bool {
+        matches!(self, Socket::Tls(_))
+    }
+
+    /// Reads what the connection holds into `buf`. A short read of a socket clears its
+    /// readiness (tokio does so on epoll), so the next poll waits for new bytes instead
+    /// of making a read that finds none.
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        let mut read = ReadBuf::new(buf);
+        let polled = match self {
+            Socket::Tcp(s) => Pin::new(s).poll_read(cx, &mut read),
+            Socket::Unix(s) => Pin::new(s).poll_read(cx, &mut read),
+            Socket::Tls(s) => Pin::new(s).poll_read(cx, &mut read),
+        };
+        polled.map_ok(|()| read.filled().len())
+    }
+
+    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match self {
-            Socket::Tcp(s) => s.writable().await,
-            Socket::Unix(s) => s.writable().await,
+            Socket::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Socket::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            Socket::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Socket::Tls(s) => Pin::new(s).poll_flush(cx),
+            Socket::Tcp(_) | Socket::Unix(_) => Poll::Ready(Ok(())),
+        }
+    }
+
+    /// Ends a TLS connection with its close_notify, after what rustls still holds;
+    /// bounded by [`CLOSE_GRACE`]. A socket is simply closed when dropped.
+    async fn close(self) {
+        if let Socket::Tls(mut s) = self {
+            let _ = pingora_timeout::timeout(CLOSE_GRACE, s.shutdown()).await;
         }
     }
 
@@ -146,6 +195,7 @@ impl Socket {
         let read = match self {
             Socket::Tcp(s) => s.try_io(Interest::READABLE, || took(s.try_read(buf), &mut short)),
             Socket::Unix(s) => s.try_io(Interest::READABLE, || took(s.try_read(buf), &mut short)),
+            Socket::Tls(_) => Err(io::Error::other("not a ttyd's socket")),
         };
         match read {
             Err(e) if e.kind() == ErrorKind::WouldBlock && short > 0 => Ok(short),
@@ -153,17 +203,15 @@ impl Socket {
         }
     }
 
-    fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Socket::Tcp(s) => s.try_write(buf),
-            Socket::Unix(s) => s.try_write(buf),
-        }
-    }
-
+    /// Writes all of `buf`; under TLS, flushed out of rustls too.
     async fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
         match self {
             Socket::Tcp(s) => s.write_all(buf).await,
             Socket::Unix(s) => s.write_all(buf).await,
+            Socket::Tls(s) => {
+                s.write_all(buf).await?;
+                s.flush().await
+            }
         }
     }
 }
@@ -438,12 +486,16 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
     reply.extend_from_slice(b"\r\n");
     reply.extend_from_slice(&answer.rest);
     ctx.bytes_down += answer.rest.len() as u64;
-    // Written while the socket is still Pingora's (taking it out costs system calls of
-    // its own), then through the socket once it is the tunnel's: what it did not take
-    // at once, through the runtime.
-    let written = downstream(session)
-        .ok_or_else(|| io::Error::other("not a connection of this gateway's listener"))
-        .and_then(|d| d.with_tcp(|socket| write_now(socket, &reply)));
+    // A plain socket takes the 101 while it is still Pingora's (taking it out costs
+    // system calls of its own); what it did not take at once, and a TLS connection's
+    // whole 101, is written once the connection is the tunnel's.
+    let written = match downstream(session) {
+        Some(d) if d.is_plain_tcp() => d.with_tcp(|socket| write_now(socket, &reply)),
+        Some(_) => Ok(0),
+        None => Err(io::Error::other(
+            "not a connection of this gateway's listener",
+        )),
+    };
     let n = match written {
         Ok(n) => n,
         Err(e) => {
@@ -452,29 +504,18 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
             return Ok(());
         }
     };
-    let down = match take_downstream(session) {
+    let mut down = match take_downstream(session) {
         Ok(down) => down,
         Err(e) => {
             session.set_keepalive(None);
-            fail(ctx, format!("taking the browser's socket: {e}"));
+            fail(ctx, format!("taking the browser's connection: {e}"));
             return Ok(());
         }
     };
-    let written = TcpStream::from_std(down).map(|down| (n, down));
-    let down = match written {
-        Ok((n, down)) => {
-            let mut down = Socket::Tcp(down);
-            if let Err(e) = down.write_all(&reply[n..]).await {
-                fail(ctx, format!("writing the 101: {e}"));
-                return Ok(());
-            }
-            down
-        }
-        Err(e) => {
-            fail(ctx, format!("writing the 101: {e}"));
-            return Ok(());
-        }
-    };
+    if let Err(e) = down.write_all(&reply[n..]).await {
+        fail(ctx, format!("writing the 101: {e}"));
+        return Ok(());
+    }
     // The 101 is out: from here on enforcement wakes the tunnel to close.
     let wake = Arc::new(Notify::new());
     let handed = match &ctx.ticket {
@@ -496,7 +537,7 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
         line,
         flow: Flow::default(),
         frames_down,
-        wake,
+        woken: Box::pin(wake.notified_owned()),
         closing: None,
         recorder,
         down,
@@ -504,15 +545,16 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
     };
     tokio::spawn(async move {
         let error = tunnel.copy().await.err();
-        tunnel.finish(error.as_deref());
+        tunnel.finish(error.as_deref()).close().await;
     });
     Ok(())
 }
 
-/// Takes the browser's socket out of Pingora's session, leaving a stand-in that
+/// Takes the browser's connection out of Pingora's session, leaving a stand-in that
 /// Pingora then finishes as a request already answered: an empty in-memory stream
-/// (reads find its end at once; no descriptor, no registration).
-fn take_downstream(session: &mut Session) -> io::Result<std::net::TcpStream> {
+/// (reads find its end at once; no descriptor, no registration). A plain connection
+/// leaves as its bare socket, a TLS one as Pingora's TLS stream.
+fn take_downstream(session: &mut Session) -> io::Result<Socket> {
     let stand_in: pingora::protocols::Stream = Box::new(std::io::Cursor::new(Vec::<u8>::new()));
     let taken = std::mem::replace(
         &mut *session.downstream_session,
@@ -526,7 +568,11 @@ fn take_downstream(session: &mut Session) -> io::Result<std::net::TcpStream> {
         .into_any()
         .downcast::<HeadDeadline>()
         .map_err(|_| io::Error::other("not a connection of this gateway's listener"))?;
-    stream.into_tcp()
+    if stream.is_plain_tcp() {
+        Ok(Socket::Tcp(TcpStream::from_std(stream.into_tcp()?)?))
+    } else {
+        Ok(Socket::Tls(stream.into_stream()))
+    }
 }
 
 /// A running tunnel.
@@ -537,8 +583,9 @@ struct Tunnel {
     flow: Flow,
     /// Where the ttyd's frames to the browser begin and end.
     frames_down: ws_frames::Boundaries,
-    /// Woken by enforcement.
-    wake: Arc<Notify>,
+    /// Ready once enforcement woke the tunnel to close (a permit stored before the
+    /// first poll counts).
+    woken: Pin<Box<OwnedNotified>>,
     /// Set once enforcement closes the terminal.
     closing: Option<Closing>,
     /// Set for a recorded terminal.
@@ -554,14 +601,36 @@ struct Flow {
     up_pending: Vec<u8>,
     /// Bytes read from the ttyd that the browser could not take yet.
     down_pending: Vec<u8>,
+    /// Bytes the browser's connection took into its own buffer (TLS) and has not
+    /// written yet.
+    down_unflushed: bool,
     up_eof: bool,
     down_eof: bool,
+}
+
+impl Flow {
+    /// Writes to the browser what it takes now; keeps the rest.
+    fn send_down(
+        &mut self,
+        down: &mut Socket,
+        cx: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> io::Result<()> {
+        send(down, cx, bytes, &mut self.down_pending)?;
+        self.down_unflushed |= down.buffers();
+        Ok(())
+    }
+
+    /// Whether everything read from the ttyd is on its way to the browser.
+    fn down_written(&self) -> bool {
+        self.down_pending.is_empty() && !self.down_unflushed
+    }
 }
 
 /// A terminal that enforcement is closing.
 struct Closing {
     /// Past it, the terminal is cut without a close frame.
-    deadline: tokio::time::Instant,
+    deadline: Pin<Box<tokio::time::Sleep>>,
     /// The close frame is written, or queued in `down_pending`, or not needed (the
     /// ttyd sent its own).
     framed: bool,
@@ -574,12 +643,19 @@ impl Tunnel {
     /// Copies until the ttyd ends the terminal (or enforcement closes it), or either
     /// side fails.
     async fn copy(&mut self) -> Result<(), Failure> {
+        std::future::poll_fn(|cx| self.poll_copy(cx)).await
+    }
+
+    /// One wake-up of the tunnel: moves bytes both ways until neither side can move
+    /// more (every connection it waits on then holds this task's waker), or until
+    /// [`ROUNDS_PER_POLL`] rounds moved bytes (then it yields, woken again at once).
+    fn poll_copy(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
         let Tunnel {
             ctx,
             g,
             flow,
             frames_down,
-            wake,
+            woken,
             closing,
             recorder,
             down,
@@ -587,7 +663,7 @@ impl Tunnel {
             ..
         } = self;
         let max = g.config.gateway.max_ws_frame_bytes;
-        loop {
+        for _ in 0..ROUNDS_PER_POLL {
             if let Some(c) = closing.as_mut() {
                 if !c.framed && frames_down.at_boundary() {
                     c.framed = true;
@@ -596,136 +672,165 @@ impl Tunnel {
                         let frame = crate::terminals::close_frame(
                             why.map_or("termgate: terminal closed", |w| w.message()),
                         );
-                        send(down, &frame, &mut flow.down_pending)
+                        flow.send_down(down, cx, &frame)
                             .map_err(|e| format!("browser: {e}"))?;
                     }
                 }
-                if c.framed && flow.down_pending.is_empty() {
-                    return Ok(());
+                if c.framed && flow.down_written() {
+                    return Poll::Ready(Ok(()));
+                }
+                if c.deadline.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Err(
+                        "closed by enforcement without a close frame: the \
+                                            browser took nothing, or the ttyd's frame did not end"
+                            .into(),
+                    ));
                 }
             }
             // Either side gone (the ttyd done, the browser away) ends the terminal once
             // what it sent is passed on: a websocket has no use for a half-closed
             // connection.
-            if (flow.up_eof && flow.down_pending.is_empty())
-                || (flow.down_eof && flow.up_pending.is_empty())
+            if (flow.up_eof && flow.down_written()) || (flow.down_eof && flow.up_pending.is_empty())
             {
-                return Ok(());
+                return Poll::Ready(Ok(()));
             }
             let open = closing.is_none();
-            let read_down = !flow.down_eof && flow.up_pending.is_empty();
+            if open && woken.as_mut().poll(cx).is_ready() {
+                // What the browser sent no longer goes anywhere.
+                flow.up_pending = Vec::new();
+                *closing = Some(Closing {
+                    deadline: Box::pin(tokio::time::sleep(CLOSE_GRACE)),
+                    framed: false,
+                });
+                continue;
+            }
+            let mut moved = false;
+            // What waits is written before anything new is read.
+            if !flow.down_pending.is_empty() {
+                let n =
+                    flush(down, cx, &mut flow.down_pending).map_err(|e| format!("browser: {e}"))?;
+                flow.down_unflushed |= n > 0 && down.buffers();
+                moved |= n > 0;
+            }
+            if flow.down_unflushed && flow.down_pending.is_empty() {
+                if let Poll::Ready(r) = down.poll_flush(cx) {
+                    r.map_err(|e| format!("browser: {e}"))?;
+                    flow.down_unflushed = false;
+                    moved = true;
+                }
+            }
+            if open && !flow.up_pending.is_empty() {
+                let n = flush(up, cx, &mut flow.up_pending).map_err(|e| format!("ttyd: {e}"))?;
+                moved |= n > 0;
+            }
+            if !flow.down_eof && flow.up_pending.is_empty() {
+                moved |= if open {
+                    pump_up(cx, ctx, flow, recorder.as_mut(), frames_down, down, up, max)?
+                } else {
+                    drain(cx, down, flow)?
+                };
+            }
             let read_up = !flow.up_eof
                 && flow.down_pending.is_empty()
                 && closing.as_ref().is_none_or(|c| !c.framed);
-            let deadline = closing.as_ref().map(|c| c.deadline);
-            tokio::select! {
-                r = down.readable(), if read_down => {
-                    r.map_err(|e| format!("browser: {e}"))?;
-                    if open {
-                        pump_up(ctx, flow, recorder.as_mut(), frames_down, down, up, max)?;
-                    } else {
-                        drain(down, flow)?;
-                    }
-                }
-                r = up.readable(), if read_up => {
-                    r.map_err(|e| format!("ttyd: {e}"))?;
-                    let closing = !open;
-                    pump_down(ctx, flow, recorder.as_mut(), frames_down, closing, down, up)?;
-                }
-                r = up.writable(), if open && !flow.up_pending.is_empty() => {
-                    r.map_err(|e| format!("ttyd: {e}"))?;
-                    flush(up, &mut flow.up_pending).map_err(|e| format!("ttyd: {e}"))?;
-                }
-                r = down.writable(), if !flow.down_pending.is_empty() => {
-                    r.map_err(|e| format!("browser: {e}"))?;
-                    flush(down, &mut flow.down_pending).map_err(|e| format!("browser: {e}"))?;
-                }
-                () = wake.notified(), if open => {
-                    // What the browser sent no longer goes anywhere.
-                    flow.up_pending = Vec::new();
-                    *closing = Some(Closing {
-                        deadline: tokio::time::Instant::now() + CLOSE_GRACE,
-                        framed: false,
-                    });
-                }
-                () = tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)),
-                    if deadline.is_some() => {
-                    return Err("closed by enforcement without a close frame: the browser \
-                                took nothing, or the ttyd's frame did not end"
-                        .into());
-                }
-                else => return Ok(()),
+            if read_up {
+                let closing = !open;
+                moved |= pump_down(
+                    cx,
+                    ctx,
+                    flow,
+                    recorder.as_mut(),
+                    frames_down,
+                    closing,
+                    down,
+                    up,
+                )?;
+            }
+            if !moved {
+                return Poll::Pending;
             }
         }
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 
-    /// Writes the access and audit lines and frees the slot (before the sockets close).
-    fn finish(mut self, error: Option<&str>) {
+    /// Writes the access and audit lines and frees the slot, and closes the ttyd's
+    /// socket; the browser's connection is handed back to be closed.
+    fn finish(mut self, error: Option<&str>) -> Socket {
         log(&self.g.metrics, &self.line, error, &self.ctx);
         self.ctx.ticket = None;
+        self.down
     }
 }
 
-/// Browser → ttyd: one read, checked, written on.
+/// Browser → ttyd: one read, checked, written on. Whether anything moved.
+#[allow(clippy::too_many_arguments)]
 fn pump_up(
+    cx: &mut Context<'_>,
     ctx: &mut Ctx,
     flow: &mut Flow,
     recorder: Option<&mut Recorder>,
     frames_down: &ws_frames::Boundaries,
-    down: &Socket,
-    up: &Socket,
+    down: &mut Socket,
+    up: &mut Socket,
     max: u64,
-) -> Result<(), Failure> {
+) -> Result<bool, Failure> {
     SCRATCH_BUF.with(|scratch| {
         let mut scratch = scratch.borrow_mut();
-        let n = match down.try_read(&mut scratch) {
-            Ok(0) => {
+        let n = match down.poll_read(cx, &mut scratch) {
+            Poll::Pending => return Ok(false),
+            Poll::Ready(Ok(0)) => {
                 flow.down_eof = true;
-                return Ok(());
+                return Ok(true);
             }
-            Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-            Err(e) => return Err(format!("browser: {e}")),
+            Poll::Ready(Ok(n)) => n,
+            Poll::Ready(Err(e)) => return Err(format!("browser: {e}")),
         };
         let checked = upward(ctx, &scratch[..n], max)?;
         if let Some(r) = recorder {
             // As the browser sent them (before a target's token is written in).
             if r.upward(&scratch[..n]).is_err() {
-                return Err(behind(ctx, flow, down, frames_down.at_boundary()));
+                return Err(behind(cx, ctx, flow, down, frames_down.at_boundary()));
             }
         }
         let Some(bytes) = checked else {
-            return Ok(());
+            return Ok(true);
         };
         ctx.bytes_up += bytes.len() as u64;
-        send(up, &bytes, &mut flow.up_pending).map_err(|e| format!("ttyd: {e}"))
+        send(up, cx, &bytes, &mut flow.up_pending).map_err(|e| format!("ttyd: {e}"))?;
+        Ok(true)
     })
 }
 
 /// ttyd → browser: reads written on at once, while the ttyd has more (a full read)
 /// and the browser takes it all, at most [`READS_PER_WAKE`] times. While `closing`,
 /// only the rest of the frame in progress is passed on; what follows it is dropped.
+/// Whether anything moved.
+#[allow(clippy::too_many_arguments)]
 fn pump_down(
+    cx: &mut Context<'_>,
     ctx: &mut Ctx,
     flow: &mut Flow,
     mut recorder: Option<&mut Recorder>,
     frames_down: &mut ws_frames::Boundaries,
     closing: bool,
-    down: &Socket,
-    up: &Socket,
-) -> Result<(), Failure> {
+    down: &mut Socket,
+    up: &mut Socket,
+) -> Result<bool, Failure> {
     SCRATCH_BUF.with(|scratch| {
         let mut scratch = scratch.borrow_mut();
+        let mut moved = false;
         for _ in 0..READS_PER_WAKE {
-            let n = match up.try_read(&mut scratch) {
-                Ok(0) => {
+            let n = match up.poll_read(cx, &mut scratch) {
+                Poll::Pending => return Ok(moved),
+                Poll::Ready(Ok(0)) => {
                     flow.up_eof = true;
-                    return Ok(());
+                    return Ok(true);
                 }
-                Ok(n) => n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) => return Err(format!("ttyd: {e}")),
+                Poll::Ready(Ok(n)) => n,
+                Poll::Ready(Err(e)) => return Err(format!("ttyd: {e}")),
             };
+            moved = true;
             let boundary = frames_down.at_boundary();
             let n = if closing {
                 frames_down.read_to_boundary(&scratch[..n])
@@ -736,11 +841,11 @@ fn pump_down(
             if let Some(r) = recorder.as_deref_mut() {
                 // Recorded before the browser sees it, or not passed on at all.
                 if let Err(QueueFull) = r.downward(&scratch[..n]) {
-                    return Err(behind(ctx, flow, down, boundary));
+                    return Err(behind(cx, ctx, flow, down, boundary));
                 }
             }
             ctx.bytes_down += n as u64;
-            send(down, &scratch[..n], &mut flow.down_pending)
+            flow.send_down(down, cx, &scratch[..n])
                 .map_err(|e| format!("browser: {e}"))?;
             if n < scratch.len()
                 || !flow.down_pending.is_empty()
@@ -749,34 +854,44 @@ fn pump_down(
                 break;
             }
         }
-        Ok(())
+        Ok(moved)
     })
 }
 
 /// Browser → nowhere, while enforcement closes the terminal: what the browser sends is
-/// read (so that closing its socket resets nothing) and dropped.
-fn drain(down: &Socket, flow: &mut Flow) -> Result<(), Failure> {
-    SCRATCH_BUF.with(|scratch| match down.try_read(&mut scratch.borrow_mut()) {
-        Ok(0) => {
-            flow.down_eof = true;
-            Ok(())
-        }
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(()),
-        Err(e) => Err(format!("browser: {e}")),
-    })
+/// read (so that closing its socket resets nothing) and dropped. Whether anything moved.
+fn drain(cx: &mut Context<'_>, down: &mut Socket, flow: &mut Flow) -> Result<bool, Failure> {
+    SCRATCH_BUF.with(
+        |scratch| match down.poll_read(cx, &mut scratch.borrow_mut()) {
+            Poll::Pending => Ok(false),
+            Poll::Ready(Ok(0)) => {
+                flow.down_eof = true;
+                Ok(true)
+            }
+            Poll::Ready(Ok(_)) => Ok(true),
+            Poll::Ready(Err(e)) => Err(format!("browser: {e}")),
+        },
+    )
 }
 
 /// A recording whose writer fell behind (`gateway.recording_queue`): the terminal is
 /// closed rather than recorded incompletely. The browser is told why in a close frame
 /// when one can be written between frames (`boundary`: the bytes passed on so far end
 /// a frame), so that ttyd's page does not reconnect.
-fn behind(ctx: &mut Ctx, flow: &Flow, down: &Socket, boundary: bool) -> Failure {
+fn behind(
+    cx: &mut Context<'_>,
+    ctx: &mut Ctx,
+    flow: &mut Flow,
+    down: &mut Socket,
+    boundary: bool,
+) -> Failure {
     ctx.reason = "recording_queue_full";
     if boundary && flow.down_pending.is_empty() {
         let frame =
             crate::terminals::close_frame("termgate: the recording fell behind; terminal closed");
-        let _ = down.try_write(&frame);
+        // Best effort: what the browser does not take now is dropped with the terminal
+        // (under TLS, rustls's buffer is flushed when the connection is closed).
+        let _ = flow.send_down(down, cx, &frame);
     }
     "the recording's writer fell behind (gateway.recording_queue): terminal closed rather than recorded incompletely".into()
 }
@@ -813,36 +928,41 @@ fn upward<'a>(ctx: &mut Ctx, bytes: &'a [u8], max: u64) -> Result<Option<Cow<'a,
     }
 }
 
-/// Writes what `peer` takes now; keeps the rest in `pending`.
-fn send(peer: &Socket, bytes: &[u8], pending: &mut Vec<u8>) -> io::Result<()> {
+/// Writes what `peer` takes now of `bytes`; how much. When it takes less than all,
+/// `peer` holds the task's waker for when it can take more.
+fn write_some(peer: &mut Socket, cx: &mut Context<'_>, bytes: &[u8]) -> io::Result<usize> {
     let mut done = 0;
     while done < bytes.len() {
-        match peer.try_write(&bytes[done..]) {
-            Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(n) => done += n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-            Err(e) => return Err(e),
+        match peer.poll_write(cx, &bytes[done..]) {
+            Poll::Ready(Ok(0)) => return Err(ErrorKind::WriteZero.into()),
+            Poll::Ready(Ok(n)) => done += n,
+            Poll::Ready(Err(e)) => return Err(e),
+            Poll::Pending => break,
         }
     }
+    Ok(done)
+}
+
+/// Writes what `peer` takes now; keeps the rest in `pending`.
+fn send(
+    peer: &mut Socket,
+    cx: &mut Context<'_>,
+    bytes: &[u8],
+    pending: &mut Vec<u8>,
+) -> io::Result<()> {
+    let done = write_some(peer, cx, bytes)?;
     pending.extend_from_slice(&bytes[done..]);
     Ok(())
 }
 
 /// Writes what `peer` takes of `pending`; frees its memory once it is all written.
-fn flush(peer: &Socket, pending: &mut Vec<u8>) -> io::Result<()> {
-    let mut done = 0;
-    while done < pending.len() {
-        match peer.try_write(&pending[done..]) {
-            Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(n) => done += n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-            Err(e) => return Err(e),
-        }
-    }
+/// How much was written.
+fn flush(peer: &mut Socket, cx: &mut Context<'_>, pending: &mut Vec<u8>) -> io::Result<usize> {
+    let done = write_some(peer, cx, pending)?;
     if done == pending.len() {
         *pending = Vec::new();
     } else {
         pending.drain(..done);
     }
-    Ok(())
+    Ok(done)
 }
