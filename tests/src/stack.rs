@@ -92,6 +92,31 @@ pub fn claims_of(token: &str) -> Value {
     serde_json::from_slice(&bytes).expect("JSON claims")
 }
 
+/// Whether the gateways of every [`GatewayStack`] listen with TLS in this run
+/// (`TERMGATE_TEST_TLS=1`; `deploy/test` runs the terminal suites once so).
+pub fn tls_mode() -> bool {
+    std::env::var("TERMGATE_TEST_TLS").is_ok_and(|v| v == "1")
+}
+
+/// The HTTP agent of the tests: never treats a status as an error. It speaks https to
+/// the test's own gateways without checking their self-signed certificates (the
+/// terminal client pins them instead: [`crate::tls::Pin`]).
+pub fn agent() -> ureq::Agent {
+    let tls = ureq::tls::TlsConfig::builder()
+        .provider(ureq::tls::TlsProvider::Rustls)
+        .unversioned_rustls_crypto_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .disable_verification(true)
+        .build();
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .tls_config(tls)
+        .build()
+        .into()
+}
+
 /// A tiny HTTP client that never treats a status as an error.
 pub fn http(
     method: &str,
@@ -99,11 +124,7 @@ pub fn http(
     bearer: Option<&str>,
     body: Option<&Value>,
 ) -> Result<Answer, String> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
-        .build()
-        .into();
+    let agent = agent();
     let auth = bearer.map(|t| format!("Bearer {t}"));
     let with_body = |r: ureq::RequestBuilder<ureq::typestate::WithBody>| {
         let r = match &auth {
@@ -132,11 +153,7 @@ pub fn http(
 /// A bodiless request (GET, DELETE) with the given headers, such as a browser's cookie
 /// and Origin; never treats a status as an error.
 pub fn http_with(method: &str, url: &str, headers: &[(&str, &str)]) -> Result<Answer, String> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
-        .build()
-        .into();
+    let agent = agent();
     let mut req = match method {
         "GET" => agent.get(url),
         "DELETE" => agent.delete(url),
@@ -572,6 +589,8 @@ pub struct GatewayStack {
     /// The read-only pool of share links (no `-W`), when started.
     pub viewers: Option<crate::ttyd::TtydPool>,
     upstream_socket: PathBuf,
+    /// In [`tls_mode`], the certificate every gateway started here listens with.
+    pub certs: Option<crate::tls::SelfSigned>,
 }
 
 impl GatewayStack {
@@ -598,7 +617,10 @@ impl GatewayStack {
             viewers,
             gateways: Vec::new(),
             upstream_socket,
+            certs: None,
         };
+        s.certs = tls_mode()
+            .then(|| crate::tls::SelfSigned::generate(s.control.dir.dir.path(), "gateway"));
         s.spawn_gateway(&[]);
         s
     }
@@ -619,7 +641,10 @@ impl GatewayStack {
             viewers: None,
             gateways: Vec::new(),
             upstream_socket,
+            certs: None,
         };
+        s.certs = tls_mode()
+            .then(|| crate::tls::SelfSigned::generate(s.control.dir.dir.path(), "gateway"));
         s.spawn_gateway(&[]);
         s
     }
@@ -674,7 +699,8 @@ impl GatewayStack {
             .append(true)
             .open(&log)
             .expect("gateway log");
-        let origins = format!("[\"http://127.0.0.1:{port}\", \"http://localhost:{port}\"]");
+        let scheme = self.scheme();
+        let origins = format!("[\"{scheme}://127.0.0.1:{port}\", \"{scheme}://localhost:{port}\"]");
         let mut cmd = Command::new(binary("termgate-gateway"));
         cmd.arg("--config")
             .arg(self.control.dir.config_path())
@@ -701,6 +727,10 @@ impl GatewayStack {
             .stderr(log_file);
         if let Some(path) = self.viewers.as_ref().and_then(|v| v.socket_path()) {
             cmd.env("TERMGATE__TTYD__VIEWER_SOCKET", path);
+        }
+        if let Some(c) = &self.certs {
+            cmd.env("TERMGATE__GATEWAY__TLS_CERT_FILE", &c.cert)
+                .env("TERMGATE__GATEWAY__TLS_KEY_FILE", &c.key);
         }
         cmd.args(args);
         for (k, v) in extra_env {
@@ -754,14 +784,36 @@ impl GatewayStack {
         &self.gateways[0]
     }
 
+    /// `https` in [`tls_mode`], else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.certs.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
     /// The allowed Origin of gateway `n`.
     pub fn origin(&self, n: usize) -> String {
-        format!("http://127.0.0.1:{}", self.gateways[n].port)
+        format!("{}://127.0.0.1:{}", self.scheme(), self.gateways[n].port)
     }
 
     /// URL on gateway `n`.
     pub fn url(&self, n: usize, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.gateways[n].port)
+        format!(
+            "{}://127.0.0.1:{}{path}",
+            self.scheme(),
+            self.gateways[n].port
+        )
+    }
+
+    /// Where a terminal client reaches gateway `n` (TLS, pinned, in [`tls_mode`]).
+    pub fn target(&self, n: usize) -> crate::term::Target {
+        let addr = ([127, 0, 0, 1], self.gateways[n].port).into();
+        match &self.certs {
+            Some(c) => crate::term::Target::Tls(addr, c.pin()),
+            None => crate::term::Target::Tcp(addr),
+        }
     }
 
     /// Signs `sub` in through gateway 0 and returns the `Cookie` header value to send.
@@ -798,14 +850,7 @@ impl GatewayStack {
         path_and_query: &str,
         headers: &[(&str, &str)],
     ) -> Result<crate::term::Terminal, crate::term::ConnectError> {
-        let addr: std::net::SocketAddr = format!("127.0.0.1:{}", self.gateways[n].port)
-            .parse()
-            .expect("addr");
-        let t = crate::term::Terminal::connect(
-            crate::term::Target::Tcp(addr),
-            path_and_query,
-            headers,
-        )?;
+        let t = crate::term::Terminal::connect(self.target(n), path_and_query, headers)?;
         let _ = t.wait_title(Duration::from_secs(10));
         Ok(t)
     }

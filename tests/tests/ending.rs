@@ -252,7 +252,8 @@ fn end_while_streaming(stack: &GatewayStack, alice: &str, round: usize) {
     let port = stack.gateways[0].port;
     let cookie = stack.sign_in("alice");
     let origin = stack.origin(0);
-    let mut ws = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // A bare socket, or TLS in a TLS run: the bytes after the head are read as they come.
+    let mut ws = stack.target(0).connect(T).unwrap();
     ws.set_read_timeout(Some(T)).unwrap();
     let head = e2e::raw::upgrade_head(
         port,

@@ -669,10 +669,7 @@ fn two_gateways_share_control_and_enforce_the_same_decisions() {
 fn sign_in_sets_a_strict_cookie_and_sign_out_clears_it() {
     let stack = GatewayStack::start("");
     let token = stack.control.token("alice", false);
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let agent = e2e::stack::agent();
     let resp = agent
         .post(&stack.url(0, "/auth/session"))
         .send_json(json!({"token": token}))
@@ -731,10 +728,7 @@ fn the_api_is_forwarded_with_the_cookie_as_a_bearer_and_bounded() {
     let stack = GatewayStack::start("");
     let cookie = stack.sign_in("alice");
     let origin = stack.origin(0);
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let agent = e2e::stack::agent();
     let resp = agent
         .post(&stack.url(0, "/api/sessions"))
         .header("Cookie", &cookie)

@@ -85,11 +85,7 @@ fn view(
 
 /// The status and body of the page at `path`, with the session cookie `cookie`.
 fn get_page(stack: &GatewayStack, path: &str, cookie: Option<&str>) -> (u16, String) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(T))
-        .build()
-        .into();
+    let agent = e2e::stack::agent();
     let mut req = agent.get(&stack.url(0, path));
     if let Some(c) = cookie {
         req = req.header("Cookie", c);

@@ -17,7 +17,9 @@
 //! `BENCH_SCALE` (default 1), `BENCH_BULK_MB` (default 64) and `BENCH_IDLE` (default
 //! `1000,5000`). Prints the report and writes `results.md` and one SVG per scenario
 //! into the directory given as the first argument. `BENCH_ONLY=upgrades` measures the
-//! upgrade latency alone and prints it, writing nothing.
+//! upgrade latency alone and prints it, writing nothing. `BENCH_TLS=1` puts nginx (both
+//! servers, `ssl`) and the gateway on TLS listeners with one self-signed certificate;
+//! direct ttyd and the relay stay plain, as references.
 
 mod relay;
 mod svg;
@@ -90,11 +92,17 @@ struct Paths {
     gateway: u16,
     relay: u16,
     bearer: String,
+    /// Set when nginx and the gateway listen with TLS: the certificate they present.
+    tls: Option<e2e::tls::Pin>,
 }
 
 impl Paths {
     fn endpoint(&self, path: usize, id: &str, container: &str) -> Endpoint {
-        let tcp = |port: u16| Target::Tcp(SocketAddr::from(([127, 0, 0, 1], port)));
+        let plain = |port: u16| Target::Tcp(SocketAddr::from(([127, 0, 0, 1], port)));
+        let tcp = |port: u16| match &self.tls {
+            Some(pin) => Target::Tls(SocketAddr::from(([127, 0, 0, 1], port)), pin.clone()),
+            None => plain(port),
+        };
         let host = |port: u16| format!("127.0.0.1:{port}");
         let bearer = vec![("Authorization".to_owned(), self.bearer.clone())];
         match path {
@@ -118,7 +126,7 @@ impl Paths {
                 headers: bearer,
             },
             RELAY => Endpoint {
-                target: tcp(self.relay),
+                target: plain(self.relay),
                 host: host(self.relay),
                 // Passed on as sent: the relay reads no HTTP.
                 path: format!("/ws?arg={container}"),
@@ -498,13 +506,33 @@ fn main() {
     // The first gateway goes through the counting proxy; the measured one does not.
     stack.gateways[0].kill9();
     stack.set_upstream_socket(&socket);
-    let gw = stack.spawn_gateway(&[
+    let limits = [
         ("TERMGATE__GATEWAY__MAX_TERMINALS_PER_USER", "100000"),
         ("TERMGATE__GATEWAY__MAX_TERMINALS_PER_SESSION", "100000"),
-    ]);
+    ];
+    let certs = std::env::var("BENCH_TLS")
+        .is_ok_and(|v| v == "1")
+        .then(|| e2e::tls::SelfSigned::generate(stack.control.dir.dir.path(), "bench"));
+    let spawn_gateway = |stack: &mut GatewayStack| match &certs {
+        Some(c) => stack.spawn_tls_gateway(c, &limits),
+        None => stack.spawn_gateway(&limits),
+    };
+    let gw = spawn_gateway(&mut stack);
     let (authz_port, plain_port) = (free_port(), free_port());
-    let site = format!(
-        "{}\nserver {{\n    listen 127.0.0.1:{plain_port};\n    location / {{\n\
+    let (ssl, ssl_files) = match &certs {
+        Some(c) => (
+            " ssl",
+            format!(
+                "ssl_certificate {};\nssl_certificate_key {};\n",
+                c.cert.display(),
+                c.key.display()
+            ),
+        ),
+        None => ("", String::new()),
+    };
+    let site =
+        format!(
+        "{ssl_files}{}\nserver {{\n    listen 127.0.0.1:{plain_port}{ssl};\n    location / {{\n\
          proxy_pass http://unix:{}:;\n        proxy_http_version 1.1;\n\
          proxy_set_header Upgrade $http_upgrade;\n\
          proxy_set_header Connection $termgate_connection;\n\
@@ -512,7 +540,7 @@ fn main() {
          proxy_read_timeout 1d;\n        proxy_send_timeout 1d;\n    }}\n}}\n",
         AUTHZ_SNIPPET
             .replace(SNIPPET_CONTROL, &format!("server {control_addr};"))
-            .replace(SNIPPET_LISTEN, &format!("listen 127.0.0.1:{authz_port};")),
+            .replace(SNIPPET_LISTEN, &format!("listen 127.0.0.1:{authz_port}{ssl};")),
         socket.display()
     );
     let nginx = Nginx::start(&site, authz_port, 2);
@@ -525,6 +553,7 @@ fn main() {
         gateway: stack.gateways[gw].port,
         relay: relay.port,
         bearer: format!("Bearer {token}"),
+        tls: certs.as_ref().map(e2e::tls::SelfSigned::pin),
     };
     let create = |profile: &str| {
         let a = stack.control.call(
@@ -730,10 +759,7 @@ fn main() {
     let mut skipped: Vec<usize> = Vec::new();
     // A fresh gateway for this: the one measured above holds heap that its earlier
     // scenarios freed, which idle terminals would reuse (a reading of 0.0 KiB).
-    let idle_gw = stack.spawn_gateway(&[
-        ("TERMGATE__GATEWAY__MAX_TERMINALS_PER_USER", "100000"),
-        ("TERMGATE__GATEWAY__MAX_TERMINALS_PER_SESSION", "100000"),
-    ]);
+    let idle_gw = spawn_gateway(&mut stack);
     let idle_termgate = Paths {
         socket: paths.socket.clone(),
         plain: paths.plain,
@@ -741,6 +767,7 @@ fn main() {
         gateway: stack.gateways[idle_gw].port,
         relay: paths.relay,
         bearer: paths.bearer.clone(),
+        tls: paths.tls.clone(),
     }
     .endpoint(TERMGATE, &up_id, &up_container);
     let gw_pid = stack.gateways[idle_gw].pid();
@@ -776,6 +803,14 @@ fn main() {
         took.as_secs_f64() / 60.0,
         env_f64("BENCH_SCALE", 1.0)
     );
+    if certs.is_some() {
+        let _ = writeln!(
+            md,
+            "**TLS** (`BENCH_TLS=1`): nginx's two servers listen with `ssl` and the gateway with\n\
+             its TLS listener, one self-signed P-256 certificate, TLS 1.3 from the client (rustls);\n\
+             every connection makes a full handshake. Direct ttyd and the tokio relay stay plain.\n"
+        );
+    }
     let _ = writeln!(md, "### Upgrade latency\n");
     let _ = writeln!(
         md,
