@@ -119,13 +119,17 @@ impl Browser {
             "--no-default-browser-check",
             "--remote-debugging-port=0",
         ])
-        .arg(format!("--user-data-dir={}", dir.path().display()))
-        .args(["--window-size=1280,900", "about:blank"])
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().context("chromium log file")?)
-        .stderr(out)
-        // Its own process group, so drop ends the renderer and helper processes too.
-        .process_group(0);
+        .arg(format!("--user-data-dir={}", dir.path().display()));
+        if crate::stack::tls_mode() {
+            // The gateways of a TLS run present self-signed certificates.
+            cmd.arg("--ignore-certificate-errors");
+        }
+        cmd.args(["--window-size=1280,900", "about:blank"])
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().context("chromium log file")?)
+            .stderr(out)
+            // Its own process group, so drop ends the renderer and helper processes too.
+            .process_group(0);
         let child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) if e.kind() == io::ErrorKind::NotFound => bail!(

@@ -2,7 +2,6 @@
 //! process, for the hostile-client, bad-input and soak tests.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// What came back on a raw connection.
@@ -26,10 +25,22 @@ impl RawAnswer {
     }
 }
 
+/// A connection to a gateway on 127.0.0.1:`port`, for bytes written by hand: TLS in a
+/// TLS run ([`crate::stack::tls_mode`], any certificate accepted), else plain TCP.
+pub fn connect(port: u16) -> std::io::Result<crate::term::Stream> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let target = if crate::stack::tls_mode() {
+        crate::term::Target::Tls(addr, crate::tls::Pin::any())
+    } else {
+        crate::term::Target::Tcp(addr)
+    };
+    target.connect(Duration::from_secs(10))
+}
+
 /// Sends `request` to 127.0.0.1:`port` and reads until the peer closes, `deadline`
 /// passes, or a whole response with `Content-Length` arrived.
 pub fn exchange(port: u16, request: &[u8], deadline: Duration) -> RawAnswer {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+    let Ok(mut s) = connect(port) else {
         return RawAnswer {
             status: 0,
             text: String::new(),

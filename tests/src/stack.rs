@@ -619,8 +619,8 @@ impl GatewayStack {
             upstream_socket,
             certs: None,
         };
-        s.certs = tls_mode()
-            .then(|| crate::tls::SelfSigned::generate(s.control.dir.dir.path(), "gateway"));
+        s.certs =
+            tls_mode().then(|| crate::tls::SelfSigned::generate(s.control.dir.dir.path(), "stack"));
         s.spawn_gateway(&[]);
         s
     }
@@ -643,8 +643,8 @@ impl GatewayStack {
             upstream_socket,
             certs: None,
         };
-        s.certs = tls_mode()
-            .then(|| crate::tls::SelfSigned::generate(s.control.dir.dir.path(), "gateway"));
+        s.certs =
+            tls_mode().then(|| crate::tls::SelfSigned::generate(s.control.dir.dir.path(), "stack"));
         s.spawn_gateway(&[]);
         s
     }

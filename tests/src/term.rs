@@ -55,7 +55,9 @@ impl Target {
         match self {
             Target::Tcp(a) => TcpStream::connect_timeout(a, deadline).map(Stream::Tcp),
             Target::Unix(p) => UnixStream::connect(p).map(Stream::Unix),
-            Target::Tls(a, pin) => pin.connect(*a, deadline).map(|s| Stream::Tls(Box::new(s))),
+            Target::Tls(a, pin) => pin
+                .connect(*a, deadline)
+                .map(|s| Stream::Tls(Arc::new(Mutex::new(s)))),
         }
     }
 }
@@ -67,8 +69,9 @@ pub enum Stream {
     Tcp(TcpStream),
     /// Unix socket.
     Unix(UnixStream),
-    /// TLS over TCP.
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+    /// TLS over TCP; one session behind every handle (a refusal's body is read through
+    /// a second one).
+    Tls(Arc<Mutex<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>>),
 }
 
 impl Stream {
@@ -77,16 +80,26 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(t),
             Stream::Unix(s) => s.set_read_timeout(t),
-            Stream::Tls(s) => s.sock.set_read_timeout(t),
+            Stream::Tls(s) => tls(s).sock.set_read_timeout(t),
         }
     }
 
-    /// A second handle on the same socket (not for TLS, whose state is one).
+    /// A second handle on the same socket.
     pub fn try_clone(&self) -> io::Result<Stream> {
         match self {
             Stream::Tcp(s) => s.try_clone().map(Stream::Tcp),
             Stream::Unix(s) => s.try_clone().map(Stream::Unix),
-            Stream::Tls(_) => Err(io::Error::other("a TLS stream has one handle")),
+            Stream::Tls(s) => Ok(Stream::Tls(Arc::clone(s))),
+        }
+    }
+
+    /// The socket's descriptor.
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        match self {
+            Stream::Tcp(t) => t.as_raw_fd(),
+            Stream::Unix(u) => u.as_raw_fd(),
+            Stream::Tls(t) => tls(t).sock.as_raw_fd(),
         }
     }
 
@@ -95,7 +108,7 @@ impl Stream {
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(Shutdown::Both),
             Stream::Unix(s) => s.shutdown(Shutdown::Both),
-            Stream::Tls(s) => s.sock.shutdown(Shutdown::Both),
+            Stream::Tls(s) => tls(s).sock.shutdown(Shutdown::Both),
         };
     }
 }
@@ -105,7 +118,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
-            Stream::Tls(s) => s.read(buf),
+            Stream::Tls(s) => tls(s).read(buf),
         }
     }
 }
@@ -115,7 +128,7 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
-            Stream::Tls(s) => s.write(buf),
+            Stream::Tls(s) => tls(s).write(buf),
         }
     }
 
@@ -123,9 +136,16 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.flush(),
             Stream::Unix(s) => s.flush(),
-            Stream::Tls(s) => s.flush(),
+            Stream::Tls(s) => tls(s).flush(),
         }
     }
+}
+
+type TlsSession = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// The TLS session behind a handle (a poisoned lock still holds a usable session).
+fn tls(s: &Mutex<TlsSession>) -> MutexGuard<'_, TlsSession> {
+    s.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Why [`Terminal::connect`] failed.
@@ -498,8 +518,7 @@ fn handshake(
     stream
         .set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(ConnectError::Io)?;
-    // Under TLS, only what came with the head is read of a refusal's body.
-    let spare = stream.try_clone().ok();
+    let spare = stream.try_clone().map_err(ConnectError::Io)?;
 
     let mut attempt = tungstenite::client::client_with_config(request, stream, None);
     loop {
@@ -531,12 +550,7 @@ fn handshake(
                     })
                     .collect();
                 let tail = response.body().clone().unwrap_or_default();
-                let body = match spare {
-                    Some(spare) => {
-                        read_rest_of_body(spare, &headers, tail, start + CONNECT_DEADLINE)
-                    }
-                    None => String::from_utf8_lossy(&tail).into_owned(),
-                };
+                let body = read_rest_of_body(spare, &headers, tail, start + CONNECT_DEADLINE);
                 return Err(ConnectError::Refused {
                     status,
                     headers,

@@ -507,12 +507,7 @@ impl CountingProxy {
 
 /// Whether the peer of `s` has closed or shut down its end (without reading from it).
 fn peer_closed(s: &Stream) -> bool {
-    use std::os::fd::AsRawFd;
-    let fd = match s {
-        Stream::Tcp(t) => t.as_raw_fd(),
-        Stream::Unix(u) => u.as_raw_fd(),
-        Stream::Tls(t) => t.sock.as_raw_fd(),
-    };
+    let fd = s.raw_fd();
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLRDHUP,

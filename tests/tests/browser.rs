@@ -1011,10 +1011,7 @@ fn the_page_lists_sign_ins_signs_one_out_says_when_a_sign_out_failed_and_signs_o
         b.wait_js(&format!("{rows} === 1"), T, "one row"),
     );
     let refused = wait_for("the other browser's cookie refused", T, || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
+        let agent = e2e::stack::agent();
         let status = agent
             .get(&stack.url(0, "/api/sessions"))
             .header("Cookie", &other)

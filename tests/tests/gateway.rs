@@ -37,7 +37,7 @@ fn container_id(stack: &GatewayStack, session: &str) -> String {
 
 /// Sends raw bytes to the gateway and returns the status code of the answer.
 fn raw_status(port: u16, request: &str) -> u16 {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut s = e2e::raw::connect(port).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(request.as_bytes()).unwrap();
     let mut buf = vec![0u8; 512];

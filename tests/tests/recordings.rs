@@ -305,11 +305,7 @@ fn a_recorded_terminal_reaches_control_and_replays_to_the_screen_the_user_saw() 
         text.lines().next().unwrap()
     );
     let put = |url: &str, bearer: Option<&str>| -> u16 {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(T))
-            .build()
-            .into();
+        let agent = e2e::stack::agent();
         let mut r = agent.put(url);
         if let Some(b) = bearer {
             r = r.header("Authorization", &format!("Bearer {b}"));

@@ -61,7 +61,7 @@ fn listed(stack: &GatewayStack, token: &str) -> Vec<String> {
 
 /// Sends one raw request head to the gateway; returns the status line's code.
 fn raw_get(port: u16, head: &str) -> u16 {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut s = e2e::raw::connect(port).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(head.as_bytes()).unwrap();
     let mut buf = vec![0u8; 512];

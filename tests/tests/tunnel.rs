@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use e2e::stack::{http, GatewayStack};
-use e2e::term::{ConnectError, Target, Terminal};
+use e2e::term::{ConnectError, Terminal};
 use e2e::tls::SelfSigned;
 use e2e::ttyd::TtydPool;
 use e2e::upstream::RecordingUpstream;
@@ -69,13 +69,10 @@ fn run(env: &[(&str, &str)], count: usize, tls: bool) -> Run {
     } else {
         stack.spawn_gateway(&env)
     };
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", stack.gateways[n].port)
-        .parse()
-        .unwrap();
     let target = if tls {
         stack.tls_target(n, certs.pin())
     } else {
-        Target::Tcp(addr)
+        stack.target(n)
     };
     let bearer = format!("Bearer {}", stack.control.token("alice", false));
     let path = format!("/s/{id}/ws");
@@ -85,7 +82,7 @@ fn run(env: &[(&str, &str)], count: usize, tls: bool) -> Run {
     // terminals go through the first gateway (its own tunnel, no hook) instead.
     let pingora_path = env.contains(&("TERMGATE_TEST_PINGORA_TUNNEL", "1"));
     let load_target = if pingora_path {
-        Target::Tcp(([127, 0, 0, 1], stack.gateways[0].port).into())
+        stack.target(0)
     } else {
         target.clone()
     };
@@ -239,13 +236,10 @@ fn a_ttyd_refusing_the_upgrade_is_answered_as_it_came_and_frees_the_slot() {
     // One terminal per user: a refused upgrade that kept its slot would make the next
     // one a 429.
     let n = stack.spawn_gateway(&[("TERMGATE__GATEWAY__MAX_TERMINALS_PER_USER", "1")]);
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", stack.gateways[n].port)
-        .parse()
-        .unwrap();
     let bearer = format!("Bearer {}", stack.control.token("alice", false));
     for _ in 0..3 {
         let Err(refused) = Terminal::connect(
-            Target::Tcp(addr),
+            stack.target(n),
             &format!("/s/{id}/ws"),
             &[("Authorization", &bearer)],
         ) else {
