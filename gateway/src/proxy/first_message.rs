@@ -24,6 +24,37 @@ pub enum FirstMessage {
 /// Largest opening message accepted (ttyd's is well under 200 bytes).
 pub const MAX_FIRST_MESSAGE: usize = 4096;
 
+/// A `ttyd -c` target's first message on its way up: the token to write into it and
+/// the bytes of it received so far.
+#[derive(Debug)]
+pub struct Pending {
+    token: String,
+    received: Vec<u8>,
+}
+
+impl Pending {
+    /// Waits for the first message, to give it `token`.
+    pub fn new(token: String) -> Self {
+        Pending {
+            token,
+            received: Vec::new(),
+        }
+    }
+
+    /// Takes `bytes` going up: `Ok(None)` while the message is not whole (they are
+    /// held), then the message with its token and whatever followed it, to send on
+    /// (after which the caller drops this). An error says why the websocket is refused.
+    pub fn take(&mut self, bytes: &[u8]) -> Result<Option<Vec<u8>>, &'static str> {
+        self.received.extend_from_slice(bytes);
+        match inject_auth_token(&self.received, &self.token) {
+            FirstMessage::NeedMore if self.received.len() <= MAX_FIRST_MESSAGE + 16 => Ok(None),
+            FirstMessage::NeedMore => Err("the first websocket message is too large"),
+            FirstMessage::Rewritten(out) => Ok(Some(out)),
+            FirstMessage::Invalid(why) => Err(why),
+        }
+    }
+}
+
 /// Gives the opening message in `buf` the `AuthToken` `token`.
 pub fn inject_auth_token(buf: &[u8], token: &str) -> FirstMessage {
     let [b0, b1, ..] = *buf else {

@@ -13,7 +13,7 @@ mod credential;
 mod first_message;
 mod reply;
 mod sign_in;
-mod tunnel;
+mod terminal;
 mod upstream;
 pub(crate) mod ws_frames;
 
@@ -198,9 +198,8 @@ pub struct Ctx {
     /// The browser's socket has been handed to the ticket (after the 101).
     downstream_attached: bool,
     body_bytes: usize,
-    /// A `ttyd -c` target's token, until it is written into the first message, and the
-    /// bytes of that message received so far.
-    first_message: Option<(String, Vec<u8>)>,
+    /// A `ttyd -c` target's first message, until its token is written into it.
+    first_message: Option<first_message::Pending>,
     /// The frame headers of a terminal websocket's upward bytes, read to bound each
     /// frame's size (`gateway.max_ws_frame_bytes`).
     frames: Option<ws_frames::FrameSizes>,
@@ -277,38 +276,6 @@ impl Proxy {
             tunnelled: true,
             ..self.new_ctx()
         }
-    }
-
-    /// Holds the first bytes up of a `ttyd -c` target's websocket until its first
-    /// message is whole, then sends that message on with the target's token in it.
-    fn first_message(&self, body: &mut Option<Bytes>, ctx: &mut Ctx) -> Result<()> {
-        let Some((token, pending)) = ctx.first_message.as_mut() else {
-            return Ok(());
-        };
-        if let Some(b) = body.take() {
-            pending.extend_from_slice(&b);
-        }
-        match first_message::inject_auth_token(pending, token) {
-            first_message::FirstMessage::NeedMore
-                if pending.len() <= first_message::MAX_FIRST_MESSAGE + 16 =>
-            {
-                *body = Some(Bytes::new());
-            }
-            first_message::FirstMessage::NeedMore => {
-                return Err(Error::explain(
-                    ErrorType::InvalidHTTPHeader,
-                    "the first websocket message is too large",
-                ))
-            }
-            first_message::FirstMessage::Rewritten(out) => {
-                *body = Some(Bytes::from(out));
-                ctx.first_message = None;
-            }
-            first_message::FirstMessage::Invalid(why) => {
-                return Err(Error::explain(ErrorType::InvalidHTTPHeader, why))
-            }
-        }
-        Ok(())
     }
 
     /// Parses the path and hands the request to the handler of its route.
@@ -454,7 +421,7 @@ impl ProxyHttp for Proxy {
                     ..
                 }) = &upstream
                 {
-                    ctx.first_message = Some((token.clone(), Vec::new()));
+                    ctx.first_message = Some(first_message::Pending::new(token.clone()));
                 }
                 let ws = matches!(
                     &upstream,
@@ -480,7 +447,7 @@ impl ProxyHttp for Proxy {
                 }
                 let recorded = matches!(&upstream, Upstream::Ttyd(t) if !t.record.is_off());
                 ctx.upstream = Some(upstream);
-                let own_tunnel = ws && !self.hooks.pingora_tunnel && tunnel::eligible(session);
+                let own_tunnel = ws && !self.hooks.pingora_tunnel && terminal::eligible(session);
                 if ws && recorded && !own_tunnel {
                     // Only the gateway's own tunnel records (the test hook's Pingora
                     // path cannot): refused rather than carried unrecorded.
@@ -490,7 +457,7 @@ impl ProxyHttp for Proxy {
                     return Ok(true);
                 }
                 if own_tunnel {
-                    if let Err(e) = tunnel::open(self, session, ctx).await {
+                    if let Err(e) = terminal::open(self, session, ctx).await {
                         ctx.reason = "";
                         let failed = answer_failure(session, &e, ctx).await;
                         tracing::debug!(error = %e, status = failed.error_code, "terminal tunnel failed to open");
@@ -534,9 +501,8 @@ impl ProxyHttp for Proxy {
         up: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        upstream::strip_identity(up);
         let upstream = ctx.upstream.as_ref().ok_or_else(no_upstream)?;
-        upstream.rewrite(up, ctx.principal.as_ref(), ctx.token.as_deref())
+        upstream::prepare(up, upstream, ctx.principal.as_ref(), ctx.token.as_deref())
     }
 
     /// Hands a terminal websocket's upstream socket to its slot, so enforcement can cut
@@ -586,18 +552,17 @@ impl ProxyHttp for Proxy {
                 tokio::time::sleep(delay).await;
             }
         }
-        if let (Some(frames), Some(b)) = (ctx.frames.as_mut(), body.as_ref()) {
-            let max = self.g.config.gateway.max_ws_frame_bytes;
-            if let Err(ws_frames::TooLarge(len)) = frames.feed(b, max) {
-                ctx.reason = "ws_frame_too_large";
-                return Err(Error::explain(
-                    ErrorType::InvalidHTTPHeader,
-                    format!("a websocket frame of {len} bytes is over gateway.max_ws_frame_bytes"),
-                ));
+        if ctx.frames.is_some() || ctx.first_message.is_some() {
+            if let Some(b) = body.take() {
+                // The same checks as a terminal's own tunnel makes.
+                let max = self.g.config.gateway.max_ws_frame_bytes;
+                *body = match terminal::upward(ctx, &b, max) {
+                    Ok(Some(std::borrow::Cow::Owned(out))) => Some(Bytes::from(out)),
+                    Ok(Some(std::borrow::Cow::Borrowed(_))) => Some(b),
+                    Ok(None) => Some(Bytes::new()),
+                    Err(why) => return Err(Error::explain(ErrorType::InvalidHTTPHeader, why)),
+                };
             }
-        }
-        if ctx.first_message.is_some() {
-            self.first_message(body, ctx)?;
         }
         if let Some(b) = body {
             ctx.bytes_up += b.len() as u64;

@@ -182,6 +182,20 @@ const CLAIMED_USER_HEADERS: [&str; 8] = [
 /// Removes every header through which a client could claim an identity: nothing the
 /// client says about who it is reaches an upstream. (A target's own credential header,
 /// whatever its name, is replaced in [`Upstream::rewrite`].)
+/// Makes `up` the head an upstream gets: no identity of the client's
+/// ([`strip_identity`]), then the upstream's own rewrite (path, `arg`, the verified
+/// user, a target's credential). The one place both paths to an upstream — Pingora's
+/// and a terminal's own tunnel — prepare a request.
+pub(super) fn prepare(
+    up: &mut RequestHeader,
+    upstream: &Upstream,
+    principal: Option<&Principal>,
+    token: Option<&str>,
+) -> Result<()> {
+    strip_identity(up);
+    upstream.rewrite(up, principal, token)
+}
+
 pub(super) fn strip_identity(up: &mut RequestHeader) {
     let claimed: Vec<_> = up
         .headers

@@ -1,0 +1,33 @@
+//! What is checked of the bytes a browser sends up its terminal, on every path.
+
+use std::borrow::Cow;
+
+use crate::proxy::{ws_frames, Ctx};
+
+/// The checks of bytes going up: each frame's size (`max`), and a `ttyd -c` target's
+/// first message (held until whole, then sent with its token). `None`: nothing to send
+/// yet. An error says why the terminal is closed.
+pub(crate) fn upward<'a>(
+    ctx: &mut Ctx,
+    bytes: &'a [u8],
+    max: u64,
+) -> Result<Option<Cow<'a, [u8]>>, String> {
+    if let Some(frames) = ctx.frames.as_mut() {
+        if let Err(ws_frames::TooLarge(len)) = frames.feed(bytes, max) {
+            ctx.reason = "ws_frame_too_large";
+            return Err(format!(
+                "a websocket frame of {len} bytes is over gateway.max_ws_frame_bytes"
+            ));
+        }
+    }
+    let Some(pending) = ctx.first_message.as_mut() else {
+        return Ok(Some(Cow::Borrowed(bytes)));
+    };
+    match pending.take(bytes)? {
+        None => Ok(None),
+        Some(out) => {
+            ctx.first_message = None;
+            Ok(Some(Cow::Owned(out)))
+        }
+    }
+}
