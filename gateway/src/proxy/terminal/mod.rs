@@ -137,23 +137,9 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
 async fn ask_ttyd(p: &Proxy, ctx: &Ctx, head: &RequestHeader) -> Result<(Socket, Answer)> {
     let upstream = ctx.upstream.as_ref().ok_or_else(super::no_upstream)?;
     let peer = upstream.peer(&p.control_addr, &p.ttyd, ctx.request_id)?;
-    let mut out = Vec::with_capacity(512);
-    out.extend_from_slice(head.method.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(
-        head.uri
-            .path_and_query()
-            .map_or("/", |pq| pq.as_str())
-            .as_bytes(),
-    );
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in head.headers.iter() {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
+    let target = head.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let request_line = format!("{} {target} HTTP/1.1", head.method);
+    let out = head_bytes(request_line.as_bytes(), &head.headers, &[]);
     let gateway = &p.g.config.gateway;
     let connect_timeout = Duration::from_millis(gateway.control_timeout_ms);
     let up = pingora_timeout::timeout(
@@ -248,16 +234,11 @@ async fn hand_over(
         log(&g.metrics, &line, Some(&why), &ctx);
         ctx.ticket = None;
     };
-    let mut reply = Vec::with_capacity(256);
-    reply.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\n");
-    for (name, value) in resp.headers.iter() {
-        reply.extend_from_slice(name.as_str().as_bytes());
-        reply.extend_from_slice(b": ");
-        reply.extend_from_slice(value.as_bytes());
-        reply.extend_from_slice(b"\r\n");
-    }
-    reply.extend_from_slice(b"\r\n");
-    reply.extend_from_slice(&answer.rest);
+    let reply = head_bytes(
+        b"HTTP/1.1 101 Switching Protocols",
+        &resp.headers,
+        &answer.rest,
+    );
     ctx.bytes_down += answer.rest.len() as u64;
     // A plain socket takes the 101 while it is still Pingora's (taking it out costs
     // system calls of its own); what it did not take at once, and a TLS connection's
@@ -317,6 +298,23 @@ async fn hand_over(
         up,
     };
     tokio::spawn(tunnel.run());
+}
+
+/// An HTTP/1.1 head as sent: its first line (without the line end), `headers`, the
+/// blank line, and then `after` (bytes that follow the head).
+fn head_bytes(first_line: &[u8], headers: &http::HeaderMap, after: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512 + after.len());
+    out.extend_from_slice(first_line);
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(after);
+    out
 }
 
 /// Takes the browser's connection out of Pingora's session, leaving a stand-in that
