@@ -15,25 +15,15 @@ use tracing_subscriber::layer::Layer;
 
 use crate::service::Control;
 
+// The search itself lives with the `audit` tree; this path names it too.
+pub use crate::store::AuditQuery;
+
 /// Entries the store keeps; older ones are pruned as new ones come.
 pub const KEEP: usize = 100_000;
 /// Entries waiting for the writer; past this, new ones are counted as dropped.
 const QUEUE: usize = 8_192;
 /// Entries written in one batch.
 const BATCH: usize = 256;
-
-/// What an admin searches for: newest first, up to `limit`, older than `before_ms`.
-#[derive(Debug, Clone, Default)]
-pub struct AuditQuery {
-    /// Only entries about this user.
-    pub sub: Option<String>,
-    /// Only entries about this session.
-    pub session: Option<String>,
-    /// Only entries strictly older than this (for the next page).
-    pub before_ms: Option<u64>,
-    /// At most this many.
-    pub limit: usize,
-}
 
 static SINK: AuditSink = AuditSink::new();
 

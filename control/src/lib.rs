@@ -7,7 +7,6 @@
 
 pub mod api;
 pub mod audit;
-pub mod authz;
 pub mod cull;
 pub mod docker;
 pub mod error;

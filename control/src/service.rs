@@ -7,14 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use config::{Config, Profile};
+use policy::audit::AuditEntry;
 use policy::{
     Action, Decision, EndCause, OriginPolicy, Principal, QuotaLimits, SessionId, Sub, TokenError,
     Verifier,
 };
-use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
-use crate::audit::{AuditEntry, AuditQuery};
 use crate::docker::{ContainerRequest, Docker, DockerError};
 use crate::error::ApiError;
 use crate::hosts::Hosts;
@@ -22,16 +21,18 @@ use crate::labels;
 use crate::metrics::Metrics;
 use crate::model::{FeedPage, RouteLookup, Session, SessionState};
 use crate::recordings::Recordings;
-use crate::store::{Ending, Store, StoreError};
+use crate::store::{AuditQuery, Ending, Store, StoreError};
 
 mod shares;
 mod sign_ins;
 mod targets;
 
-pub use sign_ins::{RevocationRequest, SignInReport, SignInView};
-
-pub use shares::{CreatedShare, ShareRequest, ShareView};
-pub use targets::{ListedTarget, TargetPatch, TargetRequest, TargetView};
+// The API's bodies and views live in `api::wire`; the operations here take and return
+// them under these paths.
+pub use crate::api::wire::{
+    CreateRequest, CreatedShare, ListedTarget, RedrawRequest, RevocationRequest, SessionView,
+    ShareRequest, ShareView, SignInReport, SignInView, TargetPatch, TargetRequest, TargetView,
+};
 
 /// Who ends sessions the reconciler ends.
 pub const SYSTEM: &str = "termgate";
@@ -51,89 +52,6 @@ fn invisible(c: char) -> bool {
             | '\u{2060}'..='\u{206F}'
             | '\u{FEFF}'
             | '\u{FFF9}'..='\u{FFFB}')
-}
-
-/// Body of `POST /v1/sessions`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateRequest {
-    /// Profile name.
-    pub profile: String,
-    /// Display name (default: the profile name).
-    #[serde(default)]
-    pub name: Option<String>,
-    /// Option values by option name.
-    #[serde(default)]
-    pub options: BTreeMap<String, String>,
-}
-
-/// Body of `POST /v1/sessions/<id>/redraw`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedrawRequest {
-    /// Terminal columns.
-    pub cols: u16,
-    /// Terminal rows.
-    pub rows: u16,
-}
-
-/// A session as the API shows it (no container id).
-#[derive(Debug, Serialize)]
-pub struct SessionView<'a> {
-    id: &'a SessionId,
-    kind: &'static str,
-    owner: &'a Sub,
-    name: &'a str,
-    profile: &'a str,
-    host: &'a str,
-    options: &'a BTreeMap<String, String>,
-    state: &'static str,
-    created_at: u64,
-    terminal_url: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ended_at: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ended_by: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    end_reason: Option<&'a str>,
-    /// When a user last typed into one of its terminals.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    last_input: Option<u64>,
-    /// When it will end by itself (the earlier of its idle and lifetime deadlines),
-    /// for an active session whose profile limits either.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ends_at: Option<u64>,
-    /// What ends it then: `idle` or `max_lifetime`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ends_because: Option<&'static str>,
-    /// Terminals open on it now over every gateway that reports (absent: no gateway
-    /// has reported lately).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    terminals: Option<u32>,
-}
-
-impl<'a> From<&'a Session> for SessionView<'a> {
-    fn from(s: &'a Session) -> Self {
-        SessionView {
-            id: &s.id,
-            kind: "container",
-            owner: &s.owner,
-            name: &s.name,
-            profile: &s.profile,
-            host: &s.host,
-            options: &s.options,
-            state: s.state.as_str(),
-            created_at: s.created_at,
-            terminal_url: format!("/s/{}/", s.id),
-            ended_at: s.ended_at,
-            ended_by: s.ended_by.as_deref(),
-            end_reason: s.end_reason.as_deref(),
-            last_input: s.last_input,
-            ends_at: None,
-            ends_because: None,
-            terminals: None,
-        }
-    }
 }
 
 /// Where the time of a create went.

@@ -4,18 +4,18 @@
 //! closes live terminals whose access ended.
 
 pub mod activity;
-pub mod admin;
 pub mod audit;
 pub mod certificate;
 pub mod control_client;
-pub mod feed;
 pub mod head_deadline;
 pub mod metrics;
 pub mod oidc;
 pub mod proxy;
 pub mod recording;
 pub mod routes;
+pub mod services;
 pub mod state;
 pub mod target_credentials;
 pub mod terminals;
 pub mod ui;
+pub mod ws;

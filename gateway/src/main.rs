@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use gateway::admin::Admin;
 use gateway::certificate::{Certificate, Renewals};
-use gateway::feed::{ExpirySweeper, FeedFollower};
 use gateway::head_deadline::HeadDeadlineApp;
 use gateway::proxy::{Proxy, TestHooks, TtydUpstream};
+use gateway::services::admin::Admin;
+use gateway::services::feed::{ExpirySweeper, FeedFollower};
 use gateway::state::Gateway;
 use pingora::lb::health_check::TcpHealthCheck;
 use pingora::lb::LoadBalancer;
@@ -147,11 +147,11 @@ fn run(config: config::Config, upgrade: bool) -> anyhow::Result<()> {
     ));
     server.add_service(background_service(
         "input reports",
-        gateway::activity::ActivityReporter(Arc::clone(&state)),
+        gateway::services::reporter::ActivityReporter(Arc::clone(&state)),
     ));
     server.add_service(background_service(
         "recording uploads",
-        gateway::recording::Uploader(Arc::clone(&state)),
+        gateway::services::uploader::Uploader(Arc::clone(&state)),
     ));
     server.add_service(background_service(
         "token expiry",

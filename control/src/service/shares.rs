@@ -6,51 +6,14 @@
 
 use policy::share::{self, ShareToken};
 use policy::{Action, Principal, Refusal, SessionId};
-use serde::{Deserialize, Serialize};
 
 use super::{now, Control};
+use crate::api::wire::{CreatedShare, ShareRequest, ShareView};
 use crate::error::ApiError;
 use crate::model::{SessionState, ShareGrant};
 
 /// Most live links one session holds at once.
 pub const MAX_SHARES_PER_SESSION: usize = 16;
-
-/// Body of `POST /v1/sessions/<id>/shares`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ShareRequest {
-    /// How long the link admits viewers, seconds (1 s to 7 days).
-    pub ttl_seconds: u64,
-    /// Most viewers at once (per gateway); absent: no bound but the gateway's.
-    #[serde(default)]
-    pub max_viewers: Option<u32>,
-}
-
-/// A link just created: the only time its token is seen.
-#[derive(Debug, Serialize)]
-pub struct CreatedShare {
-    id: String,
-    /// The link, as a path on the gateway (`/v/<token>`).
-    url: String,
-    expires_at: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_viewers: Option<u32>,
-    signed_in: bool,
-}
-
-/// A live link as its owner sees it: never its token.
-#[derive(Debug, Serialize)]
-pub struct ShareView {
-    id: String,
-    expires_at: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_viewers: Option<u32>,
-    signed_in: bool,
-    /// Viewers open now over every gateway that reports.
-    viewers: u32,
-    /// The signed-in viewers' `sub`s.
-    subs: Vec<String>,
-}
 
 impl Control {
     /// Creates a link to watch session `id` read-only, if its profile allows links,

@@ -6,74 +6,11 @@
 
 use policy::revocation::{CredentialId, Fingerprint, Revocation};
 use policy::{Principal, Sub};
-use serde::{Deserialize, Serialize};
 
 use super::{now, Control};
+use crate::api::wire::{RevocationRequest, SignInReport, SignInView};
 use crate::error::ApiError;
 use crate::model::SignIn;
-
-/// `POST /v1/signins`: what the gateway says of a sign-in it just made with the token
-/// it presents (the token itself says who and until when).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SignInReport {
-    /// `token` or `oidc`.
-    #[serde(default)]
-    pub method: String,
-    /// The gateway's name for itself.
-    #[serde(default)]
-    pub gateway: String,
-    /// The browser's `User-Agent`.
-    #[serde(default)]
-    pub user_agent: String,
-    /// The client address the gateway saw.
-    #[serde(default)]
-    pub client: String,
-}
-
-/// `POST /v1/revocations`: a token by its `jti`, or a user's tokens issued before a
-/// time.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RevocationRequest {
-    /// The token's `jti`.
-    #[serde(default)]
-    pub jti: Option<String>,
-    /// With `issued_before`: whose tokens.
-    #[serde(default)]
-    pub sub: Option<String>,
-    /// Seconds since the Unix epoch; `0` or absent with `sub`: now (tokens issued in
-    /// this second included).
-    #[serde(default)]
-    pub issued_before: Option<u64>,
-    /// When the revoked token expires, if known; otherwise the entry is kept for the
-    /// longest lifetime a token may have (`auth.max_token_lifetime_seconds`).
-    #[serde(default)]
-    pub expires_at: Option<u64>,
-}
-
-/// A sign-in as its user and admins see it.
-#[derive(Debug, Serialize)]
-pub struct SignInView<'a> {
-    /// Its public id.
-    pub id: String,
-    /// Whose.
-    pub sub: &'a str,
-    /// When it was made, seconds since the Unix epoch.
-    pub created_at: u64,
-    /// When it ends by itself.
-    pub expires_at: u64,
-    /// `token` or `oidc`.
-    pub method: &'a str,
-    /// The gateway that made it.
-    pub gateway: &'a str,
-    /// The browser.
-    pub user_agent: &'a str,
-    /// The client address.
-    pub client: &'a str,
-    /// Whether it is the caller's own sign-in (the token of this request).
-    pub current: bool,
-}
 
 /// Cuts a reported string to `max` characters, dropping control characters.
 fn clean(s: &str, max: usize) -> String {

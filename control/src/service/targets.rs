@@ -4,93 +4,16 @@
 
 use policy::target::TargetDefinition;
 use policy::{Principal, SessionId};
-use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
 use super::{now, Control};
+use crate::api::wire::{TargetPatch, TargetRequest};
 use crate::error::ApiError;
-use crate::model::{SessionState, Target, TargetCredential};
+use crate::model::{Target, TargetCredential};
 use crate::store::StoreError;
 
 /// Who registered the targets of the configuration.
 const FROM_CONFIG: &str = "config";
-
-/// Body of `POST /v1/targets`: the fields of a `[[targets]]` table, as JSON (the
-/// credential only as a file reference, never a secret).
-pub type TargetRequest = config::TargetConfig;
-
-/// Body of `PATCH /v1/targets/<id>`: who may open it.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TargetPatch {
-    /// New list of allowed `sub`s (unchanged when absent).
-    #[serde(default)]
-    pub users: Option<Vec<String>>,
-    /// New list of allowed roles (unchanged when absent).
-    #[serde(default)]
-    pub roles: Option<Vec<String>>,
-}
-
-/// A target as admins see it.
-#[derive(Debug, Serialize)]
-pub struct TargetView<'a> {
-    id: &'a SessionId,
-    name: &'a str,
-    kind: &'static str,
-    upstream: &'a str,
-    users: &'a [String],
-    roles: &'a [String],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    credential: Option<&'a TargetCredential>,
-    created_at: u64,
-    created_by: &'a str,
-    from_config: bool,
-    terminal_url: String,
-}
-
-impl<'a> From<&'a Target> for TargetView<'a> {
-    fn from(t: &'a Target) -> Self {
-        TargetView {
-            id: &t.id,
-            name: &t.name,
-            kind: "external",
-            upstream: &t.upstream,
-            users: &t.users,
-            roles: &t.roles,
-            credential: t.credential.as_ref(),
-            created_at: t.created_at,
-            created_by: &t.created_by,
-            from_config: t.from_config,
-            terminal_url: format!("/s/{}/", t.id),
-        }
-    }
-}
-
-/// A target as it appears among a user's sessions: always running, owned by nobody.
-#[derive(Debug, Serialize)]
-pub struct ListedTarget<'a> {
-    id: &'a SessionId,
-    name: &'a str,
-    kind: &'static str,
-    profile: &'static str,
-    state: &'static str,
-    created_at: u64,
-    terminal_url: String,
-}
-
-impl<'a> From<&'a Target> for ListedTarget<'a> {
-    fn from(t: &'a Target) -> Self {
-        ListedTarget {
-            id: &t.id,
-            name: &t.name,
-            kind: "external",
-            profile: "existing ttyd",
-            state: SessionState::Running.as_str(),
-            created_at: t.created_at,
-            terminal_url: format!("/s/{}/", t.id),
-        }
-    }
-}
 
 /// The id of a configured target: derived from the deployment and its name, so it is
 /// the same at every start and in every control of the deployment.

@@ -6,8 +6,22 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use policy::audit::AuditEntry;
+
 use super::{Result, Store, StoreError};
-use crate::audit::{AuditEntry, AuditQuery};
+
+/// What an admin searches for: newest first, up to `limit`, older than `before_ms`.
+#[derive(Debug, Clone, Default)]
+pub struct AuditQuery {
+    /// Only entries about this user.
+    pub sub: Option<String>,
+    /// Only entries about this session.
+    pub session: Option<String>,
+    /// Only entries strictly older than this (for the next page).
+    pub before_ms: Option<u64>,
+    /// At most this many.
+    pub limit: usize,
+}
 
 /// Entries looked at for one search, at most: a search for a rare user stays bounded.
 const SCAN: usize = 200_000;

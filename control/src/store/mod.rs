@@ -42,6 +42,8 @@ mod sign_ins;
 mod tests;
 mod tx;
 
+pub use audit::AuditQuery;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};

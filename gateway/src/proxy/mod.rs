@@ -10,12 +10,10 @@
 mod admission;
 mod api;
 mod credential;
-mod first_message;
 mod reply;
 mod sign_in;
 mod terminal;
 mod upstream;
-pub(crate) mod ws_frames;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,6 +33,7 @@ use crate::metrics::{Label, Metrics};
 use crate::state::Gateway;
 use crate::terminals::Ticket;
 use crate::ui;
+use crate::ws::{first_message, frames};
 use reply::Json;
 
 /// The gateway's `ProxyHttp`.
@@ -177,7 +176,7 @@ enum Next {
     /// Is answered with the admin console's page.
     AdminPage,
     /// Is answered with a redirect (sign-in through the identity provider).
-    Redirect(sign_in::Redirect),
+    Redirect(reply::Redirect),
     /// Is answered with a share link's viewer page.
     ViewerPage,
 }
@@ -202,7 +201,7 @@ pub struct Ctx {
     first_message: Option<first_message::Pending>,
     /// The frame headers of a terminal websocket's upward bytes, read to bound each
     /// frame's size (`gateway.max_ws_frame_bytes`).
-    frames: Option<ws_frames::FrameSizes>,
+    frames: Option<frames::FrameSizes>,
     bytes_up: u64,
     bytes_down: u64,
     /// The terminal left Pingora for the gateway's own tunnel, which logs it.
@@ -443,7 +442,7 @@ impl ProxyHttp for Proxy {
                         .and(ctx.session)
                         .filter(|_| ctx.share.is_none());
                     let clock = clock.map(|id| self.g.activity.clock(id));
-                    ctx.frames = Some(ws_frames::FrameSizes::new(clock));
+                    ctx.frames = Some(frames::FrameSizes::new(clock));
                 }
                 let recorded = matches!(&upstream, Upstream::Ttyd(t) if !t.record.is_off());
                 ctx.upstream = Some(upstream);

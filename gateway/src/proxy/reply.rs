@@ -62,8 +62,15 @@ pub(super) async fn json(session: &mut Session, json: Json) -> Result<()> {
         .await
 }
 
+/// A redirect the gateway answers itself, with the cookies it sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Redirect {
+    pub location: String,
+    pub cookies: Vec<String>,
+}
+
 /// Writes a 303 to `to.location`, setting its cookies; never cached.
-pub(super) async fn redirect(session: &mut Session, to: super::sign_in::Redirect) -> Result<()> {
+pub(super) async fn redirect(session: &mut Session, to: Redirect) -> Result<()> {
     let mut h = ResponseHeader::build(303, Some(3 + to.cookies.len()))?;
     h.insert_header("Location", to.location)?;
     h.insert_header("Content-Length", "0")?;

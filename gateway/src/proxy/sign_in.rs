@@ -7,18 +7,11 @@ use pingora::proxy::Session;
 use policy::{OidcStep, Refusal};
 
 use super::credential::{client_ip, credential, Credential, REFUSAL_PAUSE};
-use super::reply::Json;
+use super::reply::{Json, Redirect};
 use super::{header, Allowed, Denied, Next};
 use crate::oidc::{FLOW_COOKIE, ID_TOKEN_COOKIE};
 use crate::state::{now, Gateway};
 use crate::terminals::CloseReason;
-
-/// A redirect the gateway answers itself, with the cookies it sets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Redirect {
-    pub location: String,
-    pub cookies: Vec<String>,
-}
 
 /// Admits a request for one step of the sign-in.
 pub(super) async fn step(

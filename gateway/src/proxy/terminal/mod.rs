@@ -37,9 +37,10 @@ pub(crate) use upward::upward;
 
 use self::socket::{read_answer, read_more, write_now, Answer, Socket, MAX_HEAD};
 use self::tunnel::{Flow, Tunnel};
-use super::{log, ws_frames, Ctx, Proxy, RequestLine, Upstream};
+use super::{log, Ctx, Proxy, RequestLine, Upstream};
 use crate::head_deadline::HeadDeadline;
 use crate::recording::Recorder;
+use crate::ws::frames;
 
 /// Whether the request's connection can leave Pingora for a tunnel of the gateway's own:
 /// HTTP/1 on this gateway's listener, plain or TLS.
@@ -283,7 +284,7 @@ async fn hand_over(
         );
         return;
     }
-    let mut frames_down = ws_frames::Boundaries::default();
+    let mut frames_down = frames::Boundaries::default();
     frames_down.read(&answer.rest);
     let tunnel = Tunnel {
         ctx,

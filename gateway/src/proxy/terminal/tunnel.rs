@@ -29,10 +29,10 @@ use tokio::sync::futures::OwnedNotified;
 
 use super::socket::{flush, send, Socket};
 use super::upward::upward;
-use crate::proxy::ws_frames;
 use crate::proxy::{log, Ctx, RequestLine};
 use crate::recording::{QueueFull, Recorder};
 use crate::state::Gateway;
+use crate::ws::frames;
 
 /// Bytes read from a connection at a time.
 const SCRATCH: usize = 64 * 1024;
@@ -57,7 +57,7 @@ pub(super) struct Tunnel {
     pub(super) line: RequestLine,
     pub(super) flow: Flow,
     /// Where the ttyd's frames to the browser begin and end.
-    pub(super) frames_down: ws_frames::Boundaries,
+    pub(super) frames_down: frames::Boundaries,
     /// Ready once enforcement woke the tunnel to close (a permit stored before the
     /// first poll counts).
     pub(super) woken: Pin<Box<OwnedNotified>>,

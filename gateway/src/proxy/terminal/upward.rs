@@ -2,7 +2,8 @@
 
 use std::borrow::Cow;
 
-use crate::proxy::{ws_frames, Ctx};
+use crate::proxy::Ctx;
+use crate::ws::frames;
 
 /// The checks of bytes going up: each frame's size (`max`), and a `ttyd -c` target's
 /// first message (held until whole, then sent with its token). `None`: nothing to send
@@ -13,7 +14,7 @@ pub(crate) fn upward<'a>(
     max: u64,
 ) -> Result<Option<Cow<'a, [u8]>>, String> {
     if let Some(frames) = ctx.frames.as_mut() {
-        if let Err(ws_frames::TooLarge(len)) = frames.feed(bytes, max) {
+        if let Err(frames::TooLarge(len)) = frames.feed(bytes, max) {
             ctx.reason = "ws_frame_too_large";
             return Err(format!(
                 "a websocket frame of {len} bytes is over gateway.max_ws_frame_bytes"

@@ -9,10 +9,16 @@
 //! client-chosen `arg` ever reaches ttyd.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use hyper::body::Incoming;
+use hyper::header::HeaderValue;
+use hyper::{Method, Request};
 use policy::feed::{parse_addr, Route, TtydAddr};
 use policy::{CredentialSource, Decision, PathError, PublicRoute, Refusal, TerminalPart};
 
+use super::{empty, not_allowed, Reply};
+use crate::error::ApiError;
 use crate::service::Control;
 
 /// What the proxy tells about the request it holds.
@@ -128,6 +134,7 @@ impl Control {
                 .with_message("this terminal's ttyd expects a credential only the gateway adds"));
         }
         let upstream = self.upstream_of(route).ok_or_else(|| {
+            // Under the target this line had before the module moved into `api`.
             tracing::error!(session = %id, "authz: the route names no usable ttyd address");
             Refusal::TERMINAL_UNAVAILABLE
         })?;
@@ -176,6 +183,54 @@ fn ttyd_uri(route: &Route, part: TerminalPart) -> String {
         (TerminalPart::Ws, Some(arg)) => format!("{base}{path}?arg={arg}"),
         _ => format!("{base}{path}"),
     }
+}
+
+/// `GET` or `HEAD /v1/authz`; other methods are refused before anything else.
+pub(super) fn handle(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, ApiError> {
+    let method = req.method().clone();
+    if method != Method::GET && method != Method::HEAD {
+        return Err(not_allowed());
+    }
+    authz(&control, &req)
+}
+
+/// `GET /v1/authz`: a proxy's terminal check (nginx `auth_request`). 200 with the
+/// grant in `X-Termgate-*` headers and no body, or the refusal as everywhere else; a
+/// 401 carries `WWW-Authenticate`, which nginx passes on.
+fn authz(control: &Control, req: &Request<Incoming>) -> Result<Reply, ApiError> {
+    let h = req.headers();
+    let one = |name: &str| h.get(name).map(HeaderValue::as_bytes);
+    let cookies: Vec<&[u8]> = h
+        .get_all(hyper::header::COOKIE)
+        .iter()
+        .map(HeaderValue::as_bytes)
+        .collect();
+    let asked = AuthzRequest {
+        uri: one("x-original-uri"),
+        method: one("x-original-method"),
+        origin: one("origin"),
+        authorization: one("authorization"),
+        cookies: &cookies,
+    };
+    let grant = control.authorize(&asked)?;
+    let mut reply = empty(200);
+    let headers = reply.headers_mut();
+    let mut set = |name: &'static str, value: &str| {
+        // Every value comes from the store or a verified token; one that is not a valid
+        // header value fails the request rather than being altered.
+        let v = HeaderValue::from_str(value).map_err(|_| ApiError::INTERNAL)?;
+        headers.insert(name, v);
+        Ok::<(), ApiError>(())
+    };
+    set("x-termgate-upstream", &grant.upstream)?;
+    set("x-termgate-uri", &grant.uri)?;
+    set("x-termgate-user", &grant.user)?;
+    set("x-termgate-reason", grant.reason)?;
+    if let Some(arg) = &grant.arg {
+        set("x-termgate-arg", arg)?;
+    }
+    set("cache-control", "no-store")?;
+    Ok(reply)
 }
 
 #[cfg(test)]

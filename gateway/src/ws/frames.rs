@@ -118,7 +118,7 @@ fn pass_payload(skip: &mut u64, data: &mut &[u8]) {
 
 /// Where the reader is in the stream of client frames.
 #[derive(Debug, Default)]
-pub(super) struct FrameSizes {
+pub(crate) struct FrameSizes {
     /// Payload bytes of the current frame still to pass.
     skip: u64,
     head: HeadBytes,
@@ -130,11 +130,11 @@ pub(super) struct FrameSizes {
 
 /// A frame whose payload is larger than the bound.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct TooLarge(pub u64);
+pub(crate) struct TooLarge(pub u64);
 
 impl FrameSizes {
     /// A reader that touches `clock` for each input message.
-    pub(super) fn new(clock: Option<InputClock>) -> Self {
+    pub(crate) fn new(clock: Option<InputClock>) -> Self {
         FrameSizes {
             clock,
             ..FrameSizes::default()
@@ -143,7 +143,7 @@ impl FrameSizes {
 
     /// Reads the frame headers in `data`; refuses a frame with a payload over `max`.
     /// Touches the clock (once per call) when an input message began in `data`.
-    pub(super) fn feed(&mut self, data: &[u8], max: u64) -> Result<(), TooLarge> {
+    pub(crate) fn feed(&mut self, data: &[u8], max: u64) -> Result<(), TooLarge> {
         let mut typed = false;
         let r = self.read(data, max, &mut typed);
         if typed {
@@ -189,7 +189,7 @@ impl FrameSizes {
 /// close frame only between two of them, and none once the ttyd sent its own. Headers
 /// only are read, as [`FrameSizes`] does: the cost is per frame, not per byte.
 #[derive(Debug, Default)]
-pub(super) struct Boundaries {
+pub(crate) struct Boundaries {
     /// Payload bytes of the current frame still to pass.
     skip: u64,
     head: HeadBytes,
@@ -199,23 +199,23 @@ pub(super) struct Boundaries {
 
 impl Boundaries {
     /// Whether the bytes read so far end a frame.
-    pub(super) fn at_boundary(&self) -> bool {
+    pub(crate) fn at_boundary(&self) -> bool {
         self.skip == 0 && self.head.is_empty()
     }
 
     /// Whether the ttyd sent a close frame of its own.
-    pub(super) fn ttyd_closed(&self) -> bool {
+    pub(crate) fn ttyd_closed(&self) -> bool {
         self.closed
     }
 
     /// Reads all of `data`.
-    pub(super) fn read(&mut self, data: &[u8]) {
+    pub(crate) fn read(&mut self, data: &[u8]) {
         self.read_to(data, false);
     }
 
     /// Reads `data` as far as the end of the frame in progress; how many of its bytes
     /// that is (`0` on a boundary already, all of them if the frame goes on past them).
-    pub(super) fn read_to_boundary(&mut self, data: &[u8]) -> usize {
+    pub(crate) fn read_to_boundary(&mut self, data: &[u8]) -> usize {
         self.read_to(data, true)
     }
 

@@ -1,0 +1,147 @@
+//! The rules for `[gateway]`: listeners, TLS files, origins, upstreams and limits;
+//! also the origins the section allows.
+
+use std::net::SocketAddr;
+
+use policy::Origin;
+
+use super::common::{check_addr, check_readable, positive, within};
+use crate::model::Config;
+
+/// Checks `[gateway]`.
+pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
+    let g = &c.gateway;
+    check_addr("gateway.listen", &g.listen, err);
+    check_addr("gateway.admin_listen", &g.admin_listen, err);
+    match (&g.tls_cert_file, &g.tls_key_file) {
+        (Some(cert), Some(key)) => {
+            check_readable(c, cert, "gateway.tls_cert_file", err);
+            check_readable(c, key, "gateway.tls_key_file", err);
+        }
+        (None, None) => {}
+        (Some(_), None) => err(
+            "gateway.tls_key_file",
+            "required when tls_cert_file is set".into(),
+        ),
+        (None, Some(_)) => err(
+            "gateway.tls_cert_file",
+            "required when tls_key_file is set".into(),
+        ),
+    }
+    for (i, o) in g.allowed_origins.iter().enumerate() {
+        if let Err(e) = Origin::parse(o) {
+            err(
+                &format!("gateway.allowed_origins[{i}]"),
+                format!("{o:?}: {e}"),
+            );
+        }
+    }
+    if let Err((i, why)) = policy::TrustedProxies::parse(&g.trusted_proxies) {
+        err(&format!("gateway.trusted_proxies[{i}]"), why);
+    }
+    match g.control_url.strip_prefix("http://") {
+        Some(hostport) if !hostport.is_empty() && !hostport.contains('/') => {}
+        _ => err(
+            "gateway.control_url",
+            "must be http://host:port with no path".into(),
+        ),
+    }
+    for (i, u) in g.ttyd_upstreams.iter().enumerate() {
+        check_addr(&format!("gateway.ttyd_upstreams[{i}]"), u, err);
+    }
+    for (i, u) in g.viewer_upstreams.iter().enumerate() {
+        check_addr(&format!("gateway.viewer_upstreams[{i}]"), u, err);
+    }
+    positive("gateway.control_timeout_ms", g.control_timeout_ms, err);
+    positive(
+        "gateway.max_terminals_per_user",
+        g.max_terminals_per_user.into(),
+        err,
+    );
+    positive(
+        "gateway.max_terminals_per_session",
+        g.max_terminals_per_session.into(),
+        err,
+    );
+    within(
+        "gateway.max_request_header_bytes",
+        g.max_request_header_bytes,
+        1024,
+        1 << 20,
+        err,
+    );
+    within(
+        "gateway.max_body_bytes",
+        g.max_body_bytes,
+        1024,
+        16 << 20,
+        err,
+    );
+    within(
+        "gateway.header_timeout_ms",
+        g.header_timeout_ms as usize,
+        100,
+        600_000,
+        err,
+    );
+    within(
+        "gateway.activity_report_ms",
+        g.activity_report_ms as usize,
+        100,
+        60_000,
+        err,
+    );
+    within(
+        "gateway.terminal_report_ms",
+        g.terminal_report_ms as usize,
+        50,
+        60_000,
+        err,
+    );
+    within(
+        "gateway.max_ws_frame_bytes",
+        g.max_ws_frame_bytes as usize,
+        4096,
+        64 << 20,
+        err,
+    );
+    within("gateway.recording_queue", g.recording_queue, 4, 65_536, err);
+    positive(
+        "gateway.auth_failures_per_minute",
+        g.auth_failures_per_minute.into(),
+        err,
+    );
+}
+
+impl Config {
+    /// Origins allowed to open terminals: the configured list, or the listener's own.
+    pub fn gateway_origins(&self) -> Vec<Origin> {
+        if !self.gateway.allowed_origins.is_empty() {
+            return self
+                .gateway
+                .allowed_origins
+                .iter()
+                .filter_map(|o| Origin::parse(o).ok())
+                .collect();
+        }
+        let scheme = if self.gateway.tls_cert_file.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let Ok(addr) = self.gateway.listen.parse::<SocketAddr>() else {
+            return Vec::new();
+        };
+        let mut hosts = vec![match addr {
+            SocketAddr::V4(a) => a.ip().to_string(),
+            SocketAddr::V6(a) => format!("[{}]", a.ip()),
+        }];
+        if addr.ip().is_loopback() {
+            hosts.push("localhost".into());
+        }
+        hosts
+            .iter()
+            .filter_map(|h| Origin::parse(&format!("{scheme}://{h}:{}", addr.port())).ok())
+            .collect()
+    }
+}

@@ -1,0 +1,247 @@
+//! The `/v1/sessions…`, `/v1/history` and `/v1/targets…` handlers: a user's sessions
+//! (create, list, get, end, redraw), their recordings and share links, ended sessions,
+//! and the targets admins register.
+
+use std::sync::Arc;
+
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response};
+
+use super::wire::{
+    CreateRequest, Listed, ListedTarget, RecordingList, RedrawRequest, Sessions, ShareRequest,
+    TargetPatch, TargetRequest, TargetView, Targets,
+};
+use super::{
+    authenticate, empty, json, no_such_endpoint, not_allowed, query_param, read_json, session_id,
+    Reply,
+};
+use crate::error::ApiError;
+use crate::service::{Control, Whose};
+
+/// `/v1/sessions` (list, create) and `/v1/sessions/<id>…`: one session (get, end), its
+/// redraw, its recordings and its share links.
+pub(super) async fn sessions(
+    control: Arc<Control>,
+    req: Request<Incoming>,
+    rest: &[&str],
+    limit: usize,
+) -> Result<Reply, ApiError> {
+    let method = req.method().clone();
+    match rest {
+        [] => {
+            let who = authenticate(&control, &req)?;
+            match method {
+                Method::GET => {
+                    let whose = Whose::asked(
+                        query_param(&req, "all") == Some("true"),
+                        query_param(&req, "owner"),
+                    );
+                    let list = control.list(&who, &whose)?;
+                    // Targets that allow the caller are listed with their own sessions
+                    // (not in an admin's listing of someone else's).
+                    let targets = if whose == Whose::Own {
+                        control.targets_for(&who)?
+                    } else {
+                        Vec::new()
+                    };
+                    let mut sessions: Vec<Listed<'_>> = list
+                        .iter()
+                        .map(|s| Listed::Session(control.view(s)))
+                        .collect();
+                    sessions.extend(
+                        targets
+                            .iter()
+                            .map(|t| Listed::Target(ListedTarget::from(t))),
+                    );
+                    Ok(json(200, &Sessions { sessions }))
+                }
+                Method::POST => {
+                    let body: CreateRequest = read_json(req, limit).await?;
+                    let (s, timing) = control.create(&who, body).await?;
+                    let mut reply = json(201, &control.view(&s));
+                    // Server-Timing lets clients (and the benchmarks) split control's own
+                    // time from Docker's.
+                    let header = format!(
+                        "docker;dur={:.3}, total;dur={:.3}",
+                        timing.docker.as_secs_f64() * 1000.0,
+                        timing.total.as_secs_f64() * 1000.0
+                    );
+                    if let Ok(v) = HeaderValue::from_str(&header) {
+                        reply.headers_mut().insert("server-timing", v);
+                    }
+                    Ok(reply)
+                }
+                _ => Err(not_allowed()),
+            }
+        }
+        [id] => {
+            let who = authenticate(&control, &req)?;
+            let id = session_id(id)?;
+            match method {
+                Method::GET => {
+                    if let Some(t) = control.target_for(&who, &id)? {
+                        return Ok(json(200, &ListedTarget::from(&t)));
+                    }
+                    let s = control.get(&who, &id)?;
+                    Ok(json(200, &control.view(&s)))
+                }
+                Method::DELETE => {
+                    // 204 once the end is decided and durable: its terminals are
+                    // closing now, its container goes in the background.
+                    control.end(&who, &id)?;
+                    Ok(empty(204))
+                }
+                _ => Err(not_allowed()),
+            }
+        }
+        [id, "redraw"] => {
+            let who = authenticate(&control, &req)?;
+            let id = session_id(id)?;
+            if method != Method::POST {
+                return Err(not_allowed());
+            }
+            let body: RedrawRequest = read_json(req, limit).await?;
+            control.redraw(&who, &id, body).await?;
+            Ok(empty(204))
+        }
+        [id, "recordings"] => {
+            let who = authenticate(&control, &req)?;
+            let id = session_id(id)?;
+            if method != Method::GET {
+                return Err(not_allowed());
+            }
+            // Owner or admin, for active and ended sessions alike; others: 404.
+            control.get(&who, &id)?;
+            let list = control.recordings().list(&id);
+            Ok(json(200, &RecordingList { recordings: list }))
+        }
+        [id, "recordings", name] => {
+            let who = authenticate(&control, &req)?;
+            let id = session_id(id)?;
+            if method != Method::GET {
+                return Err(not_allowed());
+            }
+            control.get(&who, &id)?;
+            let bytes = control.recordings().read(&id, name).await?;
+            tracing::info!(target: "audit", sub = %who.sub, session = %id, recording = %name, "recording read");
+            let mut r = Response::new(Full::new(bytes));
+            let headers = r.headers_mut();
+            headers.insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("application/x-asciicast"),
+            );
+            if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}.cast\"")) {
+                headers.insert(hyper::header::CONTENT_DISPOSITION, v);
+            }
+            Ok(r)
+        }
+        [id, "shares"] => {
+            let who = authenticate(&control, &req)?;
+            let id = session_id(id)?;
+            match method {
+                Method::GET => {
+                    let shares = control.list_shares(&who, &id)?;
+                    Ok(json(200, &serde_json::json!({ "shares": shares })))
+                }
+                Method::POST => {
+                    let body: ShareRequest = read_json(req, limit).await?;
+                    Ok(json(201, &control.create_share(&who, &id, &body)?))
+                }
+                _ => Err(not_allowed()),
+            }
+        }
+        [id, "shares", share] => {
+            let who = authenticate(&control, &req)?;
+            let id = session_id(id)?;
+            if method != Method::DELETE {
+                return Err(not_allowed());
+            }
+            control.revoke_share(&who, &id, share)?;
+            Ok(empty(204))
+        }
+        _ => Err(no_such_endpoint()),
+    }
+}
+
+/// `GET /v1/history`: ended sessions, with the same visibility as the session list.
+pub(super) fn history(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, ApiError> {
+    let method = req.method().clone();
+    let who = authenticate(&control, &req)?;
+    if method != Method::GET {
+        return Err(not_allowed());
+    }
+    let whose = Whose::asked(
+        query_param(&req, "all") == Some("true"),
+        query_param(&req, "owner"),
+    );
+    let list = control.history(&who, &whose)?;
+    Ok(json(
+        200,
+        &Sessions {
+            sessions: list.iter().map(|s| control.view(s)).collect(),
+        },
+    ))
+}
+
+/// `/v1/targets` and `/v1/targets/<id>`: the targets, listed, registered, read, changed
+/// and removed (admin only).
+pub(super) async fn targets(
+    control: Arc<Control>,
+    req: Request<Incoming>,
+    rest: &[&str],
+    limit: usize,
+) -> Result<Reply, ApiError> {
+    let method = req.method().clone();
+    match rest {
+        [] => {
+            let who = authenticate(&control, &req)?;
+            match method {
+                Method::GET => {
+                    let list = control.list_targets(&who)?;
+                    Ok(json(
+                        200,
+                        &Targets {
+                            targets: list.iter().map(TargetView::from).collect(),
+                        },
+                    ))
+                }
+                Method::POST => {
+                    // Admin first: a non-admin learns nothing from the body's problems.
+                    control.list_targets(&who)?;
+                    let body: TargetRequest = read_json(req, limit).await?;
+                    let t = control.create_target(&who, body)?;
+                    Ok(json(201, &TargetView::from(&t)))
+                }
+                _ => Err(not_allowed()),
+            }
+        }
+        [id] => {
+            let who = authenticate(&control, &req)?;
+            let id = session_id(id)?;
+            match method {
+                Method::GET => {
+                    let t = control
+                        .list_targets(&who)?
+                        .into_iter()
+                        .find(|t| t.id == id)
+                        .ok_or(ApiError::NOT_FOUND)?;
+                    Ok(json(200, &TargetView::from(&t)))
+                }
+                Method::PATCH => {
+                    control.list_targets(&who)?;
+                    let body: TargetPatch = read_json(req, limit).await?;
+                    let t = control.patch_target(&who, &id, body)?;
+                    Ok(json(200, &TargetView::from(&t)))
+                }
+                Method::DELETE => {
+                    control.delete_target(&who, &id)?;
+                    Ok(empty(204))
+                }
+                _ => Err(not_allowed()),
+            }
+        }
+        _ => Err(no_such_endpoint()),
+    }
+}

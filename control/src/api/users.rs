@@ -1,0 +1,181 @@
+//! The handlers about users rather than one session: profiles, sign-ins, revocations,
+//! the admin's audit search and user locks.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request};
+use policy::revocation::Fingerprint;
+use policy::Sub;
+
+use super::wire::{AuditLines, ProfileView, Profiles, Users};
+use super::{
+    authenticate, bearer, empty, json, no_such_endpoint, not_allowed, query_param, read_json, Reply,
+};
+use crate::error::ApiError;
+use crate::service::{may_lock, Control, RevocationRequest, SignInReport, SignInView};
+use crate::store::AuditQuery;
+
+/// `GET /v1/profiles`: the profiles sessions are created from.
+pub(super) fn profiles(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, ApiError> {
+    let method = req.method().clone();
+    authenticate(&control, &req)?;
+    if method != Method::GET {
+        return Err(not_allowed());
+    }
+    let profiles = control
+        .profiles()
+        .iter()
+        .map(|(name, p)| ProfileView::new(name, p))
+        .collect();
+    Ok(json(200, &Profiles { profiles }))
+}
+
+/// `/v1/signins…`: a gateway records a sign-in (`POST`, with the sign-in's own token);
+/// users list theirs (`GET`, admins `?sub=`), sign out the current one
+/// (`DELETE …/current`), one by id (`DELETE …/<id>`) or all (`DELETE`, "everywhere").
+pub(super) async fn sign_ins(
+    control: &Control,
+    req: Request<Incoming>,
+    rest: &[&str],
+    limit: usize,
+) -> Result<Reply, ApiError> {
+    let who = authenticate(control, &req)?;
+    let token = bearer(&req).unwrap_or_default().to_vec();
+    let whose = match query_param(&req, "sub") {
+        None | Some("") => None,
+        Some(s) => Some(
+            form_urlencoded::parse(format!("sub={s}").as_bytes())
+                .next()
+                .and_then(|(_, v)| Sub::parse(&v))
+                .ok_or(ApiError::INVALID_SUB)?,
+        ),
+    };
+    let method = req.method().clone();
+    match (rest, method) {
+        ([], Method::GET) => {
+            let list = control.list_sign_ins(&who, whose.as_ref())?;
+            let current = Fingerprint::of(&token);
+            let views: Vec<SignInView<'_>> = list
+                .iter()
+                .map(|s| control.sign_in_view(s, &current))
+                .collect();
+            Ok(json(200, &serde_json::json!({ "signins": views })))
+        }
+        ([], Method::POST) => {
+            let report: SignInReport = read_json(req, limit).await?;
+            let s = control.record_sign_in(&who, &token, &report)?;
+            Ok(json(201, &control.sign_in_view(&s, &s.fingerprint)))
+        }
+        ([], Method::DELETE) => {
+            let n = control.sign_out_all(&who, whose.as_ref())?;
+            Ok(json(200, &serde_json::json!({ "signed_out": n })))
+        }
+        (["current"], Method::DELETE) => {
+            control.sign_out_current(&who, &token)?;
+            Ok(empty(204))
+        }
+        ([id], Method::DELETE) => {
+            control.sign_out(&who, id, whose.as_ref())?;
+            Ok(empty(204))
+        }
+        ([] | ["current"] | [_], _) => Err(ApiError::METHOD_NOT_ALLOWED),
+        _ => Err(ApiError::PAGE_NOT_FOUND),
+    }
+}
+
+/// `/v1/revocations`: the revocations in force (`GET`) and an admin's new one (`POST`).
+pub(super) async fn revocations(
+    control: Arc<Control>,
+    req: Request<Incoming>,
+    limit: usize,
+) -> Result<Reply, ApiError> {
+    let method = req.method().clone();
+    let who = authenticate(&control, &req)?;
+    match method {
+        Method::GET => Ok(json(
+            200,
+            &serde_json::json!({ "revocations": control.revocations(&who)? }),
+        )),
+        Method::POST => {
+            if !who.admin {
+                return Err(
+                    ApiError::ADMIN_REQUIRED.with_message("only an admin may revoke tokens")
+                );
+            }
+            let body: RevocationRequest = read_json(req, limit).await?;
+            Ok(json(201, &control.revoke_tokens(&who, &body)?))
+        }
+        _ => Err(not_allowed()),
+    }
+}
+
+/// `GET /v1/audit`: an admin's search of the audit trail.
+pub(super) fn audit(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, ApiError> {
+    let method = req.method().clone();
+    let who = authenticate(&control, &req)?;
+    if method != Method::GET {
+        return Err(not_allowed());
+    }
+    let query = audit_query(req.uri().query().unwrap_or(""))?;
+    let lines = control.audit(&who, &query)?;
+    Ok(json(200, &AuditLines { lines }))
+}
+
+/// Audit lines an admin asks for; `sub` and `session` are form-encoded (a `sub` may
+/// hold any character).
+fn audit_query(query: &str) -> Result<AuditQuery, ApiError> {
+    let mut q = AuditQuery {
+        limit: 100,
+        ..AuditQuery::default()
+    };
+    let number = |name: &str, v: &str| {
+        v.parse::<u64>()
+            .map_err(|_| ApiError::INVALID_QUERY.with_message(format!("{name} must be a number")))
+    };
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        match &*k {
+            "sub" if !v.is_empty() => q.sub = Some(v.into_owned()),
+            "session" if !v.is_empty() => q.session = Some(v.into_owned()),
+            "before_ms" => q.before_ms = Some(number("before_ms", &v)?),
+            "limit" => {
+                q.limit = usize::try_from(number("limit", &v)?)
+                    .unwrap_or(usize::MAX)
+                    .clamp(1, 1_000);
+            }
+            _ => {}
+        }
+    }
+    Ok(q)
+}
+
+/// `GET /v1/users` (the locked users) and `POST`/`DELETE /v1/users/<sub>/lock`.
+pub(super) fn users(
+    control: Arc<Control>,
+    req: Request<Incoming>,
+    rest: &[&str],
+) -> Result<Reply, ApiError> {
+    let method = req.method().clone();
+    match rest {
+        [] => {
+            let who = authenticate(&control, &req)?;
+            if method != Method::GET {
+                return Err(not_allowed());
+            }
+            let locked = control.locked_users(&who)?;
+            Ok(json(200, &Users { locked }))
+        }
+        [sub, "lock"] => {
+            let who = authenticate(&control, &req)?;
+            let lock = match method {
+                Method::POST => true,
+                Method::DELETE => false,
+                _ => return Err(not_allowed()),
+            };
+            may_lock(&who)?;
+            let sub = Sub::parse(sub).ok_or(ApiError::INVALID_SUB)?;
+            control.set_lock(&who, &sub, lock).map(|_| empty(204))
+        }
+        _ => Err(no_such_endpoint()),
+    }
+}

@@ -1,0 +1,461 @@
+//! The JSON that crosses control's API: the request bodies it reads and the views it
+//! answers with. `service` re-exports the ones its operations take and return.
+
+use std::collections::BTreeMap;
+
+use policy::audit::AuditEntry;
+use policy::{SessionId, Sub};
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Session, SessionState, Target, TargetCredential};
+use crate::recordings::RecordingView;
+
+// Sessions.
+
+/// Body of `POST /v1/sessions`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRequest {
+    /// Profile name.
+    pub profile: String,
+    /// Display name (default: the profile name).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Option values by option name.
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+}
+
+/// Body of `POST /v1/sessions/<id>/redraw`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedrawRequest {
+    /// Terminal columns.
+    pub cols: u16,
+    /// Terminal rows.
+    pub rows: u16,
+}
+
+/// A session as the API shows it (no container id).
+#[derive(Debug, Serialize)]
+pub struct SessionView<'a> {
+    id: &'a SessionId,
+    kind: &'static str,
+    owner: &'a Sub,
+    name: &'a str,
+    profile: &'a str,
+    host: &'a str,
+    options: &'a BTreeMap<String, String>,
+    state: &'static str,
+    created_at: u64,
+    terminal_url: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ended_at: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ended_by: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    end_reason: Option<&'a str>,
+    /// When a user last typed into one of its terminals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_input: Option<u64>,
+    /// When it will end by itself (the earlier of its idle and lifetime deadlines),
+    /// for an active session whose profile limits either.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ends_at: Option<u64>,
+    /// What ends it then: `idle` or `max_lifetime`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ends_because: Option<&'static str>,
+    /// Terminals open on it now over every gateway that reports (absent: no gateway
+    /// has reported lately).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) terminals: Option<u32>,
+}
+
+impl<'a> From<&'a Session> for SessionView<'a> {
+    fn from(s: &'a Session) -> Self {
+        SessionView {
+            id: &s.id,
+            kind: "container",
+            owner: &s.owner,
+            name: &s.name,
+            profile: &s.profile,
+            host: &s.host,
+            options: &s.options,
+            state: s.state.as_str(),
+            created_at: s.created_at,
+            terminal_url: format!("/s/{}/", s.id),
+            ended_at: s.ended_at,
+            ended_by: s.ended_by.as_deref(),
+            end_reason: s.end_reason.as_deref(),
+            last_input: s.last_input,
+            ends_at: None,
+            ends_because: None,
+            terminals: None,
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub(super) struct Sessions<T> {
+    pub(super) sessions: Vec<T>,
+}
+
+/// One entry of a session list: a session, or a target the caller may open.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub(super) enum Listed<'a> {
+    Session(SessionView<'a>),
+    Target(ListedTarget<'a>),
+}
+
+/// `GET /v1/sessions/<id>/recordings`.
+#[derive(Serialize)]
+pub(super) struct RecordingList {
+    pub(super) recordings: Vec<RecordingView>,
+}
+
+// Share links.
+
+/// Body of `POST /v1/sessions/<id>/shares`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShareRequest {
+    /// How long the link admits viewers, seconds (1 s to 7 days).
+    pub ttl_seconds: u64,
+    /// Most viewers at once (per gateway); absent: no bound but the gateway's.
+    #[serde(default)]
+    pub max_viewers: Option<u32>,
+}
+
+/// A link just created: the only time its token is seen.
+#[derive(Debug, Serialize)]
+pub struct CreatedShare {
+    pub(crate) id: String,
+    /// The link, as a path on the gateway (`/v/<token>`).
+    pub(crate) url: String,
+    pub(crate) expires_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_viewers: Option<u32>,
+    pub(crate) signed_in: bool,
+}
+
+/// A live link as its owner sees it: never its token.
+#[derive(Debug, Serialize)]
+pub struct ShareView {
+    pub(crate) id: String,
+    pub(crate) expires_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_viewers: Option<u32>,
+    pub(crate) signed_in: bool,
+    /// Viewers open now over every gateway that reports.
+    pub(crate) viewers: u32,
+    /// The signed-in viewers' `sub`s.
+    pub(crate) subs: Vec<String>,
+}
+
+// Targets.
+
+/// Body of `POST /v1/targets`: the fields of a `[[targets]]` table, as JSON (the
+/// credential only as a file reference, never a secret).
+pub type TargetRequest = config::TargetConfig;
+
+/// Body of `PATCH /v1/targets/<id>`: who may open it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetPatch {
+    /// New list of allowed `sub`s (unchanged when absent).
+    #[serde(default)]
+    pub users: Option<Vec<String>>,
+    /// New list of allowed roles (unchanged when absent).
+    #[serde(default)]
+    pub roles: Option<Vec<String>>,
+}
+
+/// A target as admins see it.
+#[derive(Debug, Serialize)]
+pub struct TargetView<'a> {
+    id: &'a SessionId,
+    name: &'a str,
+    kind: &'static str,
+    upstream: &'a str,
+    users: &'a [String],
+    roles: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    credential: Option<&'a TargetCredential>,
+    created_at: u64,
+    created_by: &'a str,
+    from_config: bool,
+    terminal_url: String,
+}
+
+impl<'a> From<&'a Target> for TargetView<'a> {
+    fn from(t: &'a Target) -> Self {
+        TargetView {
+            id: &t.id,
+            name: &t.name,
+            kind: "external",
+            upstream: &t.upstream,
+            users: &t.users,
+            roles: &t.roles,
+            credential: t.credential.as_ref(),
+            created_at: t.created_at,
+            created_by: &t.created_by,
+            from_config: t.from_config,
+            terminal_url: format!("/s/{}/", t.id),
+        }
+    }
+}
+
+/// A target as it appears among a user's sessions: always running, owned by nobody.
+#[derive(Debug, Serialize)]
+pub struct ListedTarget<'a> {
+    id: &'a SessionId,
+    name: &'a str,
+    kind: &'static str,
+    profile: &'static str,
+    state: &'static str,
+    created_at: u64,
+    terminal_url: String,
+}
+
+impl<'a> From<&'a Target> for ListedTarget<'a> {
+    fn from(t: &'a Target) -> Self {
+        ListedTarget {
+            id: &t.id,
+            name: &t.name,
+            kind: "external",
+            profile: "existing ttyd",
+            state: SessionState::Running.as_str(),
+            created_at: t.created_at,
+            terminal_url: format!("/s/{}/", t.id),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub(super) struct Targets<'a> {
+    pub(super) targets: Vec<TargetView<'a>>,
+}
+
+// Users: sign-ins, revocations, locks, the audit search, profiles.
+
+/// `POST /v1/signins`: what the gateway says of a sign-in it just made with the token
+/// it presents (the token itself says who and until when).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignInReport {
+    /// `token` or `oidc`.
+    #[serde(default)]
+    pub method: String,
+    /// The gateway's name for itself.
+    #[serde(default)]
+    pub gateway: String,
+    /// The browser's `User-Agent`.
+    #[serde(default)]
+    pub user_agent: String,
+    /// The client address the gateway saw.
+    #[serde(default)]
+    pub client: String,
+}
+
+/// `POST /v1/revocations`: a token by its `jti`, or a user's tokens issued before a
+/// time.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevocationRequest {
+    /// The token's `jti`.
+    #[serde(default)]
+    pub jti: Option<String>,
+    /// With `issued_before`: whose tokens.
+    #[serde(default)]
+    pub sub: Option<String>,
+    /// Seconds since the Unix epoch; `0` or absent with `sub`: now (tokens issued in
+    /// this second included).
+    #[serde(default)]
+    pub issued_before: Option<u64>,
+    /// When the revoked token expires, if known; otherwise the entry is kept for the
+    /// longest lifetime a token may have (`auth.max_token_lifetime_seconds`).
+    #[serde(default)]
+    pub expires_at: Option<u64>,
+}
+
+/// A sign-in as its user and admins see it.
+#[derive(Debug, Serialize)]
+pub struct SignInView<'a> {
+    /// Its public id.
+    pub id: String,
+    /// Whose.
+    pub sub: &'a str,
+    /// When it was made, seconds since the Unix epoch.
+    pub created_at: u64,
+    /// When it ends by itself.
+    pub expires_at: u64,
+    /// `token` or `oidc`.
+    pub method: &'a str,
+    /// The gateway that made it.
+    pub gateway: &'a str,
+    /// The browser.
+    pub user_agent: &'a str,
+    /// The client address.
+    pub client: &'a str,
+    /// Whether it is the caller's own sign-in (the token of this request).
+    pub current: bool,
+}
+
+#[derive(Serialize)]
+pub(super) struct Users {
+    pub(super) locked: Vec<String>,
+}
+
+#[derive(Serialize)]
+pub(super) struct AuditLines {
+    pub(super) lines: Vec<AuditEntry>,
+}
+
+/// `GET /v1/profiles`.
+#[derive(Serialize)]
+pub(super) struct Profiles<'a> {
+    pub(super) profiles: Vec<ProfileView<'a>>,
+}
+
+/// A profile as users see it. Fields in name order, as the answer always was.
+#[derive(Serialize)]
+pub(super) struct ProfileView<'a> {
+    description: &'a str,
+    name: &'a str,
+    options: BTreeMap<&'a str, OptionView<'a>>,
+}
+
+/// One option of a profile, without the variable it is passed in.
+#[derive(Serialize)]
+struct OptionView<'a> {
+    default: &'a str,
+    description: &'a str,
+    values: &'a [String],
+}
+
+impl<'a> ProfileView<'a> {
+    pub(super) fn new(name: &'a str, p: &'a config::Profile) -> Self {
+        ProfileView {
+            description: &p.description,
+            name,
+            options: p
+                .options
+                .iter()
+                .map(|(k, o)| {
+                    let view = OptionView {
+                        default: &o.default,
+                        description: &o.description,
+                        values: &o.values,
+                    };
+                    (k.as_str(), view)
+                })
+                .collect(),
+        }
+    }
+}
+
+// Gateways' reports.
+
+/// `POST /v1/terminals`: the terminals one gateway has open, per session and per user
+/// (a zero for one that had some at its previous report), sent at least every
+/// `every_ms`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TerminalsReport {
+    pub(super) gateway: String,
+    /// Where the gateway serves (its host and listener), the same across its restarts.
+    #[serde(default)]
+    pub(super) replica: Option<String>,
+    pub(super) every_ms: u64,
+    pub(super) open: Vec<OpenTerminals>,
+    /// Open per user. A report without it (a gateway from before deployment-wide
+    /// limits) is answered 204, as it expects; with it, 200 and the other gateways'
+    /// counts.
+    #[serde(default)]
+    pub(super) users: Option<Vec<UserTerminals>>,
+    /// The share-link viewers it has open, all of them.
+    #[serde(default)]
+    pub(super) viewers: Vec<crate::live::Viewers>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct UserTerminals {
+    pub(super) sub: Sub,
+    pub(super) open: u32,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct OpenTerminals {
+    pub(super) session: SessionId,
+    pub(super) open: u32,
+}
+
+/// One entry of `POST /v1/activity`: when a user last typed into a session's
+/// terminals on the reporting gateway.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct InputReport {
+    pub(super) session: SessionId,
+    /// Seconds since the Unix epoch.
+    pub(super) last_input: u64,
+}
+
+// Health.
+
+/// `GET /healthz` on either listener. Fields in name order, as the answer always was.
+#[derive(Serialize)]
+pub(super) struct Health {
+    /// The store's revision (API listener only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) rev: Option<u64>,
+    pub(super) status: &'static str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_answers_keep_the_bytes_of_the_old_json() {
+        let p: config::Profile = serde_json::from_value(serde_json::json!({
+            "image": "termgate/session:dev",
+            "description": "a shell",
+            "options": {"shell": {"env": "SESSION_SHELL", "values": ["sh", "ash"], "default": "sh", "description": "which shell"}},
+        }))
+        .expect("a profile");
+        let options: serde_json::Map<String, serde_json::Value> = p
+            .options
+            .iter()
+            .map(|(k, o)| (k.clone(), serde_json::json!({"description": o.description, "values": o.values, "default": o.default})))
+            .collect();
+        let old = serde_json::json!({"profiles": [
+            serde_json::json!({"name": "dev", "description": p.description, "options": options})
+        ]});
+        let new = Profiles {
+            profiles: vec![ProfileView::new("dev", &p)],
+        };
+        assert_eq!(
+            serde_json::to_string(&new).unwrap(),
+            serde_json::to_string(&old).unwrap()
+        );
+        let health = Health {
+            rev: Some(7),
+            status: "ok",
+        };
+        assert_eq!(
+            serde_json::to_string(&health).unwrap(),
+            serde_json::json!({"status": "ok", "rev": 7}).to_string()
+        );
+        let admin = Health {
+            rev: None,
+            status: "ok",
+        };
+        assert_eq!(
+            serde_json::to_string(&admin).unwrap(),
+            serde_json::json!({"status": "ok"}).to_string()
+        );
+    }
+}
