@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use policy::SessionId;
 
-use crate::state::now;
+use crate::clock::now;
 
 /// Most entries in one report: well inside control's default body bound (64 KiB at
 /// about 50 bytes an entry).

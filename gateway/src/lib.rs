@@ -6,6 +6,7 @@
 pub mod activity;
 pub mod audit;
 pub mod certificate;
+pub mod clock;
 pub mod control_client;
 pub mod head_deadline;
 pub mod metrics;

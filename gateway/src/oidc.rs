@@ -35,6 +35,14 @@ use policy::oidc::{
 use policy::{Signer, TokenClaims, TokenError, Verifier};
 use serde::Deserialize;
 
+/// 128 random bits as hex (a sign-in token's `jti`); `None` when the kernel gives no
+/// randomness, so that nothing is signed with a predictable id.
+pub fn random_hex() -> Option<String> {
+    let mut random = [0u8; 16];
+    getrandom::getrandom(&mut random).ok()?;
+    Some(random.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// Longest answer read from the provider (discovery, token, keys).
 pub const MAX_PROVIDER_BODY: usize = 1 << 20;
 
@@ -245,8 +253,7 @@ impl Oidc {
             },
         )?;
         let grant = self.rules.grant(&claims, exp, now)?;
-        let jti = crate::state::random_hex()
-            .ok_or_else(|| unavailable("randomness", "the kernel gave none"))?;
+        let jti = random_hex().ok_or_else(|| unavailable("randomness", "the kernel gave none"))?;
         let token = self
             .signer
             .sign(&TokenClaims {

@@ -1,7 +1,7 @@
 //! What every request shares: configuration, verifier, route cache, live terminals.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use config::Config;
 use pingora_limits::rate::Rate;
@@ -12,22 +12,6 @@ use crate::metrics::Metrics;
 use crate::routes::{Revocations, RouteCache};
 use crate::target_credentials::TargetCredentials;
 use crate::terminals::{CloseReason, Terminals};
-
-/// Seconds since the Unix epoch.
-pub fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// 128 random bits as hex (a sign-in token's `jti`); `None` when the kernel gives no
-/// randomness, so that nothing is signed with a predictable id.
-pub fn random_hex() -> Option<String> {
-    let mut random = [0u8; 16];
-    getrandom::getrandom(&mut random).ok()?;
-    Some(random.iter().map(|b| format!("{b:02x}")).collect())
-}
 
 /// The gateway's shared state.
 pub struct Gateway {

@@ -13,8 +13,9 @@ use policy::{Decision, Principal, Refusal, SessionId, TerminalPart};
 use super::credential::{authenticate, credential, Verified};
 use super::reply::Json;
 use super::{header, Allowed, Denied, Next, TtydRequest, Upstream};
+use crate::clock::now;
 use crate::routes::Lookup;
-use crate::state::{now, Gateway};
+use crate::state::Gateway;
 use crate::terminals::{LimitHit, Ticket, ViewerRequest};
 
 /// Admits a request for a terminal's page, token or websocket, or says why not.

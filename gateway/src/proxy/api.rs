@@ -10,8 +10,9 @@ use policy::{CredentialSource, Principal, Refusal};
 use super::credential::{authenticate, credential, Credential};
 use super::reply::Json;
 use super::{header, Allowed, ControlCall, Denied, Next, Upstream};
+use crate::clock::now;
 use crate::control_client::SignInReport;
-use crate::state::{now, Gateway};
+use crate::state::Gateway;
 use crate::terminals::CloseReason;
 
 /// Largest sign-in body: a JSON object holding one token.
@@ -199,7 +200,7 @@ pub(super) async fn record_sign_in(
 /// admin revoking that token by its id ends the sign-ins made with it too), issued now
 /// with a random `sid`, so every sign-in is signed out on its own.
 fn own_token(g: &Gateway, signer: &policy::Signer, p: &Principal) -> Result<String, Refusal> {
-    let sid = crate::state::random_hex().ok_or(Refusal::INTERNAL)?;
+    let sid = crate::oidc::random_hex().ok_or(Refusal::INTERNAL)?;
     signer
         .sign(&policy::TokenClaims {
             sub: p.sub.to_string(),

@@ -10,8 +10,9 @@ use pingora::proxy::Session;
 use policy::{CredentialSource, Principal, Refusal, TrustedProxies};
 
 use super::{header, Denied};
+use crate::clock::now;
 use crate::metrics::Metrics;
-use crate::state::{now, Gateway};
+use crate::state::Gateway;
 
 /// How long a refusal past a limit (failed authentications past
 /// `auth_failures_per_minute`, terminals past the per-user or per-session limit) waits

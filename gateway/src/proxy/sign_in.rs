@@ -9,8 +9,9 @@ use policy::{OidcStep, Refusal};
 use super::credential::{client_ip, credential, Credential, REFUSAL_PAUSE};
 use super::reply::{Json, Redirect};
 use super::{header, Allowed, Denied, Next};
+use crate::clock::now;
 use crate::oidc::{FLOW_COOKIE, ID_TOKEN_COOKIE};
-use crate::state::{now, Gateway};
+use crate::state::Gateway;
 use crate::terminals::CloseReason;
 
 /// Admits a request for one step of the sign-in.

@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
-use crate::state::{now, Gateway};
+use crate::clock::now;
+use crate::state::Gateway;
 
 /// How long one feed poll may wait at control.
 const FEED_WAIT: Duration = Duration::from_secs(20);

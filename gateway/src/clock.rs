@@ -1,0 +1,12 @@
+//! The gateway's reading of wall-clock time in seconds: a leaf every module may use
+//! without reaching up to the shared state.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Seconds since the Unix epoch.
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
