@@ -1,5 +1,5 @@
-//! When each session was last typed into on this gateway, and the batched reports of
-//! it to control (profiles' `idle_timeout_seconds`).
+//! When each session was last typed into on this gateway (profiles'
+//! `idle_timeout_seconds`), kept for the reports to control.
 //!
 //! Only input counts: the terminal's frame reader ([`crate::ws::frames`])
 //! touches the session's [`InputClock`] for each ttyd input message (command `'0'`),
@@ -8,12 +8,7 @@
 //! [`Activity`] is taken once per terminal opened and once per report, never across
 //! an await.
 //!
-//! `services::reporter` sends what moved since the last report every
-//! `gateway.activity_report_ms` in one `POST /v1/activity` (split into bounded
-//! batches). A report control does not take is tried again at the next interval; a
-//! control that is down never holds up a terminal. Beside it, the open terminals go to
-//! `POST /v1/terminals` soon after they change, and control's answer feeds the
-//! deployment-wide terminal limits ([`crate::terminals`]).
+//! [`crate::services::reporter`] sends what moved since its last report to control.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -13,9 +13,9 @@
 //!
 //! The writer turns events into asciicast lines (output split inside a UTF-8
 //! sequence is carried to the next event), writes `<spool>/<session>/<name>.cast.part`
-//! and, when the terminal ends, renames it to `.cast` and wakes the uploader ([`crate::services::uploader`]), which
-//! hands every finished file to control (`PUT /v1/recordings/<session>/<name>`) and
-//! deletes it once control has answered 204. A file control could not take stays in
+//! and, when the terminal ends, renames it to `.cast` and wakes the uploader
+//! ([`crate::services::uploader`]), which hands every finished file to control
+//! (`PUT /v1/recordings/<session>/<name>`) and deletes it once control has answered 204. A file control could not take stays in
 //! the spool and is sent again at the next sweep.
 //!
 //! Unrecorded terminals have no `Recorder`: their output is never parsed.
