@@ -2,5 +2,5 @@
 //! recording that both use it: frame headers ([`frames`]) and the first message of a
 //! `ttyd -c` target ([`first_message`]). Only this module knows the frame format.
 
-pub(crate) mod first_message;
-pub(crate) mod frames;
+pub mod first_message;
+pub mod frames;
