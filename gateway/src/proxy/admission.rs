@@ -10,7 +10,7 @@ use policy::feed::{Route, TargetCredential};
 use policy::share::ShareToken;
 use policy::{Decision, Principal, Refusal, SessionId, TerminalPart};
 
-use super::credential::{authenticate, credential, Verified};
+use super::credential::{authenticate, caller, credential, Verified};
 use super::reply::Json;
 use super::{header, Allowed, Denied, Next, TtydRequest, Upstream};
 use crate::clock::now;
@@ -29,8 +29,7 @@ pub(super) async fn terminal(
     if part == TerminalPart::Ws {
         websocket_handshake(session.req_header())?;
     }
-    let presented = credential(session.req_header(), &g.config.auth.cookie_name);
-    let verified = authenticate(g, session, presented).await?;
+    let verified = caller(g, session).await?;
     // From here on, a refusal still names who was refused.
     match terminal_of(g, session, &verified, id, part).await {
         Ok(allowed) => Ok(Allowed {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use pingora::proxy::Session;
 use policy::{CredentialSource, Principal, Refusal};
 
-use super::credential::{authenticate, credential, Credential};
+use super::credential::{authenticate, caller, credential, Credential};
 use super::reply::Json;
 use super::{header, Allowed, ControlCall, Denied, Next, Upstream};
 use crate::clock::now;
@@ -27,8 +27,7 @@ struct SignIn {
 
 /// Admits an `/api/{rest}` call, to be proxied to control with the verified token.
 pub(super) async fn api(g: &Gateway, session: &mut Session, rest: &str) -> Result<Allowed, Denied> {
-    let presented = credential(session.req_header(), &g.config.auth.cookie_name);
-    let verified = authenticate(g, session, presented).await?;
+    let verified = caller(g, session).await?;
     let source = verified.source;
     let req = session.req_header();
     let unsafe_method = !matches!(req.method.as_str(), "GET" | "HEAD" | "OPTIONS");
@@ -90,8 +89,7 @@ pub(super) async fn auth_session(g: &Gateway, session: &mut Session) -> Result<A
     match session.req_header().method.as_str() {
         "DELETE" => sign_out(g, session).await,
         "GET" => {
-            let presented = credential(session.req_header(), &g.config.auth.cookie_name);
-            let p = authenticate(g, session, presented).await?.principal;
+            let p = caller(g, session).await?.principal;
             Ok(Allowed::new("whoami", Next::Reply(Json::ok(&who(&p)))))
         }
         "POST" => sign_in(g, session).await,

@@ -76,6 +76,13 @@ pub(super) struct Verified {
     pub token: Option<String>,
 }
 
+/// The caller of a request that must be signed in: its credential, verified by
+/// [`authenticate`].
+pub(super) async fn caller(g: &Gateway, session: &mut Session) -> Result<Verified, Denied> {
+    let presented = credential(session.req_header(), &g.config.auth.cookie_name);
+    authenticate(g, session, presented).await
+}
+
 /// Verifies the presented credential (`None`: nothing presented). Only failures count
 /// against the client's address: past `auth_failures_per_minute` a failure is refused
 /// 429 instead of 401, and a valid token is never refused by that limit (one address
