@@ -322,6 +322,11 @@ pub struct ControlConfig {
     /// Largest recording a gateway may hand over, bytes.
     #[serde(default = "defaults::max_recording_bytes")]
     pub max_recording_bytes: u64,
+    /// Where the terminal check (`GET /v1/authz`) sends a browser's page navigation that
+    /// carries no credential: a 302 to it with `?next=<the terminal's path>`; a path on
+    /// the proxy's own origin (termgate's page behind it) or an absolute `https://` URL.
+    #[serde(default = "defaults::authz_sign_in_url")]
+    pub authz_sign_in_url: String,
 }
 
 /// `[ttyd]`
@@ -778,6 +783,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("control.service_networks", "[]"),
     ("control.recordings_dir", "\"recordings\""),
     ("control.max_recording_bytes", "67108864"),
+    ("control.authz_sign_in_url", "\"/\""),
     ("docker.enabled", "true"),
     ("docker.hosts", "[]"),
     ("docker.hosts.name", ""),
@@ -937,6 +943,9 @@ mod defaults {
     }
     pub fn max_recording_bytes() -> u64 {
         64 << 20
+    }
+    pub fn authz_sign_in_url() -> String {
+        "/".into()
     }
     pub fn control_listen() -> String {
         "127.0.0.1:7070".into()

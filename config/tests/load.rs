@@ -103,6 +103,27 @@ fn a_bad_env_override_names_the_key_and_the_variable() {
 }
 
 #[test]
+fn a_sign_in_url_that_could_send_elsewhere_is_refused_naming_the_key() {
+    for bad in [
+        "//evil.example/",
+        "sign-in",
+        "/?x=1",
+        "/a b",
+        "javascript:alert(1)",
+    ] {
+        let e = load_text(EXAMPLE, &[("TERMGATE__CONTROL__AUTHZ_SIGN_IN_URL", bad)]).unwrap_err();
+        assert!(
+            e.mentions("control.authz_sign_in_url", "must be"),
+            "{bad}: {e}"
+        );
+    }
+    for good in ["/", "/login", "https://term.example.com/"] {
+        load_text(EXAMPLE, &[("TERMGATE__CONTROL__AUTHZ_SIGN_IN_URL", good)])
+            .unwrap_or_else(|e| panic!("{good}: {e}"));
+    }
+}
+
+#[test]
 fn unknown_keys_are_refused_by_name_and_reported_together() {
     let text = EXAMPLE
         .replace("[quota]\n", "[quota]\nper_usr = 3\n")

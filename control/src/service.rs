@@ -23,6 +23,7 @@ use crate::model::{FeedPage, RouteLookup, Session, SessionState};
 use crate::recordings::Recordings;
 use crate::store::{AuditQuery, Ending, Store, StoreError};
 
+mod grants;
 mod shares;
 mod sign_ins;
 mod targets;
@@ -113,6 +114,13 @@ pub struct Control {
     live: crate::live::LiveTerminals,
     /// The revocations in force (`sign_ins`), checked on every verified token.
     revoked: std::sync::RwLock<policy::revocation::RevocationSet>,
+    /// Bumped after a revocation is applied to `revoked`, for grant watchers (the
+    /// store's revision moves before it is).
+    revocations_applied: tokio::sync::watch::Sender<u64>,
+    /// The sealer of terminal grants, made on first use (`service/grants.rs`).
+    grants: std::sync::OnceLock<policy::grant::GrantSealer>,
+    /// Grants waiting for a pool that takes them by handle.
+    grant_handles: grants::Handles,
 }
 
 /// Whether `who` may lock and unlock users: admins only. Checked before the user named
@@ -209,6 +217,9 @@ impl Control {
             ending: InFlight::default(),
             live: crate::live::LiveTerminals::default(),
             revoked: Default::default(),
+            revocations_applied: tokio::sync::watch::channel(0).0,
+            grants: std::sync::OnceLock::new(),
+            grant_handles: Default::default(),
         }
     }
 

@@ -634,6 +634,34 @@ ensure_nginx() {
     info "$("$nginx" -v 2>&1)"
 }
 
+# Caddy (the forward_auth test runs deploy/caddy/Caddyfile through it)
+ensure_caddy() {
+    step "caddy"
+    local caddy=/usr/bin/caddy
+    if [[ ! -x "$caddy" ]] && command -v caddy >/dev/null 2>&1; then
+        caddy="$(command -v caddy)"
+    fi
+    if [[ ! -x "$caddy" ]]; then
+        if ! _tg_is_root; then
+            die "caddy is not installed (the forward_auth test needs it); as root run: apt-get install -y caddy"
+        fi
+        # As for nginx: the packaged service would start on install and hold port 80.
+        local added_policy=""
+        if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+            printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d \
+                && added_policy=1
+        fi
+        _tg_apt_install caddy
+        if [[ -n "$added_policy" ]]; then
+            rm -f /usr/sbin/policy-rc.d
+        fi
+        caddy=/usr/bin/caddy
+        [[ -x "$caddy" ]] || die "caddy still missing after apt-get install caddy"
+    fi
+    export TERMGATE_CADDY="$caddy"
+    info "caddy $("$caddy" version 2>&1 | head -n 1)"
+}
+
 # --------------------------------------------------------------------------
 # OpenID Connect provider (tests of the sign-in through an identity provider)
 # --------------------------------------------------------------------------

@@ -55,9 +55,21 @@ async function showProvider() {
   $("oidc-sign-in").hidden = false;
 }
 
+// Where a front proxy's terminal check sent the browser from (`?next=/s/<id>/`): back
+// there once signed in. Only a terminal page of this origin, nothing else.
+function returnPath() {
+  const next = new URLSearchParams(location.search).get("next");
+  return next && /^\/s\/[A-Za-z0-9_-]{1,64}\/$/.test(next) ? next : null;
+}
+
 async function signIn(token) {
   const me = await call("POST", "/auth/session", { token: token.trim() });
   say("");
+  const back = returnPath();
+  if (back) {
+    location.assign(back);
+    return;
+  }
   await showSessions(me);
 }
 

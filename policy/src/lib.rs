@@ -12,6 +12,7 @@ pub mod audit;
 pub mod client_addr;
 pub mod error;
 pub mod feed;
+pub mod grant;
 pub mod identity;
 pub mod lifetime;
 pub mod oidc;

@@ -96,11 +96,12 @@ fn segment_ok(s: &str) -> bool {
 }
 
 /// First segments of control's `/v1/` paths that only gateways (and, for `authz`, a
-/// proxy in front of ttyd) may call.
+/// proxy in front of ttyd; for `grant`, a ttyd pool) may call.
 pub const INTERNAL_API: &[&str] = &[
     "routes",
     "healthz",
     "authz",
+    "grant",
     "activity",
     "terminals",
     "recordings",
@@ -226,6 +227,8 @@ mod tests {
             "/api/routes/abcdefghijk234mn",
             "/api/healthz",
             "/api/authz",
+            "/api/authz/s/abcdefghijk234mn/ws",
+            "/api/grant",
         ] {
             assert_eq!(
                 classify(internal.as_bytes()),

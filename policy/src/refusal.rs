@@ -36,6 +36,9 @@ const fn refusal(status: u16, code: &'static str, message: &'static str) -> Refu
 impl Refusal {
     /// Unknown session, or a session that is not the caller's: indistinguishable.
     pub const NOT_FOUND: Refusal = refusal(404, "session_not_found", "no such session");
+    /// A terminal grant that is malformed or not sealed by this control.
+    pub const GRANT_INVALID: Refusal =
+        refusal(403, "grant_invalid", "the terminal grant is not valid");
     /// The user is locked by an administrator.
     pub const LOCKED: Refusal = refusal(403, "user_locked", "this user is locked");
     /// No credential, or one that does not verify.

@@ -4,6 +4,7 @@
 //! (`deploy/test` does it); the harness finds them next to the test executable, or in
 //! `TERMGATE_BIN_DIR`.
 
+pub mod caddy;
 pub mod daemon;
 pub mod hostile;
 pub mod nginx;

@@ -144,6 +144,53 @@ impl TtydPool {
         )
     }
 
+    /// The pool behind a front proxy (nginx, Caddy): production's command and flags,
+    /// with control's API URL (`TERMGATE_CONTROL`) so that `ttyd-attach` checks each
+    /// terminal's grant (its second arg) and closes it when control says so.
+    pub fn start_plugin_for(instance: &str, control: &str) -> TtydPool {
+        let dir = private_dir("tg-ttyd.");
+        let sock = dir.path().join("ttyd.sock");
+        Self::spawn_with(
+            dir,
+            Listen::Unix(sock),
+            Some(instance),
+            &[("TERMGATE_CONTROL", control)],
+        )
+    }
+
+    /// The pool for proxies that cannot set ttyd's query (Traefik, Envoy), on TCP
+    /// `port` of the loopback interface: no `-a` (a client's query is ignored), `-H
+    /// X-Termgate-Handle` (ttyd passes the check's one-use handle to `ttyd-attach` in
+    /// `TTYD_USER`), `TERMGATE_ATTACH_HANDLE=1`.
+    pub fn start_handle_pool_for(instance: &str, control: &str, port: u16) -> TtydPool {
+        let args: Vec<String> = [
+            "-W",
+            "-P",
+            "5",
+            "-H",
+            "X-Termgate-Handle",
+            "-t",
+            &format!("titleFixed={TTYD_TITLE}"),
+            "-t",
+            "disableLeaveAlert=true",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let command = vec![attach_wrapper().to_string_lossy().into_owned()];
+        let env = [
+            ("TERMGATE_CONTROL", control),
+            ("TERMGATE_ATTACH_HANDLE", "1"),
+        ];
+        Self::run(
+            private_dir("tg-ttyd."),
+            Listen::Tcp(port),
+            &args,
+            &command,
+            Some(instance),
+            &env,
+        )
+    }
+
     /// Starts ttyd on TCP `port` of the loopback interface (`-p <port> -i lo`) and waits
     /// (10 s) until it accepts a connection.
     pub fn start_tcp(port: u16) -> TtydPool {

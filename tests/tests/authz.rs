@@ -1,10 +1,15 @@
-//! `GET /v1/authz` through a real nginx (`deploy/nginx/termgate-authz.conf`, the
-//! shipped snippet) in front of the real ttyd pool, with real control and real session
-//! containers: the owner's terminal works, everyone else is refused before ttyd.
+//! `GET /v1/authz` through a real nginx (`deploy/nginx/termgate-authz.conf`) and a
+//! real Caddy (`deploy/caddy/Caddyfile`), the shipped files, in front of the real ttyd
+//! pool, with real control and real session containers: the owner's terminal works,
+//! everyone else is refused before ttyd, and an end, a lock or a sign-out closes the
+//! open terminal within 2 s although termgate carries none of its bytes. Traefik's and
+//! Envoy's checks by contract (exactly the headers each sends), with the handle pool
+//! their snippets proxy to.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use e2e::caddy::Caddy;
 use e2e::nginx::Nginx;
 use e2e::raw::exchange;
 use e2e::stack::{docker, free_port, http, ControlStack};
@@ -12,21 +17,56 @@ use e2e::term::{Target, Terminal};
 use e2e::ttyd::{CountingProxy, TtydPool};
 
 const T: Duration = Duration::from_secs(15);
+/// What the plugin mode promises for closing a revoked terminal.
+const CLOSE_WITHIN: Duration = Duration::from_secs(2);
 
-/// Control, the ttyd pool behind a connection-counting proxy (control's `ttyd.socket`,
-/// so the check answers it as the upstream) and nginx with the snippet.
+/// The proxy in front.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Nginx,
+    Caddy,
+}
+
+enum Front {
+    Nginx(Nginx),
+    Caddy(Caddy),
+}
+
+impl Front {
+    fn port(&self) -> u16 {
+        match self {
+            Front::Nginx(n) => n.port(),
+            Front::Caddy(c) => c.port(),
+        }
+    }
+
+    fn origin(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port())
+    }
+
+    fn log_text(&self) -> String {
+        match self {
+            Front::Nginx(n) => n.log_text(),
+            Front::Caddy(c) => c.log_text(),
+        }
+    }
+}
+
+/// Control, the ttyd pool (with `TERMGATE_CONTROL`: it closes what control revokes)
+/// behind a connection-counting proxy (control's `ttyd.socket`, so the check answers it
+/// as the upstream) and the front proxy with its shipped configuration.
 struct Stack {
-    // Declared first: nginx stops before the pool and control go away.
-    nginx: Nginx,
+    // Declared first: the proxy stops before the pool and control go away.
+    front: Front,
     counter: CountingProxy,
-    _ttyd: TtydPool,
+    ttyd: TtydPool,
     control: ControlStack,
 }
 
 impl Stack {
-    fn start() -> Stack {
+    fn behind(kind: Kind) -> Stack {
         let mut control = ControlStack::prepare("");
-        let ttyd = TtydPool::start_for(&control.instance);
+        let ttyd = TtydPool::start_plugin_for(&control.instance, &control.api);
         let counter = CountingProxy::start(ttyd.target());
         let port = free_port();
         let socket = counter.socket_path().to_string_lossy().into_owned();
@@ -37,11 +77,15 @@ impl Stack {
         );
         control.spawn(&[]);
         let api = control.api.trim_start_matches("http://").to_owned();
-        let nginx = Nginx::authz(port, &api);
+        let front = match kind {
+            Kind::Nginx => Front::Nginx(Nginx::authz(port, &api)),
+            // Nothing but terminals is asked of the page address here.
+            Kind::Caddy => Front::Caddy(Caddy::start(port, &api, "127.0.0.1:9")),
+        };
         Stack {
-            nginx,
+            front,
             counter,
-            _ttyd: ttyd,
+            ttyd,
             control,
         }
     }
@@ -70,33 +114,67 @@ impl Stack {
         format!("termgate_session={}", self.control.token(sub, false))
     }
 
-    /// Opens a websocket through nginx.
+    /// Opens a websocket through the front proxy.
     fn open(
         &self,
         path: &str,
         headers: &[(&str, &str)],
     ) -> Result<Terminal, e2e::term::ConnectError> {
-        let addr: SocketAddr = ([127, 0, 0, 1], self.nginx.port()).into();
+        let addr: SocketAddr = ([127, 0, 0, 1], self.front.port()).into();
         Terminal::connect(Target::Tcp(addr), path, headers)
     }
 
-    /// Control's own answer to a check (no nginx), head and body as text.
+    /// The owner's terminal through the front proxy, by cookie, shown to echo.
+    fn open_as(&self, session: &str, cookie: &str) -> Terminal {
+        let origin = self.front.origin();
+        let t = self
+            .open(
+                &format!("/s/{session}/ws"),
+                &[("Cookie", cookie), ("Origin", &origin)],
+            )
+            .unwrap_or_else(|e| panic!("open {session}: {e}\n{}", self.front.log_text()));
+        t.send_input(b"echo up-$((20+22))\r").unwrap();
+        t.read_until("up-42", T).expect("the terminal echoes");
+        t
+    }
+
+    /// Control's own answer to a check as nginx asks it (no proxy), head and body.
     fn check(&self, uri: &str, headers: &[(&str, &str)]) -> e2e::raw::RawAnswer {
-        let port: u16 = self
-            .control
-            .api
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .expect("control port");
-        let mut req = format!(
-            "GET /v1/authz HTTP/1.1\r\nHost: control\r\nConnection: close\r\nX-Original-URI: {uri}\r\n"
-        );
+        let mut all = vec![("X-Original-URI", uri)];
+        all.extend_from_slice(headers);
+        self.ask("/v1/authz", &all)
+    }
+
+    /// A raw `GET <target>` to control's API with exactly `headers`.
+    fn ask(&self, target: &str, headers: &[(&str, &str)]) -> e2e::raw::RawAnswer {
+        self.ask_method("GET", target, headers)
+    }
+
+    /// A raw `<method> <target>` to control's API with exactly `headers`.
+    fn ask_method(
+        &self,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &str)],
+    ) -> e2e::raw::RawAnswer {
+        let mut req = format!("{method} {target} HTTP/1.1\r\nConnection: close\r\n");
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+            req.push_str("Host: control\r\n");
+        }
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
         req.push_str("\r\n");
-        exchange(port, req.as_bytes(), T)
+        exchange(self.control_port(), req.as_bytes(), T)
+    }
+
+    fn control_port(&self) -> u16 {
+        self.control
+            .api
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("control port")
     }
 }
 
@@ -110,15 +188,24 @@ fn header<'a>(answer: &'a e2e::raw::RawAnswer, name: &str) -> Option<&'a str> {
 
 #[test]
 fn the_owner_types_through_nginx_and_a_client_arg_never_chooses_the_container() {
-    let stack = Stack::start();
+    the_owner_types_and_a_client_arg_never_chooses_the_container(Kind::Nginx);
+}
+
+#[test]
+fn the_owner_types_through_caddy_and_a_client_arg_never_chooses_the_container() {
+    the_owner_types_and_a_client_arg_never_chooses_the_container(Kind::Caddy);
+}
+
+fn the_owner_types_and_a_client_arg_never_chooses_the_container(kind: Kind) {
+    let stack = Stack::behind(kind);
     let mine = stack.create("alice");
     let theirs = stack.create("bob");
     let (my_container, their_container) = (stack.container(&mine), stack.container(&theirs));
     let before = stack.counter.connections();
-    let origin = stack.nginx.origin();
+    let origin = stack.front.origin();
     let cookie = stack.cookie("alice");
-    // The browser's way: the cookie and nginx's Origin; the client asks for bob's
-    // container in its query, which nginx must never send on.
+    // The browser's way: the cookie and the proxy's Origin; the client asks for bob's
+    // container in its query, which the proxy must never send on.
     let t = stack
         .open(
             &format!("/s/{mine}/ws?arg={their_container}&arg=x"),
@@ -126,8 +213,8 @@ fn the_owner_types_through_nginx_and_a_client_arg_never_chooses_the_container() 
         )
         .unwrap_or_else(|e| {
             panic!(
-                "owner's upgrade through nginx: {e}\n{}",
-                stack.nginx.log_text()
+                "owner's upgrade through {kind:?}: {e}\n{}",
+                stack.front.log_text()
             )
         });
     t.send_input(b"echo host-$(hostname)-$((6*7))\r").unwrap();
@@ -151,7 +238,7 @@ fn the_owner_types_through_nginx_and_a_client_arg_never_chooses_the_container() 
             &format!("/s/{mine}/ws"),
             &[("Authorization", &format!("Bearer {token}"))],
         )
-        .expect("bearer upgrade through nginx");
+        .expect("bearer upgrade through the proxy");
     t.send_input(b"echo bearer-$((7*6))\r").unwrap();
     t.read_until("bearer-42", T)
         .expect("the bearer terminal echoes");
@@ -160,7 +247,7 @@ fn the_owner_types_through_nginx_and_a_client_arg_never_chooses_the_container() 
     // ttyd's page comes through for the owner too.
     let page = http(
         "GET",
-        &format!("{}/s/{mine}/", stack.nginx.origin()),
+        &format!("{}/s/{mine}/", stack.front.origin()),
         Some(&token),
         None,
     )
@@ -182,10 +269,13 @@ fn the_owner_types_through_nginx_and_a_client_arg_never_chooses_the_container() 
         header(&answer, "x-termgate-arg"),
         Some(my_container.as_str())
     );
-    assert_eq!(
-        header(&answer, "x-termgate-uri"),
-        Some(format!("/ws?arg={my_container}").as_str())
-    );
+    // The container, then the handle of the terminal's grant for the pool: both from
+    // control, and short enough for ttyd (it drops a query argument of 252 bytes).
+    let uri = header(&answer, "x-termgate-uri").unwrap_or_default();
+    let handle = header(&answer, "x-termgate-handle").unwrap_or_default();
+    assert_eq!(uri, format!("/ws?arg={my_container}&arg={handle}"));
+    assert!(handle.starts_with('h') && handle.len() < 30, "{handle}");
+    assert!(!uri.contains("evil") && !uri.contains(&token), "{uri}");
     assert_eq!(header(&answer, "x-termgate-user"), Some("alice"));
     let socket = stack.counter.socket_path().display().to_string();
     assert_eq!(
@@ -196,10 +286,19 @@ fn the_owner_types_through_nginx_and_a_client_arg_never_chooses_the_container() 
 
 #[test]
 fn refusals_through_nginx_keep_their_status_and_ttyd_sees_no_connection() {
-    let stack = Stack::start();
+    refusals_keep_their_status_and_ttyd_sees_no_connection(Kind::Nginx);
+}
+
+#[test]
+fn refusals_through_caddy_keep_their_status_and_ttyd_sees_no_connection() {
+    refusals_keep_their_status_and_ttyd_sees_no_connection(Kind::Caddy);
+}
+
+fn refusals_keep_their_status_and_ttyd_sees_no_connection(kind: Kind) {
+    let stack = Stack::behind(kind);
     let id = stack.create("alice");
     let container = stack.container(&id);
-    let origin = stack.nginx.origin();
+    let origin = stack.front.origin();
     let ws = format!("/s/{id}/ws");
     let before = stack.counter.connections();
 
@@ -247,6 +346,36 @@ fn refusals_through_nginx_keep_their_status_and_ttyd_sees_no_connection() {
         .open(&ws, &[("Authorization", "Bearer not.a.token")])
         .expect_err("a forged token");
     assert_eq!(forged.status(), Some(401), "{forged}");
+    // A browser's page navigation without a credential is sent to sign in, with the
+    // terminal's path (never its query) to come back to; a script's request is not.
+    let page = exchange(
+        stack.front.port(),
+        format!(
+            "GET /s/{id}/?arg=x HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+             Accept: text/html,application/xhtml+xml\r\n\r\n"
+        )
+        .as_bytes(),
+        T,
+    );
+    assert_eq!(page.status, 302, "{kind:?}: {}", page.text);
+    // nginx spells the location absolute, on its own origin.
+    let to = format!("/?next=/s/{id}/");
+    let location = header(&page, "location").unwrap_or_default();
+    assert!(
+        location == to || location == format!("{origin}{to}"),
+        "{}",
+        page.text
+    );
+    let script = exchange(
+        stack.front.port(),
+        format!(
+            "GET /s/{id}/ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+             Accept: text/html\r\nX-Requested-With: XMLHttpRequest\r\n\r\n"
+        )
+        .as_bytes(),
+        T,
+    );
+    assert_eq!(script.status, 401, "{}", script.text);
     // A token in the query is no credential.
     let token = stack.control.token("alice", false);
     let queried = stack
@@ -293,4 +422,294 @@ fn refusals_through_nginx_keep_their_status_and_ttyd_sees_no_connection() {
     t.send_input(b"echo back-$((40+2))\r").unwrap();
     t.read_until("back-42", T)
         .expect("the owner's terminal echoes");
+}
+
+#[test]
+fn an_end_a_lock_and_a_sign_out_close_the_open_terminal_through_nginx() {
+    revocation_closes_open_terminals(Kind::Nginx);
+}
+
+#[test]
+fn an_end_a_lock_and_a_sign_out_close_the_open_terminal_through_caddy() {
+    revocation_closes_open_terminals(Kind::Caddy);
+}
+
+/// Waits for `t` to close within [`CLOSE_WITHIN`], with what it said last.
+fn closes(t: &Terminal, what: &str, stack: &Stack) -> Duration {
+    let took = t.wait_closed(CLOSE_WITHIN).unwrap_or_else(|e| {
+        panic!(
+            "{what}: {e}\nttyd:\n{}\ncontrol:\n{}",
+            stack.ttyd.log_text(),
+            stack.control.log_text()
+        )
+    });
+    eprintln!("{what}: closed in {took:?}");
+    took
+}
+
+fn revocation_closes_open_terminals(kind: Kind) {
+    let stack = Stack::behind(kind);
+    let id = stack.create("alice");
+    let container = stack.container(&id);
+    // Two browsers of alice's (two sign-ins), and an admin watching her terminal.
+    let (one, two) = (
+        stack.control.token_for("alice", false, 3600),
+        stack.control.token_for("alice", false, 3601),
+    );
+    let admin = stack.control.token("root-admin", true);
+    let a = stack.open_as(&id, &format!("termgate_session={one}"));
+    let b = stack.open_as(&id, &format!("termgate_session={two}"));
+    let watching = stack.open_as(&id, &format!("termgate_session={admin}"));
+
+    // Signing out one browser closes its terminal and leaves the other's open.
+    let out = stack
+        .control
+        .call("DELETE", "/v1/signins/current", Some(&one), None);
+    assert_eq!(out.status, 204, "{}", out.text);
+    closes(&a, "signed out", &stack);
+    assert!(
+        a.output_so_far().contains("signed out"),
+        "the terminal says why: {}",
+        a.output_so_far()
+    );
+    b.send_input(b"echo still-$((6*7))\r").unwrap();
+    b.read_until("still-42", T)
+        .expect("the other browser's terminal stays open");
+    assert!(!watching.is_closed(), "the admin's terminal stays open");
+
+    // Locking alice closes her terminal, not the admin's.
+    let lock = stack
+        .control
+        .call("POST", "/v1/users/alice/lock", Some(&admin), None);
+    assert_eq!(lock.status, 204, "{}", lock.text);
+    closes(&b, "locked", &stack);
+    assert!(
+        b.output_so_far().contains("your account was locked"),
+        "{}",
+        b.output_so_far()
+    );
+    watching.send_input(b"echo admin-$((6*7))\r").unwrap();
+    watching
+        .read_until("admin-42", T)
+        .expect("the admin's terminal stays open");
+    let unlock = stack
+        .control
+        .call("DELETE", "/v1/users/alice/lock", Some(&admin), None);
+    assert_eq!(unlock.status, 204, "{}", unlock.text);
+
+    // Ending the session closes every terminal on it, before the container's stop.
+    let c = stack.open_as(&id, &format!("termgate_session={two}"));
+    let end = stack
+        .control
+        .call("DELETE", &format!("/v1/sessions/{id}"), Some(&two), None);
+    assert!(end.status == 202 || end.status == 204, "{}", end.text);
+    // (The container's own end may close them first: either way within the bound.)
+    closes(&c, "ended", &stack);
+    closes(&watching, "ended (admin)", &stack);
+
+    // The pool's own check refuses a grant control did not seal, and a replayed one
+    // once its session is gone.
+    let forged = stack.ask(
+        "/v1/grant?wait=0",
+        &[(
+            "X-Termgate-Grant",
+            &format!("g1.{container}.eyJhbGciOiJIUzI1NiJ9.e30.x"),
+        )],
+    );
+    assert_eq!(forged.status, 403, "{}", forged.text);
+    assert!(forged.text.contains("grant_invalid"), "{}", forged.text);
+}
+
+/// A websocket to the handle pool as Traefik and Envoy send it after their check: the
+/// prefix stripped, the client's query left on (the pool has no `-a`), the handle and
+/// user from the check's answer, no credential.
+fn open_on_handle_pool(
+    pool: &TtydPool,
+    query: &str,
+    handle: &str,
+) -> Result<Terminal, e2e::term::ConnectError> {
+    Terminal::connect(
+        pool.target(),
+        &format!("/ws{query}"),
+        &[("X-Termgate-Handle", handle)],
+    )
+}
+
+#[test]
+fn traefik_and_envoy_checks_open_the_owners_terminal_on_the_handle_pool_and_close_it() {
+    let mut control = ControlStack::prepare("");
+    let port = free_port();
+    let origin = "https://term.example.com";
+    control.set_env(
+        "TERMGATE__GATEWAY__ALLOWED_ORIGINS",
+        &format!("[\"{origin}\"]"),
+    );
+    let pool = TtydPool::start_handle_pool_for(&control.instance, &control.api, port);
+    control.spawn(&[]);
+    // Traefik and Envoy dial the handle pool themselves; nginx stands in the front
+    // field unused.
+    let stack = Stack {
+        front: Front::Nginx(Nginx::authz(
+            free_port(),
+            control.api.trim_start_matches("http://"),
+        )),
+        counter: CountingProxy::start(pool.target()),
+        ttyd: pool,
+        control,
+    };
+    let pool = &stack.ttyd;
+    // The shipped files ask exactly what is sent below, and send on what is checked.
+    let traefik_file = include_str!("../../deploy/traefik/termgate.yml");
+    for needle in [
+        "address: \"http://127.0.0.1:7070/v1/authz\"",
+        "trustForwardHeader: false",
+        "- X-Termgate-Handle",
+        "- X-Termgate-User",
+        "Cookie: \"\"",
+        "Authorization: \"\"",
+        "- \"^/s/[^/]+\"",
+    ] {
+        assert!(traefik_file.contains(needle), "termgate.yml lacks {needle}");
+    }
+    let envoy_file = include_str!("../../deploy/envoy/envoy.yaml");
+    for needle in [
+        "path_prefix: /v1/authz",
+        "{ exact: cookie }",
+        "{ exact: origin }",
+        "{ exact: x-termgate-handle }",
+        "{ exact: location }",
+        "request_headers_to_remove: [cookie, authorization]",
+        "failure_mode_allow: false",
+    ] {
+        assert!(envoy_file.contains(needle), "envoy.yaml lacks {needle}");
+    }
+
+    let mine = stack.create("alice");
+    let theirs = stack.create("bob");
+    let (my_container, their_container) = (stack.container(&mine), stack.container(&theirs));
+    let cookie = stack.cookie("alice");
+    let ws = format!("/s/{mine}/ws");
+
+    // Traefik's forwardAuth: GET to the fixed address; X-Forwarded-*; the client's
+    // headers but no hop-by-hop ones.
+    let traefik = |uri: &str, cookie: &str, origin: &str| {
+        stack.ask(
+            "/v1/authz",
+            &[
+                ("X-Forwarded-Method", "GET"),
+                ("X-Forwarded-Proto", "https"),
+                ("X-Forwarded-Host", "term.example.com"),
+                ("X-Forwarded-Uri", uri),
+                ("X-Forwarded-For", "203.0.113.7"),
+                ("Cookie", cookie),
+                ("Origin", origin),
+                ("Sec-Websocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+                ("Sec-Websocket-Version", "13"),
+            ],
+        )
+    };
+    let answer = traefik(&format!("{ws}?arg={their_container}"), &cookie, origin);
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(header(&answer, "x-termgate-user"), Some("alice"));
+    assert_eq!(header(&answer, "x-termgate-kind"), Some("attach"));
+    let handle = header(&answer, "x-termgate-handle").unwrap_or_default();
+    assert!(
+        handle.len() <= 29 && handle.starts_with('h'),
+        "ttyd passes at most 29 bytes of a header: {handle}"
+    );
+    let t = open_on_handle_pool(pool, &format!("?arg={their_container}"), handle)
+        .expect("the terminal on the handle pool");
+    t.send_input(b"echo host-$(hostname)-$((6*7))\r").unwrap();
+    let out = t
+        .read_until(&format!("host-{}-42", &my_container[..12]), T)
+        .unwrap_or_else(|e| panic!("alice's own container: {e}\n{}", pool.log_text()));
+    assert!(!out.contains(&their_container[..12]), "{out}");
+
+    // A handle is used once: replayed, the pool refuses it.
+    let replay = open_on_handle_pool(pool, "", handle).expect("the websocket opens");
+    replay
+        .wait_closed(T)
+        .expect("a used handle opens no terminal");
+    assert!(
+        !replay.output_so_far().contains("$ "),
+        "{}",
+        replay.output_so_far()
+    );
+
+    // Envoy's ext_authz (HTTP service): the check at its path prefix followed by the
+    // original path, with the original method, Host and the allowed headers.
+    let envoy = stack.ask(
+        &format!("/v1/authz{ws}?arg=evil"),
+        &[
+            ("Host", "term.example.com"),
+            ("Cookie", &cookie),
+            ("Origin", origin),
+            ("Upgrade", "websocket"),
+            ("Content-Length", "0"),
+        ],
+    );
+    assert_eq!(envoy.status, 200, "{}", envoy.text);
+    let handle = header(&envoy, "x-termgate-handle").unwrap_or_default();
+    let e = open_on_handle_pool(pool, "", handle).expect("the Envoy-checked terminal");
+    e.send_input(b"echo envoy-$((6*7))\r").unwrap();
+    e.read_until("envoy-42", T).expect("it echoes");
+
+    // Caddy passes the client's Upgrade and Connection to the check: it answers 200,
+    // never 101.
+    let caddy = stack.ask(
+        "/v1/authz?arg=evil",
+        &[
+            ("X-Forwarded-Method", "GET"),
+            ("X-Forwarded-Uri", &ws),
+            ("Cookie", &cookie),
+            ("Origin", origin),
+            ("Upgrade", "websocket"),
+            ("Connection", "Upgrade"),
+            ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+            ("Sec-WebSocket-Version", "13"),
+        ],
+    );
+    assert_eq!(caddy.status, 200, "{}", caddy.text);
+
+    // Refusals, the same for both: another user and an unknown id the same 404, no
+    // credential 401, the cookie from another site 403, another method 405.
+    let bob = stack.cookie("bob");
+    let other = traefik(&ws, &bob, origin);
+    let unknown = traefik("/s/aaaaaaaaaaaaaaaa/ws", &bob, origin);
+    assert_eq!(other.status, 404, "{}", other.text);
+    let body = |a: &e2e::raw::RawAnswer| a.text.split("\r\n\r\n").nth(1).map(str::to_owned);
+    assert_eq!(body(&other), body(&unknown));
+    assert!(!other.text.contains(&my_container[..12]));
+    let envoy_other = stack.ask(
+        &format!("/v1/authz{ws}"),
+        &[
+            ("Cookie", &bob),
+            ("Origin", origin),
+            ("Upgrade", "websocket"),
+        ],
+    );
+    assert_eq!(envoy_other.status, 404, "{}", envoy_other.text);
+    assert_eq!(body(&envoy_other), body(&unknown));
+    assert_eq!(traefik(&ws, "", origin).status, 401);
+    let envoy_none = stack.ask(&format!("/v1/authz{ws}"), &[("Upgrade", "websocket")]);
+    assert_eq!(envoy_none.status, 401, "{}", envoy_none.text);
+    assert_eq!(
+        traefik(&ws, &cookie, "https://evil.example").status,
+        403,
+        "a cross-site upgrade"
+    );
+    let envoy_post = stack.ask_method("POST", &format!("/v1/authz{ws}"), &[("Cookie", &cookie)]);
+    assert_eq!(envoy_post.status, 405, "{}", envoy_post.text);
+
+    // Ending the session closes the terminal on the handle pool.
+    let token = stack.control.token("alice", false);
+    let end = stack.control.call(
+        "DELETE",
+        &format!("/v1/sessions/{mine}"),
+        Some(&token),
+        None,
+    );
+    assert!(end.status == 202 || end.status == 204, "{}", end.text);
+    closes(&t, "ended (handle pool)", &stack);
+    closes(&e, "ended (handle pool, Envoy)", &stack);
 }

@@ -39,6 +39,17 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) -> Option<Se
             format!("must be at least 4096, got {}", k.max_recording_bytes),
         );
     }
+    let to = &k.authz_sign_in_url;
+    let absolute = to.starts_with("https://") || to.starts_with("http://");
+    if !(absolute || to.starts_with('/') && !to.starts_with("//"))
+        || to.contains(['?', '#'])
+        || to.bytes().any(|b| b.is_ascii_control() || b == b' ')
+    {
+        err(
+            "control.authz_sign_in_url",
+            format!("must be a path starting with one / or an http(s):// URL, without query or fragment, got {to:?}"),
+        );
+    }
     positive(
         "control.reconcile_interval_seconds",
         k.reconcile_interval_seconds,

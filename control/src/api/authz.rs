@@ -1,12 +1,19 @@
 //! `GET /v1/authz`: the terminal check for a reverse proxy that keeps its own place in
-//! front of ttyd (nginx `auth_request`; design §2, "Behind nginx").
+//! front of ttyd (README, "Behind a front proxy"): nginx `auth_request`, Caddy
+//! `forward_auth`, Traefik `forwardAuth` and Envoy `ext_authz` (HTTP service).
 //!
-//! The proxy asks with the original request's URI, method and `Origin`, and passes the
-//! user's credential on (a bearer header, or the sign-in cookie). The answer is the one
-//! the gateway would reach for the same request — the same `policy` verifier, Origin
-//! rule and `decide_terminal` on the route from the store — and, when allowed, where
-//! the terminal's ttyd listens and the exact path and query to send it, so that no
-//! client-chosen `arg` ever reaches ttyd.
+//! Each proxy names the original request its own way, and one decision serves them
+//! all: nginx sends `X-Original-URI`/`X-Original-Method`, Caddy and Traefik
+//! `X-Forwarded-Uri`/`X-Forwarded-Method`, and Envoy asks at `/v1/authz` followed by
+//! the original path, with the original method. The user's credential comes as the
+//! client sent it (a bearer header, or the sign-in cookie). The answer is the one the
+//! gateway would reach for the same request — the same `policy` verifier, Origin rule
+//! and `decide_terminal` on the route from the store — and, when allowed, where the
+//! terminal's ttyd listens and the exact path and query to send it, so that no
+//! client-chosen `arg` ever reaches ttyd. A Docker session's websocket also gets a
+//! one-use handle for the pool, which `GET /v1/grant` exchanges for the terminal's
+//! sealed grant (`policy::grant`) and then judges again until the terminal must close. Refusals: 401 (a 302 to sign in for a browser's page
+//! navigation), 403, and the same 404 for another user's session as for an unknown id.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,9 +31,11 @@ use crate::service::Control;
 /// What the proxy tells about the request it holds.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AuthzRequest<'a> {
-    /// The original request target, path and query (`X-Original-URI`).
+    /// The original request target, path and query (`X-Original-URI`, `X-Forwarded-Uri`,
+    /// or Envoy's path after `/v1/authz`).
     pub uri: Option<&'a [u8]>,
-    /// The original method (`X-Original-Method`), when the proxy sends it.
+    /// The original method (`X-Original-Method`, `X-Forwarded-Method`, Envoy's own),
+    /// when the proxy sends it.
     pub method: Option<&'a [u8]>,
     /// The original `Origin` header.
     pub origin: Option<&'a [u8]>,
@@ -38,14 +47,19 @@ pub struct AuthzRequest<'a> {
 
 /// An allowed terminal request: where it goes and what is sent there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
+pub struct Allowed {
     /// The ttyd to connect to: `unix:/path` or `host:port`.
     pub upstream: String,
-    /// The path and query to request from that ttyd (`/ws?arg=<container>` for a Docker
-    /// session's websocket); the client's own query is never part of it.
-    pub uri: String,
+    /// The path to request from that ttyd (its base path and the part's).
+    pub path: String,
+    /// The query to send with it: `arg=<container>&arg=<handle>` for a Docker
+    /// session's websocket, else empty; the client's own query is never part of it.
+    pub query: String,
     /// ttyd's `arg`: the container of a Docker session; `None` for a target.
     pub arg: Option<String>,
+    /// A Docker session's websocket: the one-use handle the pool exchanges for the
+    /// terminal's sealed grant.
+    pub handle: Option<String>,
     /// The verified user, for ttyd's `-H X-Termgate-User`.
     pub user: String,
     /// Why it was allowed: `owner`, `admin` or `allowed` (a target's list).
@@ -88,7 +102,7 @@ impl Control {
     /// the method, the credential, the Origin (websocket only), then the route and
     /// `policy::decide_terminal`. Non-owner and unknown are the same
     /// [`Refusal::NOT_FOUND`]; nothing about the route is told to anyone refused.
-    pub fn authorize(&self, req: &AuthzRequest<'_>) -> Result<Grant, Refusal> {
+    pub fn authorize(&self, req: &AuthzRequest<'_>) -> Result<Allowed, Refusal> {
         let uri = req
             .uri
             .ok_or_else(|| Refusal::BAD_PATH.with_message("X-Original-URI is required"))?;
@@ -143,11 +157,20 @@ impl Control {
             (false, true) => "allowed",
             (false, false) => "owner",
         };
+        let handle = match (part, route.arg()) {
+            (TerminalPart::Ws, Some(container)) => {
+                let grant = self.grant(id, container, &principal, token)?;
+                Some(self.grant_handle(&grant)?)
+            }
+            _ => None,
+        };
         tracing::info!(target: "audit", session = %id, sub, decision = "allow", reason, "authz");
-        Ok(Grant {
+        Ok(Allowed {
             upstream,
-            uri: ttyd_uri(route, part),
+            path: ttyd_path(route, part),
+            query: ttyd_query(route, part, handle.as_deref()),
             arg: route.arg().map(str::to_owned),
+            handle,
             user: sub.to_owned(),
             reason,
         })
@@ -174,30 +197,50 @@ impl Control {
     }
 }
 
-/// The path and query sent to ttyd: its base path and the part's path, and for a
-/// Docker session's websocket `arg=<container>` — exactly what the gateway sends.
-fn ttyd_uri(route: &Route, part: TerminalPart) -> String {
+/// The path sent to ttyd: its base path and the part's path, as the gateway sends it.
+fn ttyd_path(route: &Route, part: TerminalPart) -> String {
     let base = route.upstream.as_ref().map_or("", |a| a.base_path.as_str());
-    let path = part.upstream_path();
-    match (part, route.arg()) {
-        (TerminalPart::Ws, Some(arg)) => format!("{base}{path}?arg={arg}"),
-        _ => format!("{base}{path}"),
+    format!("{base}{}", part.upstream_path())
+}
+
+/// The query sent to ttyd: for a Docker session's websocket `arg=<container>`, as the
+/// gateway sends it, then the grant's handle as a second `arg` (`ttyd-attach
+/// <container> <handle>`); nothing otherwise. Both are hex, URL-safe as they are, and
+/// short: ttyd drops a query argument of 252 bytes or more, and every one after it.
+fn ttyd_query(route: &Route, part: TerminalPart, handle: Option<&str>) -> String {
+    match (part, route.arg(), handle) {
+        (TerminalPart::Ws, Some(arg), Some(handle)) => format!("arg={arg}&arg={handle}"),
+        (TerminalPart::Ws, Some(arg), None) => format!("arg={arg}"),
+        _ => String::new(),
     }
 }
 
-/// `GET` or `HEAD /v1/authz`; other methods are refused before anything else.
-pub(super) fn handle(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, ApiError> {
+/// How a proxy that dials by address spells an upstream (Caddy: `unix//path`).
+fn dial(upstream: &str) -> String {
+    match upstream.strip_prefix("unix:") {
+        Some(path) => format!("unix/{path}"),
+        None => upstream.to_owned(),
+    }
+}
+
+/// `/v1/authz` (nginx, Caddy, Traefik: `GET` or `HEAD`) and `/v1/authz/<original
+/// path>` (Envoy, with the original method, judged as the terminal's own method is).
+pub(super) fn handle(
+    control: Arc<Control>,
+    req: Request<Incoming>,
+    rest: &[&str],
+) -> Result<Reply, ApiError> {
     let method = req.method().clone();
-    if method != Method::GET && method != Method::HEAD {
+    if rest.is_empty() && method != Method::GET && method != Method::HEAD {
         return Err(not_allowed());
     }
-    authz(&control, &req)
+    authz(&control, &req, !rest.is_empty())
 }
 
-/// `GET /v1/authz`: a proxy's terminal check (nginx `auth_request`). 200 with the
-/// grant in `X-Termgate-*` headers and no body, or the refusal as everywhere else; a
-/// 401 carries `WWW-Authenticate`, which nginx passes on.
-fn authz(control: &Control, req: &Request<Incoming>) -> Result<Reply, ApiError> {
+/// The check: 200 with the answer in `X-Termgate-*` headers and no body, or the
+/// refusal as everywhere else. A 401 carries `WWW-Authenticate` (nginx passes it on);
+/// for a browser's page navigation it is a 302 to `control.authz_sign_in_url`.
+fn authz(control: &Control, req: &Request<Incoming>, envoy: bool) -> Result<Reply, ApiError> {
     let h = req.headers();
     let one = |name: &str| h.get(name).map(HeaderValue::as_bytes);
     let cookies: Vec<&[u8]> = h
@@ -205,14 +248,36 @@ fn authz(control: &Control, req: &Request<Incoming>) -> Result<Reply, ApiError> 
         .iter()
         .map(HeaderValue::as_bytes)
         .collect();
+    // Envoy names the original request by the check's own path and method; the others
+    // by headers, nginx's first (the snippet sets it; a client's X-Forwarded-Uri through
+    // nginx never wins over it).
+    let envoy_uri = req
+        .uri()
+        .path_and_query()
+        .and_then(|pq| pq.as_str().strip_prefix("/v1/authz"))
+        .map(str::as_bytes);
+    let (uri, method) = if envoy {
+        (envoy_uri, Some(req.method().as_str().as_bytes()))
+    } else {
+        (
+            one("x-original-uri").or_else(|| one("x-forwarded-uri")),
+            one("x-original-method").or_else(|| one("x-forwarded-method")),
+        )
+    };
     let asked = AuthzRequest {
-        uri: one("x-original-uri"),
-        method: one("x-original-method"),
+        uri,
+        method,
         origin: one("origin"),
         authorization: one("authorization"),
         cookies: &cookies,
     };
-    let grant = control.authorize(&asked)?;
+    let allowed = match control.authorize(&asked) {
+        Ok(allowed) => allowed,
+        Err(refusal) if refusal.status == 401 && is_page_navigation(h) => {
+            return Ok(sign_in(control, uri.unwrap_or(b"/")));
+        }
+        Err(refusal) => return Err(refusal),
+    };
     let mut reply = empty(200);
     let headers = reply.headers_mut();
     let mut set = |name: &'static str, value: &str| {
@@ -222,16 +287,116 @@ fn authz(control: &Control, req: &Request<Incoming>) -> Result<Reply, ApiError> 
         headers.insert(name, v);
         Ok::<(), ApiError>(())
     };
-    set("x-termgate-upstream", &grant.upstream)?;
-    set("x-termgate-uri", &grant.uri)?;
-    set("x-termgate-user", &grant.user)?;
-    set("x-termgate-reason", grant.reason)?;
-    if let Some(arg) = &grant.arg {
-        set("x-termgate-arg", arg)?;
-    }
+    let uri = match allowed.query.as_str() {
+        "" => allowed.path.clone(),
+        q => format!("{}?{q}", allowed.path),
+    };
+    set("x-termgate-upstream", &allowed.upstream)?;
+    set("x-termgate-dial", &dial(&allowed.upstream))?;
+    set("x-termgate-uri", &uri)?;
+    set("x-termgate-path", &allowed.path)?;
+    set("x-termgate-user", &allowed.user)?;
+    set("x-termgate-reason", allowed.reason)?;
+    // Caddy and Traefik copy named headers only when present; every one is answered so
+    // that a client's copy never stands in for a missing one.
+    let kind = if allowed.handle.is_some() {
+        "attach"
+    } else {
+        "plain"
+    };
+    set("x-termgate-kind", kind)?;
+    set("x-termgate-arg", allowed.arg.as_deref().unwrap_or(""))?;
+    set("x-termgate-handle", allowed.handle.as_deref().unwrap_or(""))?;
     set("cache-control", "no-store")?;
     Ok(reply)
 }
+
+/// Whether a request is a browser's page navigation, the one kind a missing credential
+/// answers with a redirect to sign in: it accepts HTML, asks for no upgrade, and is no
+/// script's request (`X-Requested-With`, `Sec-Fetch-Mode` other than `navigate`).
+fn is_page_navigation(h: &hyper::HeaderMap) -> bool {
+    let has = |name: &str| h.contains_key(name);
+    let accepts_html = h.get_all(hyper::header::ACCEPT).iter().any(|v| {
+        v.as_bytes()
+            .windows(9)
+            .any(|w| w.eq_ignore_ascii_case(b"text/html"))
+    });
+    let navigates = h
+        .get("sec-fetch-mode")
+        .is_none_or(|m| m.as_bytes().eq_ignore_ascii_case(b"navigate"));
+    accepts_html && navigates && !has("upgrade") && !has("x-requested-with")
+}
+
+/// The 302 to sign in, with the terminal's path (never its query) to come back to.
+fn sign_in(control: &Control, uri: &[u8]) -> Reply {
+    let path = uri.split(|b| *b == b'?').next().unwrap_or_default();
+    let next: String = url_encode(path);
+    let to = &control.config().control.authz_sign_in_url;
+    let mut reply = empty(302);
+    if let Ok(v) = HeaderValue::from_str(&format!("{to}?next={next}")) {
+        reply.headers_mut().insert(hyper::header::LOCATION, v);
+    }
+    reply
+        .headers_mut()
+        .insert("cache-control", HeaderValue::from_static("no-store"));
+    reply
+}
+
+/// Percent-encodes everything but unreserved characters and `/`.
+fn url_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `GET /v1/grant?wait=<seconds>` with the grant in `X-Termgate-Grant`: the pool's
+/// `ttyd-attach` asks whether its terminal may stay open. 200 `{"open":true}` when it
+/// may (after up to `wait` seconds, at most 60, with no change that ends it); 410 with
+/// the reason's code (`route_removed`, `user_locked`, `signed_out`, …) as soon as it
+/// may not; 403 `grant_invalid` for a grant not sealed here. With `X-Termgate-Handle`
+/// instead, the handle is exchanged once for its grant, answered as
+/// `{"open":true,"grant":"…"}`. Needs no other credential: a grant only ever learns
+/// whether its own terminal is still allowed.
+pub(super) async fn grant(
+    control: Arc<Control>,
+    req: Request<Incoming>,
+) -> Result<Reply, ApiError> {
+    if req.method() != Method::GET {
+        return Err(not_allowed());
+    }
+    let wait = super::query_param(&req, "wait")
+        .unwrap_or("0")
+        .parse::<u64>()
+        .map_err(|_| ApiError::INVALID_QUERY.with_message("wait must be seconds"))?;
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let (text, redeemed) = match (header("x-termgate-grant"), header("x-termgate-handle")) {
+        (Some(grant), _) => (grant.to_owned(), false),
+        (None, Some(handle)) => (control.redeem_handle(handle)?, true),
+        (None, None) => return Err(Refusal::GRANT_INVALID),
+    };
+    let wait = std::time::Duration::from_secs(wait.min(MAX_GRANT_WAIT));
+    match control.watch_grant(&text, wait).await? {
+        None if redeemed => Ok(super::json(
+            200,
+            &serde_json::json!({ "open": true, "grant": text }),
+        )),
+        None => Ok(super::json(200, &serde_json::json!({ "open": true }))),
+        Some(lapse) => Err(Refusal {
+            status: 410,
+            code: lapse.as_str(),
+            message: lapse.message().into(),
+        }),
+    }
+}
+
+/// Longest a grant watcher may ask to wait, seconds.
+const MAX_GRANT_WAIT: u64 = 60;
 
 #[cfg(test)]
 mod tests {
@@ -259,9 +424,15 @@ mod tests {
     #[test]
     fn only_the_routes_arg_reaches_ttyd_and_only_on_the_websocket() {
         let docker = Route::container(id(), "alice", "c0ffee");
-        assert_eq!(ttyd_uri(&docker, TerminalPart::Ws), "/ws?arg=c0ffee");
-        assert_eq!(ttyd_uri(&docker, TerminalPart::Page), "/");
-        assert_eq!(ttyd_uri(&docker, TerminalPart::Token), "/token");
+        assert_eq!(ttyd_path(&docker, TerminalPart::Ws), "/ws");
+        assert_eq!(ttyd_query(&docker, TerminalPart::Ws, None), "arg=c0ffee");
+        assert_eq!(
+            ttyd_query(&docker, TerminalPart::Ws, Some("h0123")),
+            "arg=c0ffee&arg=h0123"
+        );
+        assert_eq!(ttyd_path(&docker, TerminalPart::Page), "/");
+        assert_eq!(ttyd_query(&docker, TerminalPart::Page, Some("g")), "");
+        assert_eq!(ttyd_path(&docker, TerminalPart::Token), "/token");
         let mut target = Route::container(id(), "", "");
         target.upstream = Some(TtydAddress {
             addrs: vec!["10.0.0.5:7681".into()],
@@ -272,7 +443,50 @@ mod tests {
             roles: Vec::new(),
             credential: None,
         });
-        assert_eq!(ttyd_uri(&target, TerminalPart::Ws), "/lab/ws");
+        assert_eq!(ttyd_path(&target, TerminalPart::Ws), "/lab/ws");
+        assert_eq!(ttyd_query(&target, TerminalPart::Ws, None), "");
+    }
+
+    #[test]
+    fn caddy_dials_a_unix_socket_as_unix_slash_slash() {
+        assert_eq!(dial("unix:/run/tg/ttyd.sock"), "unix//run/tg/ttyd.sock");
+        assert_eq!(dial("10.0.0.5:7681"), "10.0.0.5:7681");
+    }
+
+    #[test]
+    fn only_a_browsers_page_navigation_is_sent_to_sign_in() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = hyper::HeaderMap::new();
+            for (k, v) in pairs {
+                h.append(*k, HeaderValue::from_static(v));
+            }
+            h
+        };
+        let page = [("accept", "text/html,application/xhtml+xml,*/*;q=0.8")];
+        assert!(is_page_navigation(&headers(&page)));
+        assert!(is_page_navigation(&headers(&[
+            page[0],
+            ("sec-fetch-mode", "navigate")
+        ])));
+        assert!(!is_page_navigation(&headers(&[("accept", "*/*")])));
+        assert!(!is_page_navigation(&headers(&[
+            page[0],
+            ("upgrade", "websocket")
+        ])));
+        assert!(!is_page_navigation(&headers(&[
+            page[0],
+            ("x-requested-with", "XMLHttpRequest")
+        ])));
+        assert!(!is_page_navigation(&headers(&[
+            page[0],
+            ("sec-fetch-mode", "cors")
+        ])));
+    }
+
+    #[test]
+    fn the_return_path_is_percent_encoded() {
+        assert_eq!(url_encode(b"/s/abc/"), "/s/abc/");
+        assert_eq!(url_encode(b"/s/a b&c"), "/s/a%20b%26c");
     }
 
     #[test]

@@ -51,6 +51,7 @@ impl Control {
     fn revoke(&self, r: &Revocation) -> Result<bool, ApiError> {
         let published = self.store.revoke(r)?;
         self.revoked_write().insert(r);
+        self.revocations_applied.send_modify(|n| *n += 1);
         Ok(published)
     }
 

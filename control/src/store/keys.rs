@@ -33,6 +33,8 @@ pub(super) const AUDIT: &str = "audit";
 
 /// The revision's key in `meta`.
 pub(super) const REV_KEY: &[u8] = b"rev";
+/// The terminal grants' key's key in `meta`.
+pub(super) const GRANT_KEY: &[u8] = b"grant_key";
 /// The deployment-wide count's key in `counts`.
 pub(super) const GLOBAL_COUNT_KEY: &[u8] = b"g";
 const ID_LEN: usize = SessionId::LEN;

@@ -9,7 +9,7 @@
 //! | `history`          | session id                                  | ended [`Session`] JSON |
 //! | `history_by_owner` | `owner \0 ended_at (u64 BE) \0 id`          | empty              |
 //! | `counts`           | `u:<sub>` / `g`                             | u32 BE             |
-//! | `meta`             | `rev`                                       | u64 BE             |
+//! | `meta`             | `rev`; `grant_key`                          | u64 BE; 32 bytes   |
 //! | `changes`          | rev (u64 BE)                                | [`Change`] JSON    |
 //! | `locks`            | sub                                         | [`UserLock`] JSON  |
 //! | `targets`          | target id                                   | [`Target`] JSON    |
@@ -59,7 +59,7 @@ use crate::model::{
 };
 use keys::{
     decode_u32, decode_u64, history_key, owner_key, owner_prefix, parse_history_key,
-    parse_owner_key, user_count_key, AUDIT, CHANGES, COUNTS, GLOBAL_COUNT_KEY, HISTORY,
+    parse_owner_key, user_count_key, AUDIT, CHANGES, COUNTS, GLOBAL_COUNT_KEY, GRANT_KEY, HISTORY,
     HISTORY_BY_OWNER, LOCKS, META, OWNERS, REVOKED, REV_KEY, SESSIONS, SIGN_INS, TARGETS,
 };
 use tx::{abort, encode};
@@ -947,6 +947,34 @@ impl Store {
         let t = self.t()?;
         t.db.flush()?;
         t.sync()
+    }
+
+    /// The key terminal grants are sealed with ([`policy::grant`]): 32 random bytes
+    /// made on first use and kept in `meta`, so a restarted control still opens the
+    /// grants of terminals that stayed open.
+    pub fn grant_key(&self) -> Result<[u8; 32]> {
+        let t = self.t()?;
+        if let Some(key) = t.meta.get(GRANT_KEY)? {
+            return <[u8; 32]>::try_from(key.as_ref())
+                .map_err(|_| StoreError::corrupt("meta grant_key is not 32 bytes".to_owned()));
+        }
+        let mut key = [0u8; 32];
+        getrandom::getrandom(&mut key).map_err(StoreError::Randomness)?;
+        let _guard = self.lock();
+        // Two first uses at once: the first key stored wins.
+        if let Err(stored) = t
+            .meta
+            .compare_and_swap(GRANT_KEY, None::<&[u8]>, Some(&key[..]))?
+        {
+            if let Some(current) = stored.current {
+                key = <[u8; 32]>::try_from(current.as_ref()).map_err(|_| {
+                    StoreError::corrupt("meta grant_key is not 32 bytes".to_owned())
+                })?;
+            }
+        }
+        drop(_guard);
+        self.flush()?;
+        Ok(key)
     }
 
     // ---- internals ----

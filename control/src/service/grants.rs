@@ -1,0 +1,163 @@
+//! Terminal grants (`policy::grant`): minted by the terminal check for a front proxy,
+//! judged again by `GET /v1/grant` for the ttyd pool's `ttyd-attach`, which ends its
+//! `docker attach` when the answer is a lapse — live revocation where termgate carries
+//! none of the terminal's bytes.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use policy::grant::{Grant, GrantSealer, Lapse};
+use policy::{Principal, Refusal, SessionId, Sub};
+
+use super::{now, Control};
+use crate::error::ApiError;
+
+/// How long a handle may wait to be exchanged for its grant: the pool asks as soon as
+/// ttyd starts the terminal, right after the check.
+const HANDLE_TTL: Duration = Duration::from_secs(60);
+/// Most handles waiting at once; past it the oldest go first.
+const MAX_HANDLES: usize = 10_000;
+
+/// One-use handles for grants: what reaches the pool through ttyd, which passes a
+/// query argument only below 252 bytes and a header's value (in `TTYD_USER`) only
+/// below 30, both far shorter than a grant. Kept in memory: a handle lives from the
+/// check to the terminal's start, well under a second.
+#[derive(Default)]
+pub(crate) struct Handles(std::sync::Mutex<HashMap<String, (Instant, String)>>);
+
+impl Handles {
+    fn put(&self, grant: String) -> Result<String, ApiError> {
+        let mut random = [0u8; 12];
+        getrandom::getrandom(&mut random).map_err(|_| ApiError::INTERNAL)?;
+        let handle: String = std::iter::once('h')
+            .chain(random.iter().flat_map(|b| {
+                let hex = |n: u8| char::from_digit(u32::from(n), 16).unwrap_or('0');
+                [hex(b >> 4), hex(b & 15)]
+            }))
+            .collect();
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        map.retain(|_, (at, _)| now.duration_since(*at) < HANDLE_TTL);
+        if map.len() >= MAX_HANDLES {
+            if let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, (at, _))| *at)
+                .map(|(k, _)| k.clone())
+            {
+                map.remove(&oldest);
+            }
+        }
+        map.insert(handle.clone(), (now, grant));
+        Ok(handle)
+    }
+
+    fn take(&self, handle: &str) -> Option<String> {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (at, grant) = map.remove(handle)?;
+        (at.elapsed() < HANDLE_TTL).then_some(grant)
+    }
+}
+
+impl Control {
+    /// The sealer of this deployment's grants (its key made and stored on first use).
+    fn sealer(&self) -> Result<&GrantSealer, ApiError> {
+        if let Some(sealer) = self.grants.get() {
+            return Ok(sealer);
+        }
+        let key = self.store.grant_key()?;
+        let sealer = GrantSealer::new(&key).map_err(|e| {
+            tracing::error!(error = %e, "cannot make the grant sealer");
+            ApiError::INTERNAL
+        })?;
+        Ok(self.grants.get_or_init(|| sealer))
+    }
+
+    /// The grant of `who` (verified from `token`) on the terminal of `session` in
+    /// `container`, sealed.
+    pub(crate) fn grant(
+        &self,
+        session: SessionId,
+        container: &str,
+        who: &Principal,
+        token: &[u8],
+    ) -> Result<String, ApiError> {
+        Ok(self
+            .sealer()?
+            .seal(&Grant::new(session, container, who, token)))
+    }
+
+    /// A one-use handle for a sealed grant (`X-Termgate-Handle`).
+    pub(crate) fn grant_handle(&self, grant: &str) -> Result<String, ApiError> {
+        self.grant_handles.put(grant.to_owned())
+    }
+
+    /// The grant a handle stands for, once; `grant_invalid` for an unknown, used or
+    /// stale one.
+    pub fn redeem_handle(&self, handle: &str) -> Result<String, ApiError> {
+        self.grant_handles.take(handle).ok_or_else(|| {
+            tracing::info!(target: "audit", reason = "handle_unknown", "grant refused");
+            Refusal::GRANT_INVALID
+        })
+    }
+
+    /// Opens a presented grant: refused with `grant_invalid` (403) unless sealed here.
+    fn open_grant(&self, text: &str) -> Result<Grant, ApiError> {
+        self.sealer()?.open(text).map_err(|e| {
+            tracing::info!(target: "audit", reason = e.as_str(), "grant refused");
+            Refusal::GRANT_INVALID
+        })
+    }
+
+    /// Judges a grant's terminal now.
+    fn recheck(&self, grant: &Grant) -> Result<Result<(), Lapse>, ApiError> {
+        let locked = match Sub::parse(&grant.sub) {
+            Some(sub) => self.is_locked(&sub)?,
+            None => false,
+        };
+        let lookup = self.route(&grant.session)?;
+        let revoked = self.revoked.read().unwrap_or_else(|p| p.into_inner());
+        Ok(policy::grant::recheck(
+            grant,
+            lookup.as_ref().map(|l| &l.route),
+            locked,
+            &revoked,
+            now(),
+            self.config.gateway.close_on_token_expiry,
+        ))
+    }
+
+    /// `GET /v1/grant`: whether the terminal of `text` may stay open. Waits up to
+    /// `wait` for a change that ends it (a store revision, a revocation applied, the
+    /// credential's expiry) and answers at once when one does: `Ok(None)` still open,
+    /// `Ok(Some(lapse))` close it.
+    pub async fn watch_grant(&self, text: &str, wait: Duration) -> Result<Option<Lapse>, ApiError> {
+        let grant = self.open_grant(text)?;
+        let deadline = Instant::now() + wait;
+        let mut revs = self.store.subscribe();
+        let mut applied = self.revocations_applied.subscribe();
+        loop {
+            revs.borrow_and_update();
+            applied.borrow_and_update();
+            if let Err(lapse) = self.recheck(&grant)? {
+                tracing::info!(target: "audit", session = %grant.session, sub = %grant.sub, reason = lapse.as_str(), "grant lapsed: the pool closes its terminal");
+                return Ok(Some(lapse));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let expiry = Duration::from_secs(grant.expires_at.saturating_sub(now()))
+                .max(Duration::from_millis(200));
+            let nap = if self.config.gateway.close_on_token_expiry {
+                left.min(expiry)
+            } else {
+                left
+            };
+            tokio::select! {
+                r = revs.changed() => if r.is_err() { tokio::time::sleep(nap).await },
+                r = applied.changed() => if r.is_err() { tokio::time::sleep(nap).await },
+                () = tokio::time::sleep(nap) => {}
+            }
+        }
+    }
+}
