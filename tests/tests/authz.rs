@@ -701,7 +701,39 @@ fn traefik_and_envoy_checks_open_the_owners_terminal_on_the_handle_pool_and_clos
     let envoy_post = stack.ask_method("POST", &format!("/v1/authz{ws}"), &[("Cookie", &cookie)]);
     assert_eq!(envoy_post.status, 405, "{}", envoy_post.text);
 
+    // A sign-out and a lock close what the handle pool opened, as through the others.
+    let open_by = |token: &str| {
+        let answer = traefik(&ws, &format!("termgate_session={token}"), origin);
+        assert_eq!(answer.status, 200, "{}", answer.text);
+        let handle = header(&answer, "x-termgate-handle").unwrap_or_default();
+        let t = open_on_handle_pool(pool, "", handle).expect("a terminal on the handle pool");
+        t.send_input(b"echo on-$((6*7))\r").unwrap();
+        t.read_until("on-42", T).expect("it echoes");
+        t
+    };
+    let signed_in = stack.control.token_for("alice", false, 3602);
+    let s = open_by(&signed_in);
+    let out = stack
+        .control
+        .call("DELETE", "/v1/signins/current", Some(&signed_in), None);
+    assert_eq!(out.status, 204, "{}", out.text);
+    closes(&s, "signed out (handle pool)", &stack);
+    let l = open_by(&stack.control.token_for("alice", false, 3603));
+    let admin = stack.control.token("root-admin", true);
+    let lock = stack
+        .control
+        .call("POST", "/v1/users/alice/lock", Some(&admin), None);
+    assert_eq!(lock.status, 204, "{}", lock.text);
+    closes(&l, "locked (handle pool)", &stack);
+    closes(&t, "locked (handle pool, Traefik)", &stack);
+    closes(&e, "locked (handle pool, Envoy)", &stack);
+    let unlock = stack
+        .control
+        .call("DELETE", "/v1/users/alice/lock", Some(&admin), None);
+    assert_eq!(unlock.status, 204, "{}", unlock.text);
+
     // Ending the session closes the terminal on the handle pool.
+    let t = open_by(&stack.control.token_for("alice", false, 3604));
     let token = stack.control.token("alice", false);
     let end = stack.control.call(
         "DELETE",
@@ -711,5 +743,4 @@ fn traefik_and_envoy_checks_open_the_owners_terminal_on_the_handle_pool_and_clos
     );
     assert!(end.status == 202 || end.status == 204, "{}", end.text);
     closes(&t, "ended (handle pool)", &stack);
-    closes(&e, "ended (handle pool, Envoy)", &stack);
 }

@@ -278,6 +278,9 @@ fn the_pool_command_attaches_only_to_full_ids_of_this_deployments_sessions() {
             "not a session container of this deployment",
         ),
         ("f".repeat(64), "no such container"),
+        // A second arg is a front proxy's handle: without control to exchange it with,
+        // nothing is attached.
+        (format!("{full}&arg=h0123"), "TERMGATE_CONTROL is not set"),
     ];
     for (arg, why) in refused {
         let term = Terminal::connect(
