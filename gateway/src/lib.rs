@@ -10,6 +10,7 @@ pub mod clock;
 pub mod control_client;
 pub mod head_deadline;
 pub mod metrics;
+pub mod module;
 pub mod oidc;
 pub mod proxy;
 pub mod recording;

@@ -8,12 +8,9 @@ use std::time::Duration;
 use clap::Parser;
 use gateway::certificate::{Certificate, Renewals};
 use gateway::head_deadline::HeadDeadlineApp;
-use gateway::proxy::{Proxy, TestHooks, TtydUpstream};
+use gateway::module::Module;
+use gateway::proxy::TestHooks;
 use gateway::services::admin::Admin;
-use gateway::services::feed::{ExpirySweeper, FeedFollower};
-use gateway::state::Gateway;
-use pingora::lb::health_check::TcpHealthCheck;
-use pingora::lb::LoadBalancer;
 use pingora::listeners::tls::TlsSettings;
 use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::{Opt, ServerConf};
@@ -59,12 +56,11 @@ fn main() -> ExitCode {
 fn run(config: config::Config, upgrade: bool) -> anyhow::Result<()> {
     let config = Arc::new(config);
     let g = &config.gateway;
-    let control_addr = g
-        .control_url
-        .strip_prefix("http://")
-        .ok_or_else(|| anyhow::anyhow!("gateway.control_url: must start with http://"))?
-        .to_owned();
-    let state = Gateway::new(Arc::clone(&config))?;
+    // The gateway is termgate's module (admission, tunnel, route feed, reporters) with
+    // the rest of its routes and its own listeners around it.
+    let mut module = Module::new(Arc::clone(&config))?;
+    let services = module.take_services();
+    let state = Arc::clone(module.gateway());
 
     let conf = ServerConf {
         grace_period_seconds: Some(g.drain_seconds),
@@ -84,29 +80,8 @@ fn run(config: config::Config, upgrade: bool) -> anyhow::Result<()> {
     let mut server = Server::new_with_opt_and_conf(opt, conf);
     server.bootstrap();
 
-    let (ttyd, health) = if g.ttyd_upstreams.is_empty() {
-        let socket = config
-            .resolve(&config.ttyd.socket)
-            .to_string_lossy()
-            .into_owned();
-        (TtydUpstream::Unix(socket), None)
-    } else {
-        let mut lb = LoadBalancer::try_from_iter(g.ttyd_upstreams.iter().map(String::as_str))
-            .map_err(|e| anyhow::anyhow!("gateway.ttyd_upstreams: {e}"))?;
-        lb.set_health_check(TcpHealthCheck::new());
-        lb.health_check_frequency = Some(Duration::from_secs(1));
-        let bg = background_service("ttyd health check", lb);
-        let task = bg.task();
-        (TtydUpstream::Tcp(task), Some(bg))
-    };
-
     let mut http = pingora::proxy::HttpProxy::new(
-        Proxy {
-            g: Arc::clone(&state),
-            ttyd,
-            control_addr,
-            hooks: TestHooks::from_env(),
-        },
+        module.into_proxy(TestHooks::from_env()),
         Arc::clone(&server.configuration),
     );
     http.handle_init_modules();
@@ -141,27 +116,9 @@ fn run(config: config::Config, upgrade: bool) -> anyhow::Result<()> {
 
     server.add_service(proxy);
     server.add_service(admin);
-    server.add_service(background_service(
-        "route feed",
-        FeedFollower(Arc::clone(&state)),
-    ));
-    server.add_service(background_service(
-        "input reports",
-        gateway::services::reporter::ActivityReporter(Arc::clone(&state)),
-    ));
-    server.add_service(background_service(
-        "recording uploads",
-        gateway::services::uploader::Uploader(Arc::clone(&state)),
-    ));
-    server.add_service(background_service(
-        "token expiry",
-        ExpirySweeper(Arc::clone(&state)),
-    ));
+    server.add_services(services);
     if let Some(r) = renewals {
         server.add_service(background_service("certificate renewals", r));
-    }
-    if let Some(h) = health {
-        server.add_service(h);
     }
     tracing::info!(listen = %g.listen, admin = %g.admin_listen, "gateway is serving");
     server.run_forever();

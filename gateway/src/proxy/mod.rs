@@ -5,11 +5,13 @@
 //! The handlers ([`admission`] for terminals, [`api`] for the API and sign-in) answer
 //! with values: what an allowed request does next, or the [`Refusal`] of a refused one.
 //! Only [`ProxyHttp::request_filter`] writes those answers (through [`reply`]) and
-//! records the decision for the logs.
+//! records the decision for the logs — or, for a terminal mounted in another Pingora
+//! proxy ([`crate::module`]), [`mounted`], through the same steps.
 
 mod admission;
 mod api;
 mod credential;
+pub(crate) mod mounted;
 mod reply;
 mod sign_in;
 mod terminal;
@@ -277,18 +279,19 @@ impl Proxy {
         }
     }
 
-    /// Parses the path and hands the request to the handler of its route.
-    async fn admit(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Allowed, Denied> {
+    /// What every request's head must be, whatever its route: within
+    /// `max_request_header_bytes`, one copy of the headers that must be unique, and one
+    /// session cookie.
+    fn check_head(&self, req: &RequestHeader) -> Result<(), Refusal> {
         let g = &self.g;
-        if header_bytes(session.req_header()) > g.config.gateway.max_request_header_bytes {
-            return Err(Refusal::HEADERS_TOO_LARGE.into());
+        if header_bytes(req) > g.config.gateway.max_request_header_bytes {
+            return Err(Refusal::HEADERS_TOO_LARGE);
         }
-        let req = session.req_header();
         // One copy each, or the request means different things to different readers
         // (a proxy in front may read the other copy).
         for once in ["host", "authorization", "content-length"] {
             if req.headers.get_all(once).iter().nth(1).is_some() {
-                return Err(Refusal::BAD_HEADERS.into());
+                return Err(Refusal::BAD_HEADERS);
             }
         }
         let cookies = req
@@ -297,8 +300,29 @@ impl Proxy {
             .into_iter()
             .map(|v| v.as_bytes());
         if policy::identity::session_cookie_is_ambiguous(cookies, &g.config.auth.cookie_name) {
-            return Err(Refusal::BAD_HEADERS.into());
+            return Err(Refusal::BAD_HEADERS);
         }
+        Ok(())
+    }
+
+    /// Admits a request for a terminal's page, token or websocket (design §2 steps 2–5).
+    async fn admit_terminal(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        id: SessionId,
+        part: TerminalPart,
+    ) -> Result<Allowed, Denied> {
+        ctx.terminal_request = true;
+        ctx.session = Some(id);
+        admission::terminal(&self.g, session, id, part).await
+    }
+
+    /// Parses the path and hands the request to the handler of its route.
+    async fn admit(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Allowed, Denied> {
+        let g = &self.g;
+        self.check_head(session.req_header())?;
+        let req = session.req_header();
         let upgrade = req.headers.contains_key("upgrade");
         // The request target as sent: the parsed URI makes a path even of a target
         // that is none (`GET s/x HTTP/1.1` reads as `/`).
@@ -329,11 +353,7 @@ impl Proxy {
             PublicRoute::Oidc(step) => sign_in::step(g, session, step).await,
             PublicRoute::Admin => admission::admin_page(g, session).await,
             PublicRoute::Api(rest) => api::api(g, session, rest).await,
-            PublicRoute::Terminal { id, part } => {
-                ctx.terminal_request = true;
-                ctx.session = Some(id);
-                admission::terminal(g, session, id, part).await
-            }
+            PublicRoute::Terminal { id, part } => self.admit_terminal(session, ctx, id, part).await,
             PublicRoute::Share { token, part } => {
                 ctx.session = Some(token.session());
                 ctx.terminal_request = part.is_some();
@@ -341,6 +361,153 @@ impl Proxy {
             }
         }
     }
+
+    /// Carries out what an allowed request does next; whether it was answered here
+    /// (`false`: it goes on to its upstream through Pingora).
+    async fn go_on(&self, session: &mut Session, ctx: &mut Ctx, next: Next) -> Result<bool> {
+        match next {
+            Next::Proxy(upstream) => return self.proceed(session, ctx, upstream).await,
+            Next::Reply(json) => reply::json(session, json).await?,
+            Next::Asset(name) => {
+                ui::serve(session, &name).await?;
+            }
+            Next::AdminPage => {
+                ui::serve_admin(session).await?;
+            }
+            Next::Redirect(to) => reply::redirect(session, to).await?,
+            Next::ViewerPage => {
+                ui::serve_viewer(session).await?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Sends an allowed request on to `upstream`: a terminal websocket through the
+    /// gateway's own tunnel (answered here: `true`), anything else through Pingora
+    /// (`false`).
+    async fn proceed(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        mut upstream: Upstream,
+    ) -> Result<bool> {
+        if let Upstream::Ttyd(t) = &mut upstream {
+            if self.hooks.record_all && t.record.is_off() {
+                t.record = policy::feed::Recording::Output;
+            }
+        }
+        if let Upstream::Ttyd(TtydRequest {
+            auth_token: Some(token),
+            ..
+        }) = &upstream
+        {
+            ctx.first_message = Some(first_message::Pending::new(token.clone()));
+        }
+        let ws = matches!(
+            &upstream,
+            Upstream::Ttyd(TtydRequest {
+                part: TerminalPart::Ws,
+                ..
+            })
+        );
+        if let Upstream::Ttyd(TtydRequest {
+            part: TerminalPart::Ws,
+            arg,
+            ..
+        }) = &upstream
+        {
+            // A Docker session's typing keeps it alive (idle_timeout_seconds);
+            // a viewer's never reaches it.
+            let clock = arg
+                .as_ref()
+                .and(ctx.session)
+                .filter(|_| ctx.share.is_none());
+            let clock = clock.map(|id| self.g.activity.clock(id));
+            ctx.frames = Some(frames::FrameSizes::new(clock));
+        }
+        let recorded = matches!(&upstream, Upstream::Ttyd(t) if !t.record.is_off());
+        ctx.upstream = Some(upstream);
+        let own_tunnel = ws && !self.hooks.pingora_tunnel && terminal::eligible(session);
+        if ws && recorded && !own_tunnel {
+            // Only the gateway's own tunnel records (the test hook's Pingora
+            // path cannot): refused rather than carried unrecorded.
+            ctx.decision = Decision::Deny;
+            ctx.reason = Refusal::RECORDING_UNAVAILABLE.code;
+            reply::refusal(session, &Refusal::RECORDING_UNAVAILABLE).await?;
+            return Ok(true);
+        }
+        if own_tunnel {
+            if let Err(e) = terminal::open(self, session, ctx).await {
+                ctx.reason = "";
+                let failed = answer_failure(session, &e, ctx).await;
+                tracing::debug!(error = %e, status = failed.error_code, "terminal tunnel failed to open");
+                ctx.error = Some(e.to_string());
+            }
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// The peer of the upstream chosen in `ctx`, bounded in connecting.
+    fn peer(&self, ctx: &Ctx) -> Result<Box<HttpPeer>> {
+        let upstream = ctx.upstream.as_ref().ok_or_else(no_upstream)?;
+        let mut peer = upstream.peer(&self.control_addr, &self.ttyd, ctx.request_id)?;
+        if peer.options.connection_timeout.is_none() {
+            peer.options.connection_timeout = Some(Duration::from_millis(
+                self.g.config.gateway.control_timeout_ms,
+            ));
+        }
+        Ok(Box::new(peer))
+    }
+
+    /// Writes the request's access line (and a terminal's audit line and metrics) with
+    /// `status`, and frees its terminal slot: the request has ended.
+    fn log_request(&self, session: &Session, ctx: &mut Ctx, status: u16, error: Option<&str>) {
+        let line = RequestLine {
+            method: session.req_header().method.to_string(),
+            path: session.req_header().uri.path().to_owned(),
+            status,
+        };
+        log(&self.g.metrics, &line, error, ctx);
+        // The slot is freed when the request ends, not when the context is dropped.
+        ctx.ticket = None;
+    }
+}
+
+/// Keeps what admission learnt of an allowed request in `ctx`; what it does next.
+fn keep_allowed(ctx: &mut Ctx, allowed: Allowed) -> Next {
+    ctx.decision = Decision::Allow;
+    ctx.reason = allowed.reason;
+    ctx.principal = allowed.principal;
+    ctx.token = allowed.token;
+    ctx.ticket = allowed.ticket;
+    ctx.share = allowed.share;
+    allowed.next
+}
+
+/// Keeps what the access and audit lines say of a refused request in `ctx`; the
+/// refusal to answer.
+fn keep_denied(ctx: &mut Ctx, denied: Denied) -> Refusal {
+    ctx.decision = Decision::Deny;
+    // A handler may give a finer reason (why a token was refused).
+    ctx.reason = if denied.reason.is_empty() {
+        denied.refusal.code
+    } else {
+        denied.reason
+    };
+    ctx.principal = denied.principal;
+    ctx.share = denied.share;
+    denied.refusal
+}
+
+/// Answers a refusal. A refused websocket handshake ends its connection (RFC 6455
+/// §4.1: the client fails it anyway); kept alive, a flood of them would hold one idle
+/// connection each.
+pub(crate) async fn refuse(session: &mut Session, refusal: &Refusal) -> Result<()> {
+    if session.req_header().headers.contains_key("upgrade") {
+        session.set_keepalive(None);
+    }
+    reply::refusal(session, refusal).await
 }
 
 #[async_trait]
@@ -380,117 +547,22 @@ impl ProxyHttp for Proxy {
 
     /// Admits or refuses the request; answers it here unless it goes to an upstream.
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
-        let allowed = match self.admit(session, ctx).await {
-            Ok(allowed) => allowed,
+        match self.admit(session, ctx).await {
+            Ok(allowed) => {
+                let next = keep_allowed(ctx, allowed);
+                self.go_on(session, ctx, next).await
+            }
             Err(denied) => {
-                ctx.decision = Decision::Deny;
-                // A handler may give a finer reason (why a token was refused).
-                ctx.reason = if denied.reason.is_empty() {
-                    denied.refusal.code
-                } else {
-                    denied.reason
-                };
-                ctx.principal = denied.principal;
-                ctx.share = denied.share;
-                // A refused websocket handshake ends its connection (RFC 6455 §4.1: the
-                // client fails it anyway); kept alive, a flood of them would hold one
-                // idle connection each.
-                if session.req_header().headers.contains_key("upgrade") {
-                    session.set_keepalive(None);
-                }
-                reply::refusal(session, &denied.refusal).await?;
-                return Ok(true);
-            }
-        };
-        ctx.decision = Decision::Allow;
-        ctx.reason = allowed.reason;
-        ctx.principal = allowed.principal;
-        ctx.token = allowed.token;
-        ctx.ticket = allowed.ticket;
-        ctx.share = allowed.share;
-        match allowed.next {
-            Next::Proxy(mut upstream) => {
-                if let Upstream::Ttyd(t) = &mut upstream {
-                    if self.hooks.record_all && t.record.is_off() {
-                        t.record = policy::feed::Recording::Output;
-                    }
-                }
-                if let Upstream::Ttyd(TtydRequest {
-                    auth_token: Some(token),
-                    ..
-                }) = &upstream
-                {
-                    ctx.first_message = Some(first_message::Pending::new(token.clone()));
-                }
-                let ws = matches!(
-                    &upstream,
-                    Upstream::Ttyd(TtydRequest {
-                        part: TerminalPart::Ws,
-                        ..
-                    })
-                );
-                if let Upstream::Ttyd(TtydRequest {
-                    part: TerminalPart::Ws,
-                    arg,
-                    ..
-                }) = &upstream
-                {
-                    // A Docker session's typing keeps it alive (idle_timeout_seconds);
-                    // a viewer's never reaches it.
-                    let clock = arg
-                        .as_ref()
-                        .and(ctx.session)
-                        .filter(|_| ctx.share.is_none());
-                    let clock = clock.map(|id| self.g.activity.clock(id));
-                    ctx.frames = Some(frames::FrameSizes::new(clock));
-                }
-                let recorded = matches!(&upstream, Upstream::Ttyd(t) if !t.record.is_off());
-                ctx.upstream = Some(upstream);
-                let own_tunnel = ws && !self.hooks.pingora_tunnel && terminal::eligible(session);
-                if ws && recorded && !own_tunnel {
-                    // Only the gateway's own tunnel records (the test hook's Pingora
-                    // path cannot): refused rather than carried unrecorded.
-                    ctx.decision = Decision::Deny;
-                    ctx.reason = Refusal::RECORDING_UNAVAILABLE.code;
-                    reply::refusal(session, &Refusal::RECORDING_UNAVAILABLE).await?;
-                    return Ok(true);
-                }
-                if own_tunnel {
-                    if let Err(e) = terminal::open(self, session, ctx).await {
-                        ctx.reason = "";
-                        let failed = answer_failure(session, &e, ctx).await;
-                        tracing::debug!(error = %e, status = failed.error_code, "terminal tunnel failed to open");
-                        ctx.error = Some(e.to_string());
-                    }
-                    return Ok(true);
-                }
-                return Ok(false);
-            }
-            Next::Reply(json) => reply::json(session, json).await?,
-            Next::Asset(name) => {
-                ui::serve(session, &name).await?;
-            }
-            Next::AdminPage => {
-                ui::serve_admin(session).await?;
-            }
-            Next::Redirect(to) => reply::redirect(session, to).await?,
-            Next::ViewerPage => {
-                ui::serve_viewer(session).await?;
+                let refusal = keep_denied(ctx, denied);
+                refuse(session, &refusal).await?;
+                Ok(true)
             }
         }
-        Ok(true)
     }
 
     /// Picks the peer of the chosen upstream.
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
-        let upstream = ctx.upstream.as_ref().ok_or_else(no_upstream)?;
-        let mut peer = upstream.peer(&self.control_addr, &self.ttyd, ctx.request_id)?;
-        if peer.options.connection_timeout.is_none() {
-            peer.options.connection_timeout = Some(Duration::from_millis(
-                self.g.config.gateway.control_timeout_ms,
-            ));
-        }
-        Ok(Box::new(peer))
+        self.peer(ctx)
     }
 
     /// Rewrites the request for its upstream, with no identity but the verified one.
@@ -625,16 +697,10 @@ impl ProxyHttp for Proxy {
             // The connection left Pingora; its tunnel logs the terminal when it ends.
             return;
         }
-        let line = RequestLine {
-            method: session.req_header().method.to_string(),
-            path: session.req_header().uri.path().to_owned(),
-            status: session.response_written().map_or(0, |r| r.status.as_u16()),
-        };
+        let status = session.response_written().map_or(0, |r| r.status.as_u16());
         let error = e.map(|e| e.to_string()).or_else(|| ctx.error.take());
-        log(&self.g.metrics, &line, error.as_deref(), ctx);
+        self.log_request(session, ctx, status, error.as_deref());
         crate::head_deadline::request_done(session);
-        // The slot is freed when the request ends, not when the context is dropped.
-        ctx.ticket = None;
     }
 }
 

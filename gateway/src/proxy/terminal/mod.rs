@@ -8,7 +8,8 @@
 //! browser's connection out of Pingora's HTTP session and hands both to a
 //! [`tunnel::Tunnel`] in a task of its own. A plain connection leaves as its bare
 //! socket; a TLS one as the TLS stream over it (unbuffered below rustls: the listener's
-//! L4 buffers are off). No end-of-body of the upgrade request is relayed after the
+//! L4 buffers are off). Mounted in another Pingora proxy ([`crate::module`]), the
+//! connection leaves as the stream that proxy's listener made. No end-of-body of the upgrade request is relayed after the
 //! `101`, so the tunnel cannot be ended by a stale one (cloudflare/pingora#946).
 //!
 //! - [`socket`]: the two ends, and the ttyd's answer;
@@ -43,9 +44,9 @@ use crate::recording::Recorder;
 use crate::ws::frames;
 
 /// Whether the request's connection can leave Pingora for a tunnel of the gateway's own:
-/// HTTP/1 on this gateway's listener, plain or TLS.
+/// HTTP/1, plain or TLS, on this gateway's listener or an embedding proxy's.
 pub(super) fn eligible(session: &Session) -> bool {
-    downstream(session).is_some() && !session.as_downstream().is_http2()
+    session.as_downstream().stream().is_some() && !session.as_downstream().is_http2()
 }
 
 /// The browser's connection, as this gateway's listener accepted it.
@@ -246,10 +247,7 @@ async fn hand_over(
     // whole 101, is written once the connection is the tunnel's.
     let written = match downstream(session) {
         Some(d) if d.is_plain_tcp() => d.with_tcp(|socket| write_now(socket, &reply)),
-        Some(_) => Ok(0),
-        None => Err(io::Error::other(
-            "not a connection of this gateway's listener",
-        )),
+        _ => Ok(0),
     };
     let n = match written {
         Ok(n) => n,
@@ -320,8 +318,10 @@ fn head_bytes(first_line: &[u8], headers: &http::HeaderMap, after: &[u8]) -> Vec
 
 /// Takes the browser's connection out of Pingora's session, leaving a stand-in that
 /// Pingora then finishes as a request already answered: an empty in-memory stream
-/// (reads find its end at once; no descriptor, no registration). A plain connection
-/// leaves as its bare socket, a TLS one as Pingora's TLS stream.
+/// (reads find its end at once; no descriptor, no registration). A plain connection of
+/// this gateway's listener leaves as its bare socket, a TLS one as Pingora's TLS
+/// stream, and an embedding proxy's connection ([`crate::module`]) as the stream its
+/// listener made.
 fn take_downstream(session: &mut Session) -> io::Result<Socket> {
     let stand_in: pingora::protocols::Stream = Box::new(std::io::Cursor::new(Vec::<u8>::new()));
     let taken = std::mem::replace(
@@ -331,14 +331,17 @@ fn take_downstream(session: &mut Session) -> io::Result<Socket> {
     let ServerSession::H1(h1) = taken else {
         return Err(io::Error::other("not an HTTP/1 connection"));
     };
-    let stream = h1
-        .into_inner()
+    let stream = h1.into_inner();
+    if !(*stream).as_any().is::<HeadDeadline>() {
+        return Ok(Socket::Stream(stream));
+    }
+    let stream = stream
         .into_any()
         .downcast::<HeadDeadline>()
         .map_err(|_| io::Error::other("not a connection of this gateway's listener"))?;
     if stream.is_plain_tcp() {
         Ok(Socket::Tcp(TcpStream::from_std(stream.into_tcp()?)?))
     } else {
-        Ok(Socket::Tls(stream.into_stream()))
+        Ok(Socket::Stream(stream.into_stream()))
     }
 }

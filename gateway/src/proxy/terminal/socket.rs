@@ -18,8 +18,10 @@ pub(super) const MAX_HEAD: usize = 16 * 1024;
 pub(super) enum Socket {
     Tcp(TcpStream),
     Unix(UnixStream),
-    /// A browser's TLS connection: Pingora's stream, rustls over the TCP socket.
-    Tls(pingora::protocols::Stream),
+    /// A browser's connection as Pingora's stream: rustls over the TCP socket, or the
+    /// connection of an embedding proxy's listener ([`crate::module`]). Written through
+    /// its own buffer, so flushed.
+    Stream(pingora::protocols::Stream),
 }
 
 impl Socket {
@@ -58,13 +60,13 @@ impl Socket {
         match self {
             Socket::Tcp(s) => s.readable().await,
             Socket::Unix(s) => s.readable().await,
-            Socket::Tls(_) => Err(io::Error::other("not a ttyd's socket")),
+            Socket::Stream(_) => Err(io::Error::other("not a ttyd's socket")),
         }
     }
 
     /// Whether what is written may wait in the connection's own buffer until flushed.
     pub(super) fn buffers(&self) -> bool {
-        matches!(self, Socket::Tls(_))
+        matches!(self, Socket::Stream(_))
     }
 
     /// Reads what the connection holds into `buf`. A short read of a socket clears its
@@ -79,7 +81,7 @@ impl Socket {
         let polled = match self {
             Socket::Tcp(s) => Pin::new(s).poll_read(cx, &mut read),
             Socket::Unix(s) => Pin::new(s).poll_read(cx, &mut read),
-            Socket::Tls(s) => Pin::new(s).poll_read(cx, &mut read),
+            Socket::Stream(s) => Pin::new(s).poll_read(cx, &mut read),
         };
         polled.map_ok(|()| read.filled().len())
     }
@@ -92,13 +94,13 @@ impl Socket {
         match self {
             Socket::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Socket::Unix(s) => Pin::new(s).poll_write(cx, buf),
-            Socket::Tls(s) => Pin::new(s).poll_write(cx, buf),
+            Socket::Stream(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
     pub(super) fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
-            Socket::Tls(s) => Pin::new(s).poll_flush(cx),
+            Socket::Stream(s) => Pin::new(s).poll_flush(cx),
             Socket::Tcp(_) | Socket::Unix(_) => Poll::Ready(Ok(())),
         }
     }
@@ -106,7 +108,7 @@ impl Socket {
     /// Ends a TLS connection with its close_notify, after what rustls still holds;
     /// bounded by `grace`. A socket is simply closed when dropped.
     pub(super) async fn close(self, grace: Duration) {
-        if let Socket::Tls(mut s) = self {
+        if let Socket::Stream(mut s) = self {
             let _ = pingora_timeout::timeout(grace, s.shutdown()).await;
         }
     }
@@ -129,7 +131,7 @@ impl Socket {
         let read = match self {
             Socket::Tcp(s) => s.try_io(Interest::READABLE, || took(s.try_read(buf), &mut short)),
             Socket::Unix(s) => s.try_io(Interest::READABLE, || took(s.try_read(buf), &mut short)),
-            Socket::Tls(_) => Err(io::Error::other("not a ttyd's socket")),
+            Socket::Stream(_) => Err(io::Error::other("not a ttyd's socket")),
         };
         match read {
             Err(e) if e.kind() == ErrorKind::WouldBlock && short > 0 => Ok(short),
@@ -142,7 +144,7 @@ impl Socket {
         match self {
             Socket::Tcp(s) => s.write_all(buf).await,
             Socket::Unix(s) => s.write_all(buf).await,
-            Socket::Tls(s) => {
+            Socket::Stream(s) => {
                 s.write_all(buf).await?;
                 s.flush().await
             }
