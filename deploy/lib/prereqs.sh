@@ -124,6 +124,21 @@ _tg_apt_update() {
 
 # Install packages; refresh the package lists only if the first attempt fails
 # (lists may be missing on a fresh machine or stale on an old one).
+# _tg_apt_install_unstarted PACKAGE: installs a package whose service Debian would
+# start on install (nginx, caddy); nothing here needs it, and it would hold port 80,
+# so policy-rc.d says no for the install.
+_tg_apt_install_unstarted() {
+    local added_policy=""
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d \
+            && added_policy=1
+    fi
+    _tg_apt_install "$1"
+    if [[ -n "$added_policy" ]]; then
+        rm -f /usr/sbin/policy-rc.d
+    fi
+}
+
 _tg_apt_install() {
     info "apt-get install $*"
     if DEBIAN_FRONTEND=noninteractive apt-get "${_TG_APT_OPTS[@]}" install -y -q "$@" >&2; then
@@ -615,17 +630,7 @@ ensure_nginx() {
         if ! _tg_is_root; then
             die "nginx is not installed (the authz test and deploy/bench need it); as root run: apt-get install -y nginx"
         fi
-        # Debian starts the packaged service on install unless policy-rc.d says no;
-        # nothing here needs it, and it would hold port 80.
-        local added_policy=""
-        if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-            printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d \
-                && added_policy=1
-        fi
-        _tg_apt_install nginx
-        if [[ -n "$added_policy" ]]; then
-            rm -f /usr/sbin/policy-rc.d
-        fi
+        _tg_apt_install_unstarted nginx
         nginx=/usr/sbin/nginx
         [[ -x "$nginx" ]] || die "nginx still missing after apt-get install nginx"
     fi
@@ -645,16 +650,7 @@ ensure_caddy() {
         if ! _tg_is_root; then
             die "caddy is not installed (the forward_auth test needs it); as root run: apt-get install -y caddy"
         fi
-        # As for nginx: the packaged service would start on install and hold port 80.
-        local added_policy=""
-        if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-            printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d \
-                && added_policy=1
-        fi
-        _tg_apt_install caddy
-        if [[ -n "$added_policy" ]]; then
-            rm -f /usr/sbin/policy-rc.d
-        fi
+        _tg_apt_install_unstarted caddy
         caddy=/usr/bin/caddy
         [[ -x "$caddy" ]] || die "caddy still missing after apt-get install caddy"
     fi

@@ -2,10 +2,8 @@
 //! unchanged, its addresses given by the environment the file reads, so the tests
 //! prove the file the docs ship.
 
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// The shipped Caddyfile.
 pub fn caddyfile() -> PathBuf {
@@ -74,25 +72,8 @@ impl Caddy {
     }
 
     fn wait_accepting(&mut self) {
-        let addr: SocketAddr = ([127, 0, 0, 1], self.port).into();
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!("caddy exited during start ({status}):\n{}", self.log_text());
-            }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "caddy does not accept on {addr}:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        if let Some(child) = self.child.as_mut() {
+            crate::wait_accepting(child, "caddy", self.port, &self.log);
         }
     }
 

@@ -22,9 +22,10 @@ use std::process::{Command, Output};
 /// The example configuration shipped with the config crate.
 pub const EXAMPLE_CONFIG: &str = include_str!("../../config/termgate.example.toml");
 
-/// Path of a workspace binary such as `termgate-control`.
-pub fn binary(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TERMGATE_BIN_DIR")
+/// Where the workspace's binaries are: `$TERMGATE_BIN_DIR`, else `target/<profile>`
+/// beside the test executable (its examples in `examples/` below it).
+pub fn bin_dir() -> PathBuf {
+    std::env::var_os("TERMGATE_BIN_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             // target/<profile>/deps/<test-exe> → target/<profile>
@@ -33,8 +34,12 @@ pub fn binary(name: &str) -> PathBuf {
                 .and_then(Path::parent)
                 .expect("target directory")
                 .to_path_buf()
-        });
-    let path = dir.join(name);
+        })
+}
+
+/// Path of a workspace binary such as `termgate-control`.
+pub fn binary(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
     assert!(
         path.is_file(),
         "{} is missing: build the binaries first (cargo build --workspace --bins; deploy/test does it)",
@@ -118,3 +123,27 @@ pub fn random_hex(bytes: usize) -> String {
     buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 pub mod browser;
+
+/// Waits (10 s) until a process of a test's own (`child`, named `what`, writing to
+/// `log`) accepts on loopback `port`; panics with its log when it exits or never does.
+pub fn wait_accepting(child: &mut std::process::Child, what: &str, port: u16, log: &Path) {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let text = || std::fs::read_to_string(log).unwrap_or_default();
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().ok().flatten() {
+            panic!("{what} exited during start ({status}):\n{}", text());
+        }
+        if std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200))
+            .is_ok()
+        {
+            return;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "{what} does not accept on {addr}:\n{}",
+            text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -4,7 +4,6 @@
 //! [`Nginx::authz`] runs the repository's `deploy/nginx/termgate-authz.conf` with only
 //! its two addresses replaced, so the tests prove the snippet that the docs ship.
 
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -113,25 +112,8 @@ impl Nginx {
     }
 
     fn wait_accepting(&mut self) {
-        let addr: SocketAddr = ([127, 0, 0, 1], self.port).into();
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!("nginx exited during start ({status}):\n{}", self.log_text());
-            }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "nginx does not accept on {addr}:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        if let Some(child) = self.child.as_mut() {
+            crate::wait_accepting(child, "nginx", self.port, &self.log);
         }
     }
 

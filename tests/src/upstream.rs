@@ -50,6 +50,24 @@ impl RecordedRequest {
             .collect()
     }
 
+    /// Asserts what a terminal request may carry to ttyd of who sent it: `X-Termgate-User`
+    /// exactly once, as `user`, and no `Cookie`, `Authorization` or other
+    /// `X-Termgate-*` header (`what` names the request in a failure).
+    pub fn assert_only_the_verified_user(&self, user: &str, what: &str) {
+        assert_eq!(self.header_all("x-termgate-user"), vec![user], "{what}");
+        for (k, _) in &self.headers {
+            let k = k.to_ascii_lowercase();
+            assert!(
+                k != "cookie" && k != "authorization",
+                "{k} reached the upstream on {what}"
+            );
+            assert!(
+                !k.starts_with("x-termgate-") || k == "x-termgate-user",
+                "{k} reached the upstream on {what}"
+            );
+        }
+    }
+
     /// Whether this is a websocket upgrade (`Upgrade: websocket`).
     pub fn is_upgrade(&self) -> bool {
         self.header("upgrade")

@@ -53,17 +53,7 @@ fn cannot_run() -> Option<String> {
 
 /// The example binary, beside the workspace's binaries (as `e2e::binary` finds those).
 fn own_proxy_binary() -> PathBuf {
-    let dir = std::env::var_os("TERMGATE_BIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            // target/<profile>/deps/<test-exe> → target/<profile>
-            let exe = std::env::current_exe().expect("test executable path");
-            exe.parent()
-                .and_then(Path::parent)
-                .expect("target directory")
-                .to_path_buf()
-        });
-    let path = dir.join("examples").join("own_proxy");
+    let path = e2e::bin_dir().join("examples").join("own_proxy");
     assert!(
         path.is_file(),
         "{} is missing: build the example first (cargo build -p gateway --example own_proxy)",
@@ -409,18 +399,7 @@ fn at_the_mount_no_cookie_token_client_termgate_header_or_arg_reaches_ttyd() {
             .iter()
             .find(|r| r.target == target)
             .unwrap_or_else(|| panic!("ttyd never got {target}: {reqs:?}"));
-        assert_eq!(r.header_all("x-termgate-user"), vec!["alice"], "{target}");
-        for (k, _) in &r.headers {
-            let k = k.to_ascii_lowercase();
-            assert!(
-                k != "cookie" && k != "authorization",
-                "{k} reached ttyd on {target}"
-            );
-            assert!(
-                !k.starts_with("x-termgate-") || k == "x-termgate-user",
-                "{k} reached ttyd on {target}"
-            );
-        }
+        r.assert_only_the_verified_user("alice", &target);
     }
     assert_eq!(
         recorder.requests().len(),
