@@ -649,7 +649,7 @@ async function redraw(s, frame) {
 function linkToken() {
   const m = location.hash.match(/^#token=([A-Za-z0-9._-]+)$/);
   if (!m) return null;
-  history.replaceState(null, "", location.pathname);
+  history.replaceState(null, "", location.pathname + location.search);
   return m[1];
 }
 

@@ -744,3 +744,103 @@ fn traefik_and_envoy_checks_open_the_owners_terminal_on_the_handle_pool_and_clos
     assert!(end.status == 202 || end.status == 204, "{}", end.text);
     closes(&t, "ended (handle pool)", &stack);
 }
+
+/// Everything ttyd's page shows, one line per buffer row.
+const PAGE_TEXT: &str = "(() => { const b = window.term.buffer.active; const out = []; \
+    for (let i = 0; i < b.length; i++) { const l = b.getLine(i); if (l) out.push(l.translateToString(true)); } \
+    return out.join('\\n'); })()";
+
+#[test]
+fn a_browser_behind_caddy_is_sent_to_sign_in_comes_back_types_and_is_closed_by_its_sign_out() {
+    use e2e::browser::Browser;
+    use e2e::stack::GatewayStack;
+
+    // Caddy in front: terminals checked by control and carried to the plugin pool,
+    // everything else (page, sign-in, API) to a gateway.
+    let port = free_port();
+    let site = format!("http://127.0.0.1:{port}");
+    let mut control = ControlStack::prepare("");
+    let ttyd = TtydPool::start_plugin_for(&control.instance, &control.api);
+    let counter = CountingProxy::start(ttyd.target());
+    control.set_env(
+        "TERMGATE__TTYD__SOCKET",
+        &counter.socket_path().to_string_lossy(),
+    );
+    control.set_env(
+        "TERMGATE__GATEWAY__ALLOWED_ORIGINS",
+        &format!("[\"{site}\"]"),
+    );
+    control.spawn(&[]);
+    let api = control.api.trim_start_matches("http://").to_owned();
+    let mut stack = GatewayStack::assemble(control, ttyd, counter);
+    // The page's gateway takes the requests Caddy passes on from its site.
+    let origins = format!("[\"{site}\"]");
+    let n = stack.spawn_gateway(&[("TERMGATE__GATEWAY__ALLOWED_ORIGINS", &origins)]);
+    let page = stack.url(n, "").trim_start_matches("http://").to_owned();
+    let caddy = Caddy::start(port, &api, &page);
+    let token = stack.control.token("alice", false);
+    let id = stack.control.create(&token)["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+
+    let mut b = Browser::launch().unwrap_or_else(|e| panic!("cannot start the browser: {e:#}"));
+    let ok = |step: &str, r: anyhow::Result<serde_json::Value>| {
+        r.unwrap_or_else(|e| panic!("{step}: {e:#}\ncaddy:\n{}", caddy.log_text()))
+    };
+    // No cookie yet: the terminal's address sends the browser to sign in.
+    b.navigate(&format!("{site}/s/{id}/"))
+        .unwrap_or_else(|e| panic!("open the terminal: {e:#}"));
+    ok(
+        "sent to sign in",
+        b.wait_js(
+            &format!(
+                "location.pathname === '/' && location.search === '?next=/s/{id}/' \
+                 && !document.getElementById('sign-in').hidden"
+            ),
+            T,
+            "the sign-in form with the way back",
+        ),
+    );
+    // Signing in (by link) brings it back to the terminal, which opens through Caddy.
+    b.navigate(&format!("{site}/?next=/s/{id}/#token={token}"))
+        .unwrap_or_else(|e| panic!("sign in: {e:#}"));
+    ok(
+        "back at the terminal",
+        b.wait_js(
+            &format!("location.pathname === '/s/{id}/' && document.title === 'termgate'"),
+            T,
+            "ttyd's page with its websocket open",
+        ),
+    );
+    ok("focus", b.eval("window.term.focus()"));
+    b.insert_text("echo caddy-$((6*7))").expect("type");
+    b.press_enter().expect("Enter");
+    ok(
+        "the shell answers",
+        b.wait_js(
+            &format!(
+                "(() => {{ const s = {PAGE_TEXT}; return s.includes('caddy-42') ? s : ''; }})()"
+            ),
+            T,
+            "caddy-42 in the terminal",
+        ),
+    );
+    // Signing out (through the page's own call) closes the terminal and says why.
+    ok(
+        "sign out",
+        b.eval(&format!(
+            "fetch('{site}/auth/session', {{method: 'DELETE'}}).then((r) => r.status)"
+        )),
+    );
+    ok(
+        "the terminal says it was signed out",
+        b.wait_js(
+            &format!(
+                "(() => {{ const s = {PAGE_TEXT}; return s.includes('termgate: signed out'); }})()"
+            ),
+            CLOSE_WITHIN + Duration::from_secs(1),
+            "termgate: signed out in the terminal",
+        ),
+    );
+}
