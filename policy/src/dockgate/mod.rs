@@ -1,0 +1,414 @@
+//! dockgate: the pure decisions of a fail-closed proxy in front of the Docker daemon's
+//! API. A binary listens on one unix socket per role, calls [`normalize`] on each
+//! request target and [`decide`] on the result, and forwards only what passes; every
+//! refusal is answered `403` with [`Denied::error_body`].
+//!
+//! Architecture invariant: what reaches Docker through dockgate is exactly the calls
+//! listed below, each on objects termgate labelled; a session container is only ever
+//! created from a body that maps to a [`ContainerSpec`](crate::sandbox::ContainerSpec) passing
+//! [`sandbox::check`](crate::sandbox::check).
+//!
+//! # The target, read once as Docker reads it
+//!
+//! Docker (Go's `net/http` and gorilla/mux) percent-decodes the path once and routes on
+//! the decoded path, so [`normalize`] decodes once too and refuses every spelling on
+//! which two readers could disagree: an encoded `/`, `.` and `..` segments (also
+//! encoded), empty segments (`//`, a trailing `/`), control bytes, invalid escapes, a
+//! `#`, anything but origin-form. An optional `/v1.NN` prefix is kept (1.24 to 1.52);
+//! any other `/v<digits and dots>` is refused, as Docker would route it as a version.
+//! A query key given twice is refused (Docker reads the first, a proxy might the last).
+//!
+//! # What passes
+//!
+//! Role [`Role::Attach`], the ttyd pool (`deploy/ttyd-attach`: `docker inspect --type
+//! container` then `docker attach`), on a full 64-hex container id only:
+//!
+//! | request | verdict |
+//! |---|---|
+//! | `GET`/`HEAD /_ping`, `GET /version` | [`Verdict::Pass`] |
+//! | `GET /containers/<id>/json` (`size`) | [`Verdict::PassIfLabelled`] |
+//! | `POST /containers/<id>/attach` (`stream stdin stdout stderr logs detachKeys`) | [`Verdict::PassIfLabelled`] |
+//! | `POST /containers/<id>/resize` (`h w`), `POST /containers/<id>/wait` (`condition`) | [`Verdict::PassIfLabelled`] |
+//!
+//! Role [`Role::Control`]: exactly the bollard 0.21 calls of `control/src/docker/mod.rs`
+//! (`control/src/hosts.rs` and `control/src/reconcile.rs` reach Docker only through
+//! it), on plain references (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`, as control's `check_ref`):
+//!
+//! | bollard call (control's use) | request | verdict |
+//! |---|---|---|
+//! | `negotiate_version` (`connect`) | `GET /version` | [`Verdict::Pass`] |
+//! | `ping` | `GET /_ping` | [`Verdict::Pass`] |
+//! | `info` (`seccomp_supported`) | `GET /info` | [`Verdict::Pass`] |
+//! | `create_container` | `POST /containers/create?name=…&platform=` + JSON | [`Verdict::PassCreate`] (container) when the body passes [`spec_from_create_body`] |
+//! | `start_container` | `POST /containers/<id>/start` | [`Verdict::PassIfLabelled`] |
+//! | `kill_container` (`hang_up`) | `POST /containers/<id>/kill?signal=SIGHUP` | [`Verdict::PassIfLabelled`] |
+//! | `remove_container` | `DELETE /containers/<id>?v=true&force=true&link=false` | [`Verdict::PassIfLabelled`] |
+//! | `inspect_container` (`inspect`, `wait_exit`) | `GET /containers/<id>/json` | [`Verdict::PassIfLabelled`] |
+//! | `list_containers` (`list_managed`) | `GET /containers/json?all=true&size=false&filters=…` | [`Verdict::PassFiltered`]: the `label` filter must hold `termgate.managed=session` and `termgate.instance=<i>` |
+//! | `resize_container_tty` | `POST /containers/<id>/resize?h=…&w=…` | [`Verdict::PassIfLabelled`] |
+//! | `inspect_volume` (`ensure_home_volume`) | `GET /volumes/<name>` | [`Verdict::PassIfLabelled`] (volume) |
+//! | `create_volume` (`ensure_home_volume`) | `POST /volumes/create` + JSON | [`Verdict::PassCreate`] (volume): labelled, no driver options |
+//! | `events` (`events_since`) | `GET /events?since=…&filters=…` | [`Verdict::PassFiltered`]: the `label` filter must hold `termgate.instance=<i>` |
+//!
+//! Control calls nothing else, so nothing else passes: no stop, wait, logs or attach
+//! for control, no exec, image pull or build, archive, commit, update, rename, prune,
+//! network, swarm, plugin, secret or config call, for either role. Docker's list
+//! `filters` AND their `label` values, so a listing filtered by the instance label
+//! only shows that instance's objects.
+//!
+//! # Bodies
+//!
+//! Only the two creates take a body: declared by `Content-Length` (not chunked, not
+//! empty), at most [`MAX_BODY`] bytes, read whole ([`Verdict::ReadBody`]), exactly as
+//! long as declared, one JSON value without duplicate keys. Every other call must come
+//! without a body. The binary should forward a body with `Content-Type:
+//! application/json` only (Docker reads a form-encoded body as query parameters).
+//!
+//! # Where things are
+//!
+//! This file holds the roles, verdicts and refusals, [`decide`] and which endpoints
+//! each role may call. `target.rs` reads the target ([`normalize`]), `endpoint.rs`
+//! names the endpoints and the query each takes, `body.rs` judges a body's framing,
+//! `json.rs` reads JSON strictly, `create.rs` reads a container create body
+//! ([`spec_from_create_body`]) and `objects.rs` judges labels, volumes and list
+//! filters. The files below import from this one only [`Denied`], [`Reason`], `deny`
+//! and the constants, never the decision, and never each other in a circle.
+
+mod body;
+mod create;
+mod endpoint;
+mod json;
+mod objects;
+mod target;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+use crate::error::ErrorBody;
+use crate::sandbox::{MountKind, Rule};
+
+pub use body::{BodyInfo, Framing};
+pub use create::spec_from_create_body;
+pub use objects::{labels_pass, volume_ok, Labels, ObjectKind};
+pub use target::{normalize, ApiVersion, Asked, Method};
+
+use body::{json_body, no_body, Body};
+use create::create_body;
+use endpoint::{check_query, endpoint, ContainerCall, Endpoint};
+use json::strict_json;
+use objects::{filtered_instance, termgate_instance, volume_create};
+use target::{is_full_id, is_plain_ref};
+
+/// The oldest Docker API minor version accepted in a `/v1.NN` prefix (Docker 1.12).
+pub const MIN_API_MINOR: u8 = 24;
+/// The newest Docker API minor version accepted in a `/v1.NN` prefix (Docker 29.x).
+pub const MAX_API_MINOR: u8 = 52;
+/// The longest request target accepted, in bytes.
+pub const MAX_TARGET_LEN: usize = 16 * 1024;
+/// The largest create body accepted, in bytes.
+pub const MAX_BODY: usize = 256 * 1024;
+
+/// The label naming what termgate made an object as (`session`, `home`).
+pub const MANAGED_LABEL: &str = "termgate.managed";
+/// The label naming the deployment (`instance`) an object belongs to.
+pub const INSTANCE_LABEL: &str = "termgate.instance";
+
+/// Who is asking: each role has a socket of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The ttyd pool: inspects and attaches to session containers.
+    Attach,
+    /// The control service: creates, starts, ends and watches session containers and
+    /// their home volumes.
+    Control,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::Attach => "attach",
+            Role::Control => "control",
+        })
+    }
+}
+
+/// What the binary does with a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Forward it.
+    Pass,
+    /// Inspect object `id` of `kind` first (as given: the same reference Docker will
+    /// resolve) and forward only if [`labels_pass`] holds for its labels and this
+    /// deployment's instance; a missing object is refused as well.
+    PassIfLabelled {
+        /// What `id` names.
+        kind: ObjectKind,
+        /// The reference from the path.
+        id: String,
+    },
+    /// A create whose body passed: forward only if `instance` is this deployment's and,
+    /// for a container, every volume in `volumes` exists, carries the home labels of
+    /// this instance or passes [`volume_ok`] on its driver and options (an existing
+    /// volume backed by a host path would otherwise slip in by name).
+    PassCreate {
+        /// What is created.
+        kind: ObjectKind,
+        /// The `termgate.instance` label of the body.
+        instance: String,
+        /// The named volumes the container mounts (empty for a volume).
+        volumes: Vec<String>,
+    },
+    /// A listing or event stream that Docker's `label` filter confines to `instance`:
+    /// forward only if it is this deployment's.
+    PassFiltered {
+        /// The instance named by the filter.
+        instance: String,
+    },
+    /// Read the body, exactly this many bytes (its declared length, at most
+    /// [`MAX_BODY`]), then call [`decide`] again with them.
+    ReadBody {
+        /// Bytes to read.
+        max: usize,
+    },
+    /// Answer `403` with [`Denied::error_body`].
+    Refuse(Denied),
+}
+
+/// Why a request was refused: a stable snake_case code each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// A method Docker's API does not route (or not in its exact spelling).
+    MethodNotAllowed,
+    /// A target that is not one unambiguous origin-form path.
+    BadTarget,
+    /// A `/v…` prefix outside 1.24–1.52.
+    UnsupportedVersion,
+    /// A query that cannot be read one way only.
+    BadQuery,
+    /// An endpoint the role may not call.
+    EndpointNotAllowed,
+    /// A container or volume reference of the wrong form for the role.
+    BadReference,
+    /// A query parameter the endpoint does not take from this role, or a bad value.
+    QueryNotAllowed,
+    /// A list or event call without the instance label filter.
+    FilterRequired,
+    /// A body on a call that takes none.
+    BodyNotAllowed,
+    /// A create without a body, or with `Content-Length: 0`.
+    BodyRequired,
+    /// A create body sent chunked.
+    BodyChunked,
+    /// A body over [`MAX_BODY`].
+    BodyTooLarge,
+    /// A body whose length is not the declared one.
+    BodyLengthMismatch,
+    /// A body that is not one JSON value without duplicate keys.
+    InvalidJson,
+    /// A body field of the wrong JSON type.
+    InvalidBody,
+    /// A body field termgate never sends with a value other than its default.
+    FieldNotAllowed,
+    /// A mount with options, of a type other than bind or volume, or legacy `Binds`.
+    MountOptions,
+    /// A tmpfs without `nosuid`, `nodev` and a size, or with other options.
+    TmpfsOptions,
+    /// A volume with another driver or with driver options.
+    VolumeDriver,
+    /// A create without termgate's labels.
+    LabelsRequired,
+    /// A container red line ([`sandbox::Rule`](Rule)).
+    Sandbox(Rule),
+}
+
+impl Reason {
+    /// The stable code.
+    pub fn code(self) -> &'static str {
+        match self {
+            Reason::MethodNotAllowed => "method_not_allowed",
+            Reason::BadTarget => "bad_target",
+            Reason::UnsupportedVersion => "unsupported_version",
+            Reason::BadQuery => "bad_query",
+            Reason::EndpointNotAllowed => "endpoint_not_allowed",
+            Reason::BadReference => "bad_reference",
+            Reason::QueryNotAllowed => "query_not_allowed",
+            Reason::FilterRequired => "filter_required",
+            Reason::BodyNotAllowed => "body_not_allowed",
+            Reason::BodyRequired => "body_required",
+            Reason::BodyChunked => "body_chunked",
+            Reason::BodyTooLarge => "body_too_large",
+            Reason::BodyLengthMismatch => "body_length_mismatch",
+            Reason::InvalidJson => "invalid_json",
+            Reason::InvalidBody => "invalid_body",
+            Reason::FieldNotAllowed => "field_not_allowed",
+            Reason::MountOptions => "mount_options",
+            Reason::TmpfsOptions => "tmpfs_options",
+            Reason::VolumeDriver => "volume_driver",
+            Reason::LabelsRequired => "labels_required",
+            Reason::Sandbox(rule) => rule.name(),
+        }
+    }
+}
+
+/// A refusal: the rule and what broke it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denied {
+    /// The rule.
+    pub reason: Reason,
+    /// What broke it, for people.
+    pub message: String,
+}
+
+impl Denied {
+    /// Every refusal is answered with this status.
+    pub const STATUS: u16 = 403;
+
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        self.reason.code()
+    }
+
+    /// `{"error":{"code":…,"message":…}}`.
+    pub fn error_body(&self) -> ErrorBody {
+        ErrorBody::new(self.code(), format!("dockgate: {}", self.message))
+    }
+}
+
+impl fmt::Display for Denied {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code(), self.message)
+    }
+}
+
+fn deny(reason: Reason, message: impl Into<String>) -> Denied {
+    Denied {
+        reason,
+        message: message.into(),
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The decision.
+
+/// Whether `role` may call `ep` at all: the two tables of the module doc.
+fn permitted(role: Role, ep: &Endpoint<'_>) -> bool {
+    use ContainerCall as C;
+    match role {
+        Role::Attach => matches!(
+            ep,
+            Endpoint::Ping
+                | Endpoint::Version
+                | Endpoint::Container(C::Inspect | C::Attach | C::Resize | C::Wait, _)
+        ),
+        Role::Control => matches!(
+            ep,
+            Endpoint::Ping
+                | Endpoint::Version
+                | Endpoint::Info
+                | Endpoint::ContainerCreate
+                | Endpoint::ContainerList
+                | Endpoint::Events
+                | Endpoint::Container(C::Inspect | C::Start | C::Kill | C::Remove | C::Resize, _)
+                | Endpoint::VolumeCreate
+                | Endpoint::VolumeInspect(_)
+        ),
+    }
+}
+
+/// Decides one request of `role`. Call with the body unread first; a create answers
+/// [`Verdict::ReadBody`], then call again with the bytes.
+pub fn decide(role: Role, asked: &Asked, body: BodyInfo<'_>) -> Verdict {
+    decide_or_deny(role, asked, &body).unwrap_or_else(Verdict::Refuse)
+}
+
+fn decide_or_deny(role: Role, asked: &Asked, body: &BodyInfo<'_>) -> Result<Verdict, Denied> {
+    let ep = endpoint(asked)
+        .filter(|ep| permitted(role, ep))
+        .ok_or_else(|| {
+            deny(
+                Reason::EndpointNotAllowed,
+                format!("role {role} may not call {} {}", asked.method, asked.path()),
+            )
+        })?;
+    check_query(asked, &ep)?;
+    match ep {
+        Endpoint::Ping | Endpoint::Version | Endpoint::Info => {
+            no_body(body, asked)?;
+            Ok(Verdict::Pass)
+        }
+        Endpoint::Container(_, id) => {
+            let ok = match role {
+                Role::Attach => is_full_id(id),
+                Role::Control => is_plain_ref(id),
+            };
+            if !ok {
+                return Err(deny(
+                    Reason::BadReference,
+                    match role {
+                        Role::Attach => format!("{id:?} is not a full container id"),
+                        Role::Control => format!("{id:?} is not a plain container reference"),
+                    },
+                ));
+            }
+            no_body(body, asked)?;
+            Ok(Verdict::PassIfLabelled {
+                kind: ObjectKind::Container,
+                id: id.to_owned(),
+            })
+        }
+        Endpoint::VolumeInspect(name) => {
+            if !is_plain_ref(name) {
+                return Err(deny(
+                    Reason::BadReference,
+                    format!("{name:?} is not a plain volume name"),
+                ));
+            }
+            no_body(body, asked)?;
+            Ok(Verdict::PassIfLabelled {
+                kind: ObjectKind::Volume,
+                id: name.to_owned(),
+            })
+        }
+        Endpoint::ContainerList => {
+            no_body(body, asked)?;
+            Ok(Verdict::PassFiltered {
+                instance: filtered_instance(asked, &["label"], true)?,
+            })
+        }
+        Endpoint::Events => {
+            no_body(body, asked)?;
+            Ok(Verdict::PassFiltered {
+                instance: filtered_instance(asked, &["type", "label", "event"], false)?,
+            })
+        }
+        Endpoint::ContainerCreate => {
+            let bytes = match json_body(body)? {
+                Body::Pending(max) => return Ok(Verdict::ReadBody { max }),
+                Body::Read(b) => b,
+            };
+            let (spec, labels) = create_body(&strict_json(bytes)?, asked.version)?;
+            Ok(Verdict::PassCreate {
+                kind: ObjectKind::Container,
+                instance: termgate_instance(&labels, ObjectKind::Container)?,
+                volumes: spec
+                    .mounts
+                    .into_iter()
+                    .filter(|m| m.kind == MountKind::Volume)
+                    .map(|m| m.source)
+                    .collect(),
+            })
+        }
+        Endpoint::VolumeCreate => {
+            let bytes = match json_body(body)? {
+                Body::Pending(max) => return Ok(Verdict::ReadBody { max }),
+                Body::Read(b) => b,
+            };
+            Ok(Verdict::PassCreate {
+                kind: ObjectKind::Volume,
+                instance: volume_create(&strict_json(bytes)?)?,
+                volumes: Vec::new(),
+            })
+        }
+    }
+}
