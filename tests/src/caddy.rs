@@ -12,14 +12,7 @@ pub fn caddyfile() -> PathBuf {
 
 /// The caddy executable: `$TERMGATE_CADDY`, else `/usr/bin/caddy`, else `caddy` on PATH.
 pub fn caddy_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("TERMGATE_CADDY") {
-        return PathBuf::from(p);
-    }
-    let bin = PathBuf::from("/usr/bin/caddy");
-    if bin.is_file() {
-        return bin;
-    }
-    PathBuf::from("caddy")
+    crate::system_binary("TERMGATE_CADDY", "/usr/bin/caddy", "caddy")
 }
 
 /// A running Caddy; killed on drop.

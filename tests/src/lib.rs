@@ -147,3 +147,16 @@ pub fn wait_accepting(child: &mut std::process::Child, what: &str, port: u16, lo
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// A system program a test runs: `$<env>`, else `path` when it exists, else `name` on
+/// PATH.
+pub fn system_binary(env: &str, path: &str, name: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        return PathBuf::from(p);
+    }
+    let installed = PathBuf::from(path);
+    if installed.is_file() {
+        return installed;
+    }
+    PathBuf::from(name)
+}

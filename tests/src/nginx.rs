@@ -17,14 +17,7 @@ pub const SNIPPET_LISTEN: &str = "listen 127.0.0.1:8080;";
 
 /// The nginx executable: `$TERMGATE_NGINX`, else `/usr/sbin/nginx`, else `nginx` on PATH.
 pub fn nginx_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("TERMGATE_NGINX") {
-        return PathBuf::from(p);
-    }
-    let sbin = PathBuf::from("/usr/sbin/nginx");
-    if sbin.is_file() {
-        return sbin;
-    }
-    PathBuf::from("nginx")
+    crate::system_binary("TERMGATE_NGINX", "/usr/sbin/nginx", "nginx")
 }
 
 /// A running nginx; stopped (SIGQUIT, then SIGKILL) on drop.
