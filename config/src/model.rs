@@ -361,6 +361,13 @@ pub struct DockerConfig {
     /// one host named `local` at `control.docker_host`, served by the gateway's own pool.
     #[serde(default)]
     pub hosts: Vec<DockerHostConfig>,
+    /// The directory of `termgate-dockgate`'s sockets (relative paths from the config
+    /// file's directory). Set: control reaches each host's daemon only through
+    /// `<dir>/<host>-control.sock`, and the host's pools through `<dir>/<host>-attach.sock`
+    /// (README "dockgate"); every host's endpoint must then be a unix socket on this
+    /// machine, which its dockgate fronts. `deploy/up` sets it.
+    #[serde(default)]
+    pub dockgate_dir: Option<PathBuf>,
 }
 
 impl Default for DockerConfig {
@@ -368,6 +375,7 @@ impl Default for DockerConfig {
         DockerConfig {
             enabled: true,
             hosts: Vec::new(),
+            dockgate_dir: None,
         }
     }
 }
@@ -415,8 +423,11 @@ pub const LOCAL_HOST: &str = "local";
 pub struct HostSpec {
     /// Its name.
     pub name: String,
-    /// Its endpoint; `None`: `DOCKER_HOST` or the default socket.
+    /// The endpoint control dials: its dockgate's control socket when
+    /// `docker.dockgate_dir` is set, else [`HostSpec::daemon`].
     pub endpoint: Option<String>,
+    /// The daemon's own endpoint; `None`: `DOCKER_HOST` or the default socket.
+    pub daemon: Option<String>,
     /// (CA, certificate, key) files, resolved, when the endpoint speaks TLS.
     pub tls: Option<(PathBuf, PathBuf, PathBuf)>,
     /// Its ttyd pool; empty: the gateway's own (the implicit host only).
@@ -657,6 +668,12 @@ impl Config {
         }
     }
 
+    /// `unix://<docker.dockgate_dir>/<host>-<role>.sock`, when dockgate is in use.
+    pub fn dockgate_socket(&self, host: &str, role: &str) -> Option<String> {
+        let dir = self.resolve(self.docker.dockgate_dir.as_ref()?);
+        Some(format!("unix://{}/{host}-{role}.sock", dir.display()))
+    }
+
     /// The Docker hosts control manages, in configuration order: `[[docker.hosts]]`,
     /// or the one implicit host `local` at `control.docker_host`; none when
     /// `docker.enabled` is false.
@@ -667,7 +684,10 @@ impl Config {
         if self.docker.hosts.is_empty() {
             return vec![HostSpec {
                 name: LOCAL_HOST.to_owned(),
-                endpoint: self.control.docker_host.clone(),
+                endpoint: self
+                    .dockgate_socket(LOCAL_HOST, "control")
+                    .or_else(|| self.control.docker_host.clone()),
+                daemon: self.control.docker_host.clone(),
                 tls: None,
                 ttyd_pool: Vec::new(),
                 viewer_pool: Vec::new(),
@@ -680,9 +700,12 @@ impl Config {
             .iter()
             .map(|h| HostSpec {
                 name: h.name.clone(),
-                endpoint: Some(h.endpoint.clone()),
+                endpoint: self
+                    .dockgate_socket(&h.name, "control")
+                    .or_else(|| Some(h.endpoint.clone())),
+                daemon: Some(h.endpoint.clone()),
                 tls: match (&h.tls_ca_file, &h.tls_cert_file, &h.tls_key_file) {
-                    (Some(ca), Some(cert), Some(key)) => {
+                    (Some(ca), Some(cert), Some(key)) if self.docker.dockgate_dir.is_none() => {
                         Some((self.resolve(ca), self.resolve(cert), self.resolve(key)))
                     }
                     _ => None,

@@ -999,3 +999,49 @@ fn share_modes_and_viewer_pools_are_checked_naming_the_key() {
         "{e}"
     );
 }
+
+#[test]
+fn with_dockgate_control_dials_each_hosts_dockgate_and_endpoints_must_be_local_sockets() {
+    let hosts = format!(
+        "{EXAMPLE}\n[[docker.hosts]]\nname = \"near\"\nendpoint = \"unix:///run/docker.sock\"\n\
+         ttyd_pool = [\"unix:/p.sock\"]\ncapacity = 1\n"
+    );
+    let c = load_text(
+        &hosts,
+        &[("TERMGATE__DOCKER__DOCKGATE_DIR", "/run/tg-dockgate")],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let h = &c.docker_hosts()[0];
+    assert_eq!(
+        h.endpoint.as_deref(),
+        Some("unix:///run/tg-dockgate/near-control.sock")
+    );
+    assert_eq!(h.daemon.as_deref(), Some("unix:///run/docker.sock"));
+    // Without it, control dials the daemon itself.
+    let c = load_text(&hosts, &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.docker_hosts()[0].endpoint.as_deref(),
+        Some("unix:///run/docker.sock")
+    );
+    // The implicit host too.
+    let c = load_text(
+        EXAMPLE,
+        &[("TERMGATE__DOCKER__DOCKGATE_DIR", "/run/tg-dockgate")],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.docker_hosts()[0].endpoint.as_deref(),
+        Some("unix:///run/tg-dockgate/local-control.sock")
+    );
+    // dockgate runs beside its daemon: a tcp endpoint is refused, naming the key.
+    let far = format!(
+        "{EXAMPLE}\n[[docker.hosts]]\nname = \"far\"\nendpoint = \"tcp://10.0.0.9:2375\"\n\
+         allow_plain_tcp = true\nttyd_pool = [\"10.0.0.9:7681\"]\ncapacity = 1\n"
+    );
+    let e = load_text(
+        &far,
+        &[("TERMGATE__DOCKER__DOCKGATE_DIR", "/run/tg-dockgate")],
+    )
+    .unwrap_err();
+    assert!(e.mentions("docker.hosts[0].endpoint", "dockgate"), "{e}");
+}

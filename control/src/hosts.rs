@@ -405,6 +405,7 @@ mod tests {
         let spec = |name: &str, capacity| HostSpec {
             name: name.into(),
             endpoint: Some("tcp://127.0.0.1:9".into()),
+            daemon: Some("tcp://127.0.0.1:9".into()),
             tls: None,
             ttyd_pool: vec![format!("unix:/run/{name}.sock")],
             viewer_pool: Vec::new(),

@@ -9,6 +9,7 @@ pub mod api;
 pub mod audit;
 pub mod cull;
 pub mod docker;
+pub mod dockgate;
 pub mod error;
 pub mod hosts;
 pub mod labels;

@@ -40,7 +40,8 @@ enum Command {
     },
     /// Load and validate the configuration, then exit.
     Check,
-    /// Print the Docker hosts, one a line: name, endpoint (`-`: the default),
+    /// Print the Docker hosts, one a line: name, the daemon's endpoint (`-`: the
+    /// default; what a host's dockgate fronts when `docker.dockgate_dir` is set),
     /// ttyd pool addresses comma-separated (`-`: the gateway's own pool), `tls`
     /// when the endpoint speaks TLS (`-` otherwise), and the read-only pool's addresses
     /// (`-`: none, or the gateway's own for the implicit host), separated by tabs.
@@ -85,7 +86,7 @@ fn main() -> ExitCode {
                 println!(
                     "{}\t{}\t{pool}\t{tls}\t{viewers}",
                     h.name,
-                    h.endpoint.as_deref().unwrap_or("-")
+                    h.daemon.as_deref().unwrap_or("-")
                 );
             }
             ExitCode::SUCCESS

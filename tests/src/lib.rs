@@ -6,6 +6,7 @@
 
 pub mod caddy;
 pub mod daemon;
+pub mod dockgate;
 pub mod hostile;
 pub mod nginx;
 pub mod raw;

@@ -1,4 +1,4 @@
-//! Raw TCP requests (what an HTTP client refuses to send) and `/proc` figures of a
+//! Raw requests over TCP or a unix socket (what an HTTP client refuses to send) and `/proc` figures of a
 //! process, for the hostile-client, bad-input and soak tests.
 
 use std::io::{Read, Write};
@@ -40,7 +40,21 @@ pub fn connect(port: u16) -> std::io::Result<crate::term::Stream> {
 /// Sends `request` to 127.0.0.1:`port` and reads until the peer closes, `deadline`
 /// passes, or a whole response with `Content-Length` arrived.
 pub fn exchange(port: u16, request: &[u8], deadline: Duration) -> RawAnswer {
-    let Ok(mut s) = connect(port) else {
+    exchange_on(connect(port), request, deadline)
+}
+
+/// Like [`exchange`], on a unix socket.
+pub fn exchange_unix(path: &std::path::Path, request: &[u8], deadline: Duration) -> RawAnswer {
+    let target = crate::term::Target::Unix(path.to_path_buf());
+    exchange_on(target.connect(Duration::from_secs(10)), request, deadline)
+}
+
+fn exchange_on(
+    stream: std::io::Result<crate::term::Stream>,
+    request: &[u8],
+    deadline: Duration,
+) -> RawAnswer {
+    let Ok(mut s) = stream else {
         return RawAnswer {
             status: 0,
             text: String::new(),

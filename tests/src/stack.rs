@@ -212,6 +212,8 @@ pub struct ControlStack {
     env: Vec<(String, String)>,
     child: Option<Child>,
     log: PathBuf,
+    /// The dockgate control reaches Docker through (see [`crate::dockgate`]).
+    pub dockgate: Option<crate::dockgate::Dockgate>,
 }
 
 impl ControlStack {
@@ -251,6 +253,15 @@ impl ControlStack {
             ),
             ("TERMGATE__PROFILES__DEFAULT__IMAGE".into(), image),
         ];
+        let mut env = env;
+        let dockgate = crate::dockgate::enabled().then(|| {
+            let g = crate::dockgate::Dockgate::start(&instance);
+            env.push((
+                "TERMGATE__CONTROL__DOCKER_HOST".into(),
+                g.docker_host("control"),
+            ));
+            g
+        });
         let log = dir.dir.path().join("control.log");
         ControlStack {
             dir,
@@ -260,6 +271,7 @@ impl ControlStack {
             env,
             child: None,
             log,
+            dockgate,
         }
     }
 

@@ -88,6 +88,9 @@ pub struct TtydPool {
     listen: Listen,
     child: Option<Child>,
     log: PathBuf,
+    /// The attach socket's dockgate of a pool of production's command (unless the
+    /// pool was given its `DOCKER_HOST`).
+    gate: Option<crate::dockgate::Dockgate>,
 }
 
 impl TtydPool {
@@ -260,8 +263,14 @@ impl TtydPool {
             .stdout(log_file.try_clone().expect("clone ttyd log handle"))
             .stderr(log_file);
         cmd.envs(env.iter().copied());
+        let mut gate = None;
         if let Some(instance) = instance {
             cmd.env("TERMGATE_INSTANCE", instance);
+            if crate::dockgate::enabled() && !env.iter().any(|(k, _)| *k == "DOCKER_HOST") {
+                let g = crate::dockgate::Dockgate::start(instance);
+                cmd.env("DOCKER_HOST", g.docker_host("attach"));
+                gate = Some(g);
+            }
         }
         let child = cmd.spawn().unwrap_or_else(|e| {
             panic!(
@@ -274,6 +283,7 @@ impl TtydPool {
             listen,
             child: Some(child),
             log,
+            gate,
         };
         pool.wait_ready(Duration::from_secs(10));
         pool
@@ -324,6 +334,11 @@ impl TtydPool {
             Listen::Unix(p) => Target::Unix(p.clone()),
             Listen::Tcp(p) => Target::Tcp(([127, 0, 0, 1], *p).into()),
         }
+    }
+
+    /// The dockgate its command reaches Docker through, if the harness started one.
+    pub fn dockgate(&self) -> Option<&crate::dockgate::Dockgate> {
+        self.gate.as_ref()
     }
 
     /// The pool's private directory.

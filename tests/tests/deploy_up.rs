@@ -358,11 +358,17 @@ fn mode(path: &Path) -> u32 {
 /// Whether uid/gid 65534 can connect to the unix socket at `path` (curl exits 7 when
 /// it cannot connect; anything else means it reached the listener).
 fn nobody_connects(path: &Path) -> bool {
-    let id = NOBODY.to_string();
+    connects_as(NOBODY, NOBODY, path)
+}
+
+/// Whether `uid`:`gid`, without supplementary groups, can connect to the unix socket
+/// at `path`.
+fn connects_as(uid: u32, gid: u32, path: &Path) -> bool {
+    let id = uid.to_string();
     let out = Command::new("setpriv")
         .args([
-            &format!("--reuid={id}"),
-            &format!("--regid={id}"),
+            &format!("--reuid={uid}"),
+            &format!("--regid={gid}"),
             "--clear-groups",
             "curl",
             "-sS",
@@ -371,7 +377,7 @@ fn nobody_connects(path: &Path) -> bool {
             "--unix-socket",
         ])
         .arg(path)
-        .arg("http://termgate/")
+        .arg("http://termgate/_ping")
         .output()
         .expect("setpriv + curl as another uid");
     eprintln!(
@@ -484,7 +490,11 @@ fn deploy_up_keeps_the_ttyd_socket_to_its_own_user() {
     eprintln!("deploy/up printed:\n{printed}");
 
     let socket = state.join("ttyd/ttyd.sock");
-    assert_eq!(mode(&state), 0o700, "the state directory");
+    // Run as root, the pools' user traverses the state directory to its own
+    // directories (it cannot list it); else only this user enters it.
+    let root = ids_of(std::process::id()).0 == 0;
+    let state_mode = if root { 0o711 } else { 0o700 };
+    assert_eq!(mode(&state), state_mode, "the state directory");
     assert_eq!(mode(&state.join("secrets")), 0o700, "the secrets directory");
     assert_eq!(mode(&state.join("ttyd")), 0o700, "the socket's directory");
     assert_eq!(mode(&socket), 0o600, "the socket");
@@ -518,6 +528,73 @@ fn deploy_up_keeps_the_ttyd_socket_to_its_own_user() {
         !nobody_connects(&socket),
         "another uid must not reach ttyd's socket"
     );
+
+    // The pool reaches Docker only through its dockgate, and as root deploy/up runs
+    // it as a user of its own who cannot open the daemon's socket.
+    let pool = processes()
+        .into_iter()
+        .find(|p| {
+            p.args.first().is_some_and(|a| a.ends_with("ttyd"))
+                && p.args.iter().any(|a| Path::new(a) == socket.as_path())
+        })
+        .expect("the pool's process");
+    let attach_socket = state.join("dockgate/local-attach.sock");
+    assert_eq!(
+        environ_of(pool.pid, "DOCKER_HOST"),
+        Some(format!("unix://{}", attach_socket.display())),
+        "the pool attaches through dockgate"
+    );
+    if root {
+        let (uid, gid, groups) = ids_of(pool.pid);
+        assert_ne!(uid, 0, "the pool runs unprivileged");
+        assert!(
+            groups.is_empty(),
+            "the pool has no supplementary group: {groups:?}"
+        );
+        let daemon = Path::new("/var/run/docker.sock");
+        assert!(
+            !connects_as(uid, gid, daemon),
+            "the pools' user must not reach the daemon's socket"
+        );
+        assert!(
+            connects_as(uid, gid, &attach_socket),
+            "the pools' user reaches its dockgate"
+        );
+        assert!(
+            !connects_as(uid, gid, &state.join("dockgate/local-control.sock")),
+            "the pools' user must not reach control's dockgate socket"
+        );
+        // Positive control of the probe: root reaches the daemon's socket.
+        assert!(
+            connects_as(0, 0, daemon),
+            "root reaches the daemon's socket"
+        );
+        // What code in ttyd could do through its socket: exec is refused.
+        let out = Command::new("setpriv")
+            .args([
+                &format!("--reuid={uid}"),
+                &format!("--regid={gid}"),
+                "--clear-groups",
+                "env",
+                &format!("DOCKER_HOST=unix://{}", attach_socket.display()),
+                &format!(
+                    "DOCKER_CONFIG={}",
+                    state.join("pool/home/.docker").display()
+                ),
+                "docker",
+                "run",
+                "--rm",
+                "--privileged",
+                "termgate/session:dev",
+            ])
+            .output()
+            .expect("docker as the pools' user");
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && text.contains("dockgate: "),
+            "{text}"
+        );
+    }
     // The read-only pool of share links: the same directory and mode, and no -W.
     let view = state.join("ttyd/ttyd-view.sock");
     assert_eq!(mode(&view), 0o600, "the viewers' socket");
@@ -551,6 +628,22 @@ fn deploy_up_keeps_the_ttyd_socket_to_its_own_user() {
         nobody_connects(&socket),
         "positive control: another uid reaches the socket once the modes allow it"
     );
+}
+
+/// The real uid, gid and supplementary groups of process `pid`.
+fn ids_of(pid: u32) -> (u32, u32, Vec<u32>) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let field = |name: &str| -> Vec<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|n| n.parse().ok())
+            .collect()
+    };
+    let (uid, gid) = (field("Uid:"), field("Gid:"));
+    (uid[0], gid[0], field("Groups:"))
 }
 
 /// The environment variable `name` of process `pid`.
@@ -615,11 +708,33 @@ fn deploy_up_starts_one_pool_per_docker_host_each_attaching_to_its_own_daemon() 
                     && p.args.iter().any(|a| Path::new(a) == sock.as_path())
             })
             .unwrap_or_else(|| panic!("no ttyd pool on {}", sock.display()));
+        let name = if sock == &main_sock { "main" } else { "second" };
+        let attach = format!(
+            "unix://{}",
+            state.join(format!("dockgate/{name}-attach.sock")).display()
+        );
         assert_eq!(
             environ_of(pool.pid, "DOCKER_HOST").as_deref(),
-            Some(host.as_str()),
-            "the pool on {} attaches through {host}",
+            Some(attach.as_str()),
+            "the pool on {} attaches through its host's dockgate",
             sock.display()
+        );
+        // That dockgate fronts the host's own daemon.
+        let gate = processes()
+            .into_iter()
+            .find(|p| {
+                p.args
+                    .first()
+                    .is_some_and(|a| a.ends_with("termgate-dockgate"))
+                    && p.args.windows(2).any(|w| w[0] == "--host" && w[1] == name)
+            })
+            .unwrap_or_else(|| panic!("no dockgate for host {name}"));
+        assert!(
+            gate.args
+                .windows(2)
+                .any(|w| w[0] == "--daemon" && &w[1] == host),
+            "the dockgate of {name} fronts {host}: {:?}",
+            gate.args
         );
         assert!(
             !nobody_connects(sock),

@@ -13,6 +13,9 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
             "false, yet docker.hosts lists hosts: remove them, or enable Docker".into(),
         );
     }
+    if c.docker.dockgate_dir.is_some() {
+        check_dockgate(c, err);
+    }
     if c.docker.hosts.is_empty() {
         return;
     }
@@ -123,5 +126,23 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
             }
         }
         positive(&format!("{key}.capacity"), h.capacity.into(), err);
+    }
+}
+
+/// `docker.dockgate_dir`: dockgate runs beside each daemon and fronts its unix socket.
+fn check_dockgate(c: &Config, err: &mut impl FnMut(&str, String)) {
+    let why = "dockgate fronts a daemon's unix socket on this machine (docker.dockgate_dir is set)";
+    if let Some(h) = &c.control.docker_host {
+        if !h.starts_with("unix:///") {
+            err("control.docker_host", format!("{h:?}: {why}"));
+        }
+    }
+    for (i, h) in c.docker.hosts.iter().enumerate() {
+        if !h.endpoint.starts_with("unix:///") {
+            err(
+                &format!("docker.hosts[{i}].endpoint"),
+                format!("{:?}: {why}", h.endpoint),
+            );
+        }
     }
 }

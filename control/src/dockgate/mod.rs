@@ -1,0 +1,412 @@
+//! dockgate: a fail-closed proxy between one privileged part (a ttyd pool, control)
+//! and the Docker daemon, one unix socket per role. The decisions are
+//! [`policy::dockgate`]'s; this module reads requests off the socket, asks it, looks
+//! up the labels a verdict depends on, and forwards what passes.
+//!
+//! Architecture invariant: **nothing reaches the daemon that `policy::dockgate` did
+//! not pass**, and what is forwarded is rebuilt from the judged parts: the target as
+//! it came (it was read once, and every ambiguous spelling refused), a fixed set of
+//! headers, and for a create exactly the body that was judged. The attach stream
+//! after Docker's `101` is copied untouched in both directions.
+//!
+//! `upstream.rs` speaks to the daemon (one connection a request, as the Docker CLI).
+
+mod upstream;
+
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use policy::dockgate::{
+    decide, labels_pass, normalize, volume_ok, Asked, BodyInfo, Denied, ObjectKind, Reason, Role,
+    Verdict, MAX_BODY,
+};
+use serde_json::json;
+use tokio::net::UnixListener;
+
+pub use upstream::{Daemon, Found, UpstreamError};
+
+/// The body of every answer dockgate gives.
+pub type Body = BoxBody<Bytes, hyper::Error>;
+
+/// How long a client may take to send a request's head.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest request head read (the policy's longest target is 16 KiB).
+const MAX_HEAD: usize = 64 * 1024;
+/// How long a refused request's body is read before the answer goes out anyway.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// Copy buffer of an attach stream, each way.
+const STREAM_BUFFER: usize = 64 * 1024;
+
+/// One role's gate in front of one daemon.
+#[derive(Debug)]
+pub struct Gate {
+    /// Who connects to this socket.
+    pub role: Role,
+    /// This deployment's `termgate.instance`.
+    pub instance: String,
+    /// The Docker host's name, for logs.
+    pub host: String,
+    /// The daemon.
+    pub daemon: Daemon,
+}
+
+/// A request's identity in logs and refusals.
+struct Seen<'a> {
+    method: &'a str,
+    target: &'a str,
+}
+
+impl Gate {
+    /// A gate for `role` of deployment `instance` in front of the daemon's unix socket.
+    pub fn new(role: Role, instance: &str, host: &str, daemon_socket: PathBuf) -> Gate {
+        Gate {
+            role,
+            instance: instance.to_owned(),
+            host: host.to_owned(),
+            daemon: Daemon::new(daemon_socket),
+        }
+    }
+
+    /// Accepts connections on `listener` until it fails for good.
+    pub async fn serve(self: Arc<Self>, listener: UnixListener) {
+        loop {
+            let stream = match listener.accept().await {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // Out of descriptors and the like: back off, never spin.
+                    tracing::warn!(role = %self.role, "dockgate: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let gate = self.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let gate = gate.clone();
+                    async move { Ok::<_, Infallible>(gate.handle(req).await) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_TIMEOUT)
+                    .max_buf_size(MAX_HEAD)
+                    .serve_connection(TokioIo::new(stream), service)
+                    .with_upgrades();
+                if let Err(e) = conn.await {
+                    tracing::debug!("dockgate: connection: {e}");
+                }
+            });
+        }
+    }
+
+    /// Judges one request and answers it: forwarded, or refused with `403`.
+    pub async fn handle(&self, mut req: Request<Incoming>) -> Response<Body> {
+        let method = req.method().as_str().to_owned();
+        let target = origin_target(&req);
+        let seen = Seen {
+            method: &method,
+            target: &target,
+        };
+        let asked = match target_form_ok(&req).and_then(|()| normalize(&method, target.as_bytes()))
+        {
+            Ok(a) => a,
+            Err(d) => return self.refuse(&mut req, &seen, &d).await,
+        };
+        let info = match framing(&req) {
+            Ok(f) => f,
+            Err(d) => return self.refuse(&mut req, &seen, &d).await,
+        };
+        let mut verdict = decide(self.role, &asked, info);
+        let mut body = None;
+        if let Verdict::ReadBody { max } = verdict {
+            let bytes = match Limited::new(req.body_mut(), max).collect().await {
+                Ok(c) => c.to_bytes(),
+                Err(e) => {
+                    let d = Denied {
+                        reason: Reason::BodyLengthMismatch,
+                        message: format!("the body could not be read as declared: {e}"),
+                    };
+                    return self.refuse(&mut req, &seen, &d).await;
+                }
+            };
+            verdict = decide(self.role, &asked, info.with_bytes(&bytes));
+            body = Some(bytes);
+        }
+        match self.admit(verdict).await {
+            Ok(()) => {}
+            Err(Refusal::Denied(d)) => return self.refuse(&mut req, &seen, &d).await,
+            Err(Refusal::Missing(kind, id)) => return not_found(kind, &id),
+            Err(Refusal::Daemon(e)) => return daemon_error(&e),
+        }
+        tracing::debug!(role = %self.role, method = %method, target = %target, "dockgate: pass");
+        let upgrade = wants_tcp_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
+        if is_attach(&asked) && upgrade.is_none() {
+            let d = Denied {
+                reason: Reason::EndpointNotAllowed,
+                message: "an attach must ask for the stream upgrade (Upgrade: tcp)".into(),
+            };
+            return self.refuse(&mut req, &seen, &d).await;
+        }
+        let forward = upstream::Forward {
+            method: req.method().clone(),
+            target: &target,
+            user_agent: req.headers().get(header::USER_AGENT).cloned(),
+            body,
+            upgrade: upgrade.is_some(),
+        };
+        match self.daemon.forward(forward).await {
+            Ok(upstream::Answer::Plain(resp)) => resp.map(BodyExt::boxed),
+            Ok(upstream::Answer::Upgraded(head, daemon_side)) => {
+                if let Some(client_side) = upgrade {
+                    tokio::spawn(splice(client_side, daemon_side));
+                }
+                head
+            }
+            Err(e) => daemon_error(&e),
+        }
+    }
+
+    /// Looks up what a verdict depends on; `Ok` when the request may go on.
+    async fn admit(&self, verdict: Verdict) -> Result<(), Refusal> {
+        match verdict {
+            Verdict::Pass => Ok(()),
+            Verdict::Refuse(d) => Err(Refusal::Denied(d)),
+            // `decide` with the body read never asks for it again.
+            Verdict::ReadBody { .. } => Err(Refusal::Denied(Denied {
+                reason: Reason::BodyRequired,
+                message: "the body was not read".into(),
+            })),
+            Verdict::PassIfLabelled { kind, id } => {
+                let found = self.daemon.inspect(kind, &id).await?;
+                let Some(found) = found else {
+                    return Err(Refusal::Missing(kind, id));
+                };
+                if labels_pass(kind, &found.labels, &self.instance) {
+                    Ok(())
+                } else {
+                    Err(Refusal::Denied(Denied {
+                        reason: Reason::LabelsRequired,
+                        message: format!(
+                            "{} {id} is not a {} of deployment {}",
+                            kind_name(kind),
+                            describe(kind),
+                            self.instance
+                        ),
+                    }))
+                }
+            }
+            Verdict::PassCreate {
+                kind: _,
+                instance,
+                volumes,
+            } => {
+                self.own_instance(&instance)?;
+                for name in volumes {
+                    // A volume that does not exist is made by Docker as a plain local one.
+                    if let Some(v) = self.daemon.inspect(ObjectKind::Volume, &name).await? {
+                        volume_ok(&v.driver, &v.options).map_err(|mut d| {
+                            d.message = format!("volume {name}: {}", d.message);
+                            Refusal::Denied(d)
+                        })?;
+                    }
+                }
+                Ok(())
+            }
+            Verdict::PassFiltered { instance } => self.own_instance(&instance),
+        }
+    }
+
+    fn own_instance(&self, instance: &str) -> Result<(), Refusal> {
+        if instance == self.instance {
+            return Ok(());
+        }
+        Err(Refusal::Denied(Denied {
+            reason: Reason::LabelsRequired,
+            message: format!(
+                "instance {instance:?} is not this deployment's ({})",
+                self.instance
+            ),
+        }))
+    }
+
+    /// `403` naming the rule, and the audit line. A body the client is still sending is
+    /// read and dropped first (up to [`MAX_BODY`]), so that it sees the refusal rather
+    /// than a connection closed under its write.
+    async fn refuse(
+        &self,
+        req: &mut Request<Incoming>,
+        seen: &Seen<'_>,
+        d: &Denied,
+    ) -> Response<Body> {
+        let drain = Limited::new(req.body_mut(), MAX_BODY).collect();
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
+        tracing::warn!(
+            target: "termgate::dockgate",
+            audit = "dockgate_refused",
+            role = %self.role,
+            host = %self.host,
+            method = %seen.method,
+            request_target = %seen.target,
+            rule = d.code(),
+            "refused: {}",
+            d.message
+        );
+        let e = d.error_body();
+        // Docker's clients show `message`; programs read `error.code`.
+        let body = json!({ "message": e.error.message, "error": e.error });
+        json_response(StatusCode::FORBIDDEN, &body)
+    }
+}
+
+/// Why a request stops before the daemon sees it.
+enum Refusal {
+    Denied(Denied),
+    Missing(ObjectKind, String),
+    Daemon(UpstreamError),
+}
+
+impl From<UpstreamError> for Refusal {
+    fn from(e: UpstreamError) -> Self {
+        Refusal::Daemon(e)
+    }
+}
+
+fn kind_name(kind: ObjectKind) -> &'static str {
+    match kind {
+        ObjectKind::Container => "container",
+        ObjectKind::Volume => "volume",
+    }
+}
+
+fn describe(kind: ObjectKind) -> &'static str {
+    match kind {
+        ObjectKind::Container => "session container",
+        ObjectKind::Volume => "home volume",
+    }
+}
+
+fn is_attach(asked: &Asked) -> bool {
+    matches!(asked.segments.as_slice(), [c, _, a] if c == "containers" && a == "attach")
+}
+
+/// The request target as it came, for origin-form requests.
+fn origin_target(req: &Request<Incoming>) -> String {
+    req.uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_default()
+}
+
+/// Only origin-form targets (`/path?query`): an absolute or authority form is refused.
+fn target_form_ok(req: &Request<Incoming>) -> Result<(), Denied> {
+    if req.uri().scheme().is_some() || req.uri().authority().is_some() {
+        return Err(Denied {
+            reason: Reason::BadTarget,
+            message: "only origin-form request targets are accepted".into(),
+        });
+    }
+    Ok(())
+}
+
+/// How the body is framed. A `Transfer-Encoding` of any kind counts as chunked.
+fn framing(req: &Request<Incoming>) -> Result<BodyInfo<'static>, Denied> {
+    let h = req.headers();
+    if h.contains_key(header::TRANSFER_ENCODING) {
+        return Ok(BodyInfo::chunked());
+    }
+    let mut lengths = h.get_all(header::CONTENT_LENGTH).iter();
+    let Some(first) = lengths.next() else {
+        return Ok(BodyInfo::none());
+    };
+    let bad = || Denied {
+        reason: Reason::BodyLengthMismatch,
+        message: "Content-Length must be given once, as a number".into(),
+    };
+    if lengths.next().is_some() {
+        return Err(bad());
+    }
+    let n = first
+        .to_str()
+        .ok()
+        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(bad)?;
+    Ok(BodyInfo::length(n))
+}
+
+/// `Connection: Upgrade` and `Upgrade: tcp`, as the Docker CLI asks for an attach stream.
+fn wants_tcp_upgrade(req: &Request<Incoming>) -> bool {
+    let h = req.headers();
+    let tcp = h
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("tcp"));
+    let connection = h.get_all(header::CONNECTION).iter().any(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+        })
+    });
+    tcp && connection
+}
+
+/// Copies the attach stream both ways until both sides are done.
+async fn splice(client: hyper::upgrade::OnUpgrade, daemon: hyper::upgrade::Upgraded) {
+    let client = match client.await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!("dockgate: client upgrade: {e}");
+            return;
+        }
+    };
+    let mut client = TokioIo::new(client);
+    let mut daemon = TokioIo::new(daemon);
+    if let Err(e) = tokio::io::copy_bidirectional_with_sizes(
+        &mut client,
+        &mut daemon,
+        STREAM_BUFFER,
+        STREAM_BUFFER,
+    )
+    .await
+    {
+        tracing::debug!("dockgate: attach stream: {e}");
+    }
+}
+
+fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Body> {
+    let bytes = Bytes::from(serde_json::to_vec(body).unwrap_or_default());
+    let mut resp = Response::new(Full::new(bytes).map_err(|never| match never {}).boxed());
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// Docker's own answer for a missing object, so that its clients read it as such.
+fn not_found(kind: ObjectKind, id: &str) -> Response<Body> {
+    let message = format!("No such {}: {id}", kind_name(kind));
+    json_response(StatusCode::NOT_FOUND, &json!({ "message": message }))
+}
+
+fn daemon_error(e: &UpstreamError) -> Response<Body> {
+    tracing::warn!("dockgate: daemon: {e}");
+    json_response(
+        StatusCode::BAD_GATEWAY,
+        &json!({ "message": format!("dockgate: the Docker daemon did not answer: {e}") }),
+    )
+}
+
+/// An empty body.
+pub fn empty() -> Body {
+    Empty::new().map_err(|never| match never {}).boxed()
+}

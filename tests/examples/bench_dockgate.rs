@@ -1,0 +1,232 @@
+//! dockgate against the daemon's own socket, side by side in one run, interleaved:
+//!
+//! - **bulk**: an attach stream (the pool's path) carrying `BENCH_DOCKGATE_MB` MiB
+//!   (default 256) of a container's output, through dockgate's attach socket and
+//!   straight from the daemon's socket, `BENCH_DOCKGATE_ROUNDS` rounds each (default 5);
+//! - **create**: control's container create (the same hardened, labelled body), through
+//!   dockgate's control socket and straight, `BENCH_DOCKGATE_CREATES` each (default 40);
+//!   each container is removed after it is timed.
+//!
+//! `TERMGATE_BIN_DIR=target/release target/release/examples/bench_dockgate`
+//! (`cargo build --release --workspace --bins --examples` first). Prints a Markdown table.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use e2e::dockgate::Dockgate;
+use e2e::random_hex;
+use e2e::stack::docker;
+use serde_json::{json, Value};
+
+fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn daemon_socket() -> PathBuf {
+    std::env::var("DOCKER_HOST")
+        .ok()
+        .and_then(|h| h.strip_prefix("unix://").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/var/run/docker.sock"))
+}
+
+fn image() -> String {
+    std::env::var("TERMGATE_SESSION_IMAGE").unwrap_or_else(|_| "termgate/session:dev".into())
+}
+
+/// Sends one request on a fresh connection; returns the status and the body.
+fn request(socket: &Path, method: &str, target: &str, body: Option<&[u8]>) -> (u16, Vec<u8>) {
+    let mut s = UnixStream::connect(socket).expect("connect");
+    let mut head = format!("{method} {target} HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n");
+    if let Some(b) = body {
+        head.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            b.len()
+        ));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).expect("write");
+    if let Some(b) = body {
+        s.write_all(b).expect("write body");
+    }
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).expect("read");
+    let text = String::from_utf8_lossy(&got);
+    let status = text.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| got[i + 4..].to_vec())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn create_body(instance: &str, cmd: &[&str], tty: bool) -> Value {
+    json!({
+        "Image": image(),
+        "User": "1000:1000",
+        "Tty": tty,
+        "OpenStdin": true,
+        "StdinOnce": false,
+        "AttachStdin": false,
+        "AttachStdout": false,
+        "AttachStderr": false,
+        "Cmd": cmd,
+        "Labels": {
+            "termgate.managed": "session",
+            "termgate.instance": instance,
+            "termgate.session": "abcdefghijk234mn",
+            "termgate.owner": "bench",
+            "termgate.host": "local"
+        },
+        "HostConfig": {
+            "Memory": 268_435_456,
+            "NanoCpus": 1_000_000_000,
+            "Init": true,
+            "PidsLimit": 64,
+            "MemorySwap": 268_435_456,
+            "NetworkMode": "none",
+            "AutoRemove": false,
+            "CapAdd": [],
+            "CapDrop": ["ALL"],
+            "CgroupnsMode": "private",
+            "IpcMode": "private",
+            "PidMode": "private",
+            "Privileged": false,
+            "ReadonlyRootfs": true,
+            "SecurityOpt": ["no-new-privileges:true"],
+            "Tmpfs": {"/tmp": "rw,nosuid,nodev,size=16m"},
+            "UTSMode": "",
+            "UsernsMode": ""
+        }
+    })
+}
+
+fn create(socket: &Path, name: &str, body: &Value) -> String {
+    let bytes = body.to_string().into_bytes();
+    let (status, answer) = request(
+        socket,
+        "POST",
+        &format!("/containers/create?name={name}"),
+        Some(&bytes),
+    );
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&answer));
+    let v: Value = serde_json::from_slice(&answer).expect("create answer");
+    v["Id"].as_str().expect("id").to_owned()
+}
+
+fn remove(id: &str) {
+    let _ = docker(&["rm", "-f", id]);
+}
+
+/// Attaches to `id` through `socket`, lets its program write, and reads the stream to
+/// its end; returns the bytes and how long they took from the first one.
+fn bulk(socket: &Path, id: &str) -> (usize, Duration) {
+    let mut s = UnixStream::connect(socket).expect("connect");
+    let head = format!(
+        "POST /containers/{id}/attach?stream=1&stdin=1&stdout=1&stderr=1 HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).expect("write");
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).expect("read head"), 1, "head");
+        got.push(byte[0]);
+    }
+    assert!(
+        got.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    // The program waits for a line on stdin before it writes.
+    s.write_all(b"go\n").expect("go");
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut n = 0usize;
+    let mut first: Option<Instant> = None;
+    loop {
+        let r = s.read(&mut buf).expect("read");
+        if r == 0 {
+            break;
+        }
+        first.get_or_insert_with(Instant::now);
+        n += r;
+    }
+    (n, first.map(|f| f.elapsed()).unwrap_or_default())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn main() {
+    let mb = env_num("BENCH_DOCKGATE_MB", 256);
+    let rounds = env_num("BENCH_DOCKGATE_ROUNDS", 5);
+    let creates = env_num("BENCH_DOCKGATE_CREATES", 40);
+    let instance = format!("bench{}", random_hex(4));
+    let gate = Dockgate::start(&instance);
+    let daemon = daemon_socket();
+    let paths = [
+        ("direct", daemon.clone(), daemon.clone()),
+        ("dockgate", gate.socket("attach"), gate.socket("control")),
+    ];
+
+    // Bulk output over an attach stream.
+    let script = format!("read x; head -c {} /dev/zero", mb * 1024 * 1024);
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(), Vec::new()];
+    for round in 0..rounds + 1 {
+        for (i, (_, attach, _)) in paths.iter().enumerate() {
+            let name = format!("termgate-bench-{}", random_hex(5));
+            let id = create(
+                &daemon,
+                &name,
+                &create_body(&instance, &["-c", &script], false),
+            );
+            let (status, _) = request(&daemon, "POST", &format!("/containers/{id}/start"), None);
+            assert_eq!(status, 204);
+            let (n, took) = bulk(attach, &id);
+            remove(&id);
+            assert!(n >= mb * 1024 * 1024, "{n} bytes");
+            // The first round of each warms the page cache and the daemon up.
+            if round > 0 {
+                rates[i].push(n as f64 / took.as_secs_f64() / 1e6);
+            }
+        }
+    }
+
+    // Control's create.
+    let body = create_body(&instance, &[], true);
+    let mut lat: Vec<Vec<f64>> = vec![Vec::new(), Vec::new()];
+    for _ in 0..creates {
+        for (i, (_, _, control)) in paths.iter().enumerate() {
+            let name = format!("termgate-bench-{}", random_hex(5));
+            let start = Instant::now();
+            let id = create(control, &name, &body);
+            lat[i].push(start.elapsed().as_secs_f64() * 1e3);
+            remove(&id);
+        }
+    }
+
+    println!(
+        "| path | bulk MB/s (median of {rounds}, {mb} MiB each) | create p50 ms | create p90 ms |"
+    );
+    println!("|---|---:|---:|---:|");
+    let mut medians = Vec::new();
+    for (i, (name, _, _)) in paths.iter().enumerate() {
+        rates[i].sort_by(f64::total_cmp);
+        lat[i].sort_by(f64::total_cmp);
+        let rate = percentile(&rates[i], 0.5);
+        let (p50, p90) = (percentile(&lat[i], 0.5), percentile(&lat[i], 0.9));
+        medians.push((rate, p50));
+        println!("| {name} | {rate:.0} | {p50:.2} | {p90:.2} |");
+    }
+    println!(
+        "\nbulk through dockgate: {:.3}× direct; create overhead p50: {:+.2} ms ({creates} creates each)",
+        medians[1].0 / medians[0].0,
+        medians[1].1 - medians[0].1
+    );
+}

@@ -1,0 +1,482 @@
+//! dockgate in front of the real Docker daemon, driven as a compromised control and a
+//! compromised ttyd pool would drive it: raw requests on its sockets and the Docker
+//! CLI. What each role does passes; everything else is refused with `403` naming the
+//! rule, and the daemon shows that it never happened. (Every other suite runs its
+//! sessions through dockgate too: see `e2e::dockgate`.)
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use e2e::dockgate::Dockgate;
+use e2e::random_hex;
+use e2e::raw::{exchange_unix, RawAnswer};
+use e2e::stack::docker;
+use e2e::ttyd::SessionContainer;
+use serde_json::{json, Value};
+
+const DEADLINE: Duration = Duration::from_secs(10);
+
+fn image() -> String {
+    std::env::var("TERMGATE_SESSION_IMAGE").unwrap_or_else(|_| "termgate/session:dev".into())
+}
+
+/// A create body as control writes it (control/src/docker/body.rs) for a session of
+/// deployment `instance`.
+fn session_body(instance: &str) -> Value {
+    json!({
+        "Image": image(),
+        "User": "1000:1000",
+        "Tty": true,
+        "OpenStdin": true,
+        "StdinOnce": false,
+        "AttachStdin": false,
+        "AttachStdout": false,
+        "AttachStderr": false,
+        "Env": ["SESSION_SHELL=sh"],
+        "Labels": {
+            "termgate.managed": "session",
+            "termgate.instance": instance,
+            "termgate.session": "abcdefghijk234mn",
+            "termgate.owner": "alice",
+            "termgate.host": "local"
+        },
+        "HostConfig": {
+            "Memory": 134_217_728,
+            "NanoCpus": 500_000_000,
+            "Init": true,
+            "PidsLimit": 64,
+            "MemorySwap": 134_217_728,
+            "NetworkMode": "none",
+            "AutoRemove": false,
+            "CapAdd": [],
+            "CapDrop": ["ALL"],
+            "CgroupnsMode": "private",
+            "IpcMode": "private",
+            "PidMode": "private",
+            "Privileged": false,
+            "ReadonlyRootfs": true,
+            "SecurityOpt": ["no-new-privileges:true"],
+            "Tmpfs": {"/tmp": "rw,nosuid,nodev,size=16m"},
+            "UTSMode": "",
+            "UsernsMode": ""
+        }
+    })
+}
+
+fn with(mut body: Value, path: &[&str], value: Value) -> Value {
+    let (last, parents) = path.split_last().expect("a path");
+    let mut at = &mut body;
+    for p in parents {
+        at = &mut at[*p];
+    }
+    at[*last] = value;
+    body
+}
+
+/// One raw request on `socket`; `body` goes with `Content-Length` and JSON's type.
+fn send(socket: &Path, method: &str, target: &str, body: Option<&[u8]>) -> RawAnswer {
+    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n");
+    if let Some(b) = body {
+        req.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            b.len()
+        ));
+    }
+    req.push_str("\r\n");
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(body.unwrap_or_default());
+    exchange_unix(socket, &bytes, DEADLINE)
+}
+
+fn create(socket: &Path, name: &str, body: &Value) -> RawAnswer {
+    let bytes = body.to_string().into_bytes();
+    send(
+        socket,
+        "POST",
+        &format!("/v1.41/containers/create?name={name}"),
+        Some(&bytes),
+    )
+}
+
+/// The JSON body of an answer.
+fn json_of(a: &RawAnswer) -> Value {
+    let body = a.text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let start = body.find('{').unwrap_or(0);
+    let end = body.rfind('}').map_or(body.len(), |e| e + 1);
+    serde_json::from_str(&body[start..end]).unwrap_or(Value::Null)
+}
+
+/// `403` naming `rule`, with the reason where the Docker CLI shows it.
+fn assert_refused(a: &RawAnswer, rule: &str, what: &str) {
+    assert_eq!(a.status, 403, "{what}: {}", a.text);
+    assert_eq!(a.code().as_deref(), Some(rule), "{what}: {}", a.text);
+    let message = json_of(a)["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(message.starts_with("dockgate: "), "{what}: {}", a.text);
+}
+
+fn container_exists(name: &str) -> bool {
+    !docker(&["ps", "-aq", "--filter", &format!("name=^{name}$")]).is_empty()
+}
+
+/// The Docker CLI against `host` (`unix://…`): status, stdout and stderr.
+fn cli(host: &str, args: &[&str]) -> (bool, String) {
+    let o = Command::new("docker")
+        .args(args)
+        .env("DOCKER_HOST", host)
+        .output()
+        .expect("docker CLI");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o.status.success(), text)
+}
+
+/// Removes containers by name when the test ends, whatever happened.
+struct Cleanup(Vec<String>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for name in &self.0 {
+            let _ = Command::new("docker").args(["rm", "-f", name]).output();
+        }
+    }
+}
+
+#[test]
+fn a_compromised_control_gets_only_what_control_does() {
+    let instance = format!("dg{}", random_hex(4));
+    let gate = Dockgate::start(&instance);
+    let socket = gate.socket("control");
+    let mut names = Cleanup(Vec::new());
+    let mut fresh = || {
+        let n = format!("termgate-dg-{}", random_hex(5));
+        names.0.push(n.clone());
+        n
+    };
+
+    // What control does passes: a hardened, labelled create, start, inspect, kill, remove.
+    let name = fresh();
+    let made = create(&socket, &name, &session_body(&instance));
+    assert_eq!(made.status, 201, "control's create passes: {}", made.text);
+    let id = json_of(&made)["Id"].as_str().expect("an id").to_owned();
+    let started = send(&socket, "POST", &format!("/containers/{id}/start"), None);
+    assert_eq!(started.status, 204, "{}", started.text);
+    let seen = send(
+        &socket,
+        "GET",
+        &format!("/v1.41/containers/{name}/json"),
+        None,
+    );
+    assert_eq!(seen.status, 200, "{}", seen.text);
+    let hung_up = send(
+        &socket,
+        "POST",
+        &format!("/containers/{id}/kill?signal=SIGHUP"),
+        None,
+    );
+    assert_eq!(hung_up.status, 204, "{}", hung_up.text);
+
+    // Every red line in a create body is refused by its rule; Docker never saw it.
+    let b = || session_body(&instance);
+    let hc = |k: &str, v: Value| with(b(), &["HostConfig", k], v);
+    let bind =
+        |src: &str| json!([{"Type": "bind", "Source": src, "Target": "/x", "ReadOnly": true}]);
+    let red_lines = [
+        (
+            "privileged",
+            hc("Privileged", json!(true)),
+            "not_privileged",
+        ),
+        (
+            "a capability added",
+            hc("CapAdd", json!(["SYS_ADMIN"])),
+            "cap_drop_all",
+        ),
+        (
+            "the daemon socket",
+            hc("Mounts", bind("/var/run/docker.sock")),
+            "no_daemon_socket",
+        ),
+        (
+            "the host's root",
+            hc("Mounts", bind("/")),
+            "no_daemon_socket",
+        ),
+        (
+            "legacy Binds",
+            hc("Binds", json!(["/:/host"])),
+            "no_daemon_socket",
+        ),
+        (
+            "host network",
+            hc("NetworkMode", json!("host")),
+            "no_host_namespaces",
+        ),
+        (
+            "host PID namespace",
+            hc("PidMode", json!("host")),
+            "no_host_namespaces",
+        ),
+        (
+            "seccomp unconfined",
+            hc(
+                "SecurityOpt",
+                json!(["no-new-privileges:true", "seccomp=unconfined"]),
+            ),
+            "no_unconfined_profiles",
+        ),
+        (
+            "a device",
+            hc(
+                "Devices",
+                json!([{"PathOnHost": "/dev/sda", "PathInContainer": "/dev/sda", "CgroupPermissions": "rwm"}]),
+            ),
+            "no_devices",
+        ),
+        (
+            "a writable root",
+            hc("ReadonlyRootfs", json!(false)),
+            "readonly_rootfs",
+        ),
+        ("uid 0", with(b(), &["User"], json!("0")), "non_root_user"),
+        (
+            "another deployment's labels",
+            with(b(), &["Labels", "termgate.instance"], json!("someone-else")),
+            "labels_required",
+        ),
+    ];
+    for (what, body, rule) in red_lines {
+        let name = fresh();
+        assert_refused(&create(&socket, &name, &body), rule, what);
+        assert!(!container_exists(&name), "{what}: Docker made {name}");
+    }
+
+    // The privileged create sent chunked, and behind `Content-Length: 0`.
+    let privileged = hc("Privileged", json!(true)).to_string();
+    let name = fresh();
+    let chunked = format!(
+        "POST /containers/create?name={name} HTTP/1.1\r\nHost: docker\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{privileged}\r\n0\r\n\r\n",
+        privileged.len()
+    );
+    let a = exchange_unix(&socket, chunked.as_bytes(), DEADLINE);
+    assert_refused(&a, "body_chunked", "a chunked create");
+    let smuggled = format!(
+        "POST /containers/create?name={name} HTTP/1.1\r\nHost: docker\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n{privileged}"
+    );
+    let a = exchange_unix(&socket, smuggled.as_bytes(), DEADLINE);
+    assert_refused(&a, "body_required", "a create with Content-Length: 0");
+    // What followed is no request at all: nothing more than the refusal and a 400.
+    assert!(!a.text.contains("201 Created"), "{}", a.text);
+    assert!(!container_exists(&name), "a smuggled body made {name}");
+
+    // No exec, image pull, build, swarm, bind-backed volume or system call.
+    let refused = [
+        (
+            "POST",
+            format!("/containers/{id}/exec"),
+            "endpoint_not_allowed",
+        ),
+        (
+            "POST",
+            "/images/create?fromImage=alpine&tag=latest".to_owned(),
+            "endpoint_not_allowed",
+        ),
+        ("POST", "/build?t=evil".to_owned(), "endpoint_not_allowed"),
+        ("POST", "/swarm/init".to_owned(), "endpoint_not_allowed"),
+        (
+            "POST",
+            "/containers/prune".to_owned(),
+            "endpoint_not_allowed",
+        ),
+        (
+            "GET",
+            "/containers/json?all=1".to_owned(),
+            "filter_required",
+        ),
+        (
+            "POST",
+            format!("/containers/{id}/stop"),
+            "endpoint_not_allowed",
+        ),
+        (
+            "GET",
+            format!("/containers/{id}/archive?path=/etc"),
+            "endpoint_not_allowed",
+        ),
+    ];
+    for (method, target, rule) in &refused {
+        let a = send(&socket, method, target, Some(b"{}"));
+        let what = format!("{method} {target}");
+        assert_eq!(a.status, 403, "{what}: {}", a.text);
+        assert!(a.code().is_some(), "{what}: {}", a.text);
+        let bare = send(&socket, method, target, None);
+        assert_refused(&bare, rule, &what);
+    }
+    let volume = format!("termgate-dg-{}", random_hex(5));
+    let bind_volume = json!({
+        "Name": volume,
+        "Driver": "local",
+        "DriverOpts": {"type": "none", "o": "bind", "device": "/"},
+        "Labels": {"termgate.managed": "home", "termgate.instance": instance}
+    })
+    .to_string();
+    let a = send(
+        &socket,
+        "POST",
+        "/volumes/create",
+        Some(bind_volume.as_bytes()),
+    );
+    assert_refused(&a, "volume_driver", "a volume backed by a host path");
+    let volumes = docker(&["volume", "ls", "-q", "--filter", &format!("name={volume}")]);
+    assert!(volumes.is_empty(), "Docker made the volume: {volumes}");
+    let swarm = docker(&["info", "--format", "{{.Swarm.LocalNodeState}}"]);
+    assert_eq!(swarm, "inactive");
+
+    // Another deployment's or an unlabelled container: not control's to touch.
+    let stranger = SessionContainer::start();
+    let a = send(
+        &socket,
+        "DELETE",
+        &format!("/containers/{}?force=true", stranger.name),
+        None,
+    );
+    assert_refused(&a, "labels_required", "removing an unlabelled container");
+    assert!(stranger.is_running());
+
+    // The Docker CLI, as code running in control would use it.
+    let host = gate.docker_host("control");
+    let (ok, out) = cli(&host, &["exec", &id, "id"]);
+    assert!(!ok && out.contains("dockgate: "), "{out}");
+    let (ok, out) = cli(&host, &["run", "--rm", "--privileged", &image(), "true"]);
+    assert!(!ok && out.contains("dockgate: "), "{out}");
+
+    // And ours ends as control ends it.
+    let removed = send(
+        &socket,
+        "DELETE",
+        &format!("/containers/{id}?v=true&force=true&link=false"),
+        None,
+    );
+    assert_eq!(removed.status, 204, "{}", removed.text);
+    assert!(!container_exists(&name));
+
+    // Every refusal is in the log, naming its rule.
+    let log = gate.log_text();
+    for rule in [
+        "not_privileged",
+        "cap_drop_all",
+        "no_daemon_socket",
+        "body_chunked",
+        "endpoint_not_allowed",
+    ] {
+        assert!(
+            log.contains(&format!("rule=\"{rule}\"")) || log.contains(&format!("rule={rule}")),
+            "no audit line for {rule}:\n{log}"
+        );
+    }
+}
+
+#[test]
+fn a_compromised_pool_gets_only_inspect_attach_resize_and_wait_on_sessions() {
+    let instance = format!("dg{}", random_hex(4));
+    let gate = Dockgate::start(&instance);
+    let socket = gate.socket("attach");
+    let ours = SessionContainer::start_labelled(Some(&instance));
+    let theirs = SessionContainer::start_labelled(Some("another-deployment"));
+    let unlabelled = SessionContainer::start();
+    let id = ours.full_id();
+
+    let seen = send(
+        &socket,
+        "GET",
+        &format!("/v1.41/containers/{id}/json"),
+        None,
+    );
+    assert_eq!(
+        seen.status, 200,
+        "the pool inspects its session: {}",
+        seen.text
+    );
+
+    // Another deployment's or an unlabelled container, however the path is spelled.
+    for other in [theirs.full_id(), unlabelled.full_id()] {
+        for target in [
+            format!("/containers/{other}/json"),
+            format!("/v1.41/containers/{other}/json"),
+        ] {
+            assert_refused(
+                &send(&socket, "GET", &target, None),
+                "labels_required",
+                &target,
+            );
+        }
+        let attach = format!(
+            "POST /v1.41/containers/{other}/attach?stream=1&stdin=1&stdout=1 HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n"
+        );
+        let a = exchange_unix(&socket, attach.as_bytes(), DEADLINE);
+        assert_refused(&a, "labels_required", "attach to a stranger");
+        for target in [
+            format!("/v1.41/containers/x/../{other}/json"),
+            format!("/containers/{id}/..%2F..%2Fcontainers%2F{other}/json"),
+            format!("/containers%2F{other}/json"),
+            format!("//containers/{other}/json"),
+            format!("/v1.41//containers/{other}/json"),
+            format!("/v1.99/containers/{other}/json"),
+        ] {
+            let a = send(&socket, "GET", &target, None);
+            assert_eq!(a.status, 403, "{target}: {}", a.text);
+            assert!(
+                matches!(
+                    a.code().as_deref(),
+                    Some("bad_target" | "unsupported_version")
+                ),
+                "{target}: {}",
+                a.text
+            );
+        }
+    }
+
+    // Never anything that changes a container, not even its own session's.
+    for (method, target) in [
+        ("POST", format!("/containers/{id}/stop")),
+        ("POST", format!("/containers/{id}/kill")),
+        ("DELETE", format!("/containers/{id}?force=true")),
+        ("GET", format!("/containers/{id}/archive?path=/")),
+        ("PUT", format!("/containers/{id}/archive?path=/tmp")),
+        ("POST", format!("/containers/{id}/exec")),
+        ("POST", "/containers/create".to_owned()),
+        ("POST", "/images/create?fromImage=alpine".to_owned()),
+        ("GET", "/containers/json".to_owned()),
+    ] {
+        let what = format!("{method} {target}");
+        assert_refused(
+            &send(&socket, method, &target, None),
+            "endpoint_not_allowed",
+            &what,
+        );
+    }
+    assert!(
+        ours.is_running(),
+        "the session survived the pool's attempts"
+    );
+
+    // The Docker CLI as code running in ttyd would use it.
+    let host = gate.docker_host("attach");
+    let (ok, out) = cli(&host, &["exec", &id, "id"]);
+    assert!(!ok && out.contains("dockgate: "), "{out}");
+    let (ok, out) = cli(&host, &["run", "--rm", &image(), "true"]);
+    assert!(!ok && out.contains("dockgate: "), "{out}");
+    let (ok, out) = cli(&host, &["inspect", "--type", "container", &unlabelled.name]);
+    assert!(!ok && out.contains("dockgate: "), "{out}");
+    let (ok, out) = cli(
+        &host,
+        &["inspect", "--type", "container", "--format", "{{.Id}}", &id],
+    );
+    assert!(ok && out.trim() == id, "{out}");
+}
