@@ -818,6 +818,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("docker.hosts.ttyd_pool", ""),
     ("docker.hosts.viewer_pool", ""),
     ("docker.hosts.capacity", ""),
+    ("docker.dockgate_dir", ""),
     ("ttyd.binary", "\"ttyd\""),
     ("ttyd.socket", "\"ttyd/ttyd.sock\""),
     ("ttyd.viewer_socket", "\"ttyd/ttyd-view.sock\""),

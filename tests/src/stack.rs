@@ -255,7 +255,17 @@ impl ControlStack {
         ];
         let mut env = env;
         let dockgate = crate::dockgate::enabled().then(|| {
-            let g = crate::dockgate::Dockgate::start(&instance);
+            // Its refusals go to this control's audit trail.
+            let token = dir.dir.path().join("secrets/service.token");
+            let g = crate::dockgate::Dockgate::start_with(
+                &instance,
+                &[
+                    "--control-url",
+                    &format!("http://127.0.0.1:{api}"),
+                    "--service-token-file",
+                    token.to_str().expect("utf-8 path"),
+                ],
+            );
             env.push((
                 "TERMGATE__CONTROL__DOCKER_HOST".into(),
                 g.docker_host("control"),

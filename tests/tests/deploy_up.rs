@@ -495,11 +495,17 @@ fn deploy_up_keeps_the_ttyd_socket_to_its_own_user() {
     let root = ids_of(std::process::id()).0 == 0;
     let state_mode = if root { 0o711 } else { 0o700 };
     assert_eq!(mode(&state), state_mode, "the state directory");
-    assert_eq!(mode(&state.join("secrets")), 0o700, "the secrets directory");
+    // Run as root, control's own user reads them through its group.
+    let (dir_mode, file_mode) = if root { (0o750, 0o640) } else { (0o700, 0o600) };
+    assert_eq!(
+        mode(&state.join("secrets")),
+        dir_mode,
+        "the secrets directory"
+    );
     assert_eq!(mode(&state.join("ttyd")), 0o700, "the socket's directory");
     assert_eq!(mode(&socket), 0o600, "the socket");
     for secret in ["secrets/hs256.key", "secrets/service.token"] {
-        assert_eq!(mode(&state.join(secret)), 0o600, "{secret}");
+        assert_eq!(mode(&state.join(secret)), file_mode, "{secret}");
     }
 
     // The pool runs as the design says: -a for the gateway's arg, the user header,
@@ -563,6 +569,38 @@ fn deploy_up_keeps_the_ttyd_socket_to_its_own_user() {
         assert!(
             !connects_as(uid, gid, &state.join("dockgate/local-control.sock")),
             "the pools' user must not reach control's dockgate socket"
+        );
+        // Control too runs as a user of its own, who reaches Docker only through its
+        // dockgate socket.
+        let control = processes()
+            .into_iter()
+            .find(|p| {
+                p.args
+                    .first()
+                    .is_some_and(|a| a.ends_with("termgate-control"))
+                    && p.args.iter().any(|a| Path::new(a).starts_with(&state))
+            })
+            .expect("control's process");
+        let (cuid, cgid, cgroups) = ids_of(control.pid);
+        assert!(
+            cuid != 0 && cuid != uid,
+            "control runs as a user of its own"
+        );
+        assert!(
+            cgroups.is_empty(),
+            "control has no supplementary group: {cgroups:?}"
+        );
+        assert!(
+            !connects_as(cuid, cgid, daemon),
+            "control's user must not reach the daemon's socket"
+        );
+        assert!(
+            connects_as(cuid, cgid, &state.join("dockgate/local-control.sock")),
+            "control's user reaches its dockgate"
+        );
+        assert!(
+            !connects_as(cuid, cgid, &attach_socket),
+            "control's user must not reach the pools' dockgate socket"
         );
         // Positive control of the probe: root reaches the daemon's socket.
         assert!(

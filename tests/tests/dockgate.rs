@@ -11,7 +11,7 @@ use std::time::Duration;
 use e2e::dockgate::Dockgate;
 use e2e::random_hex;
 use e2e::raw::{exchange_unix, RawAnswer};
-use e2e::stack::docker;
+use e2e::stack::{docker, ControlStack};
 use e2e::ttyd::SessionContainer;
 use serde_json::{json, Value};
 
@@ -335,6 +335,42 @@ fn a_compromised_control_gets_only_what_control_does() {
     assert_refused(&a, "volume_driver", "a volume backed by a host path");
     let volumes = docker(&["volume", "ls", "-q", "--filter", &format!("name={volume}")]);
     assert!(volumes.is_empty(), "Docker made the volume: {volumes}");
+    // A volume made outside termgate over a host path does not slip in by name.
+    let host_path = format!("termgate-dg-{}", random_hex(5));
+    docker(&[
+        "volume",
+        "create",
+        "--driver",
+        "local",
+        "--opt",
+        "type=none",
+        "--opt",
+        "o=bind",
+        "--opt",
+        "device=/",
+        &host_path,
+    ]);
+    let mount =
+        json!([{"Type": "volume", "Source": host_path, "Target": "/home/user", "ReadOnly": false}]);
+    let name = fresh();
+    let a = create(&socket, &name, &hc("Mounts", mount));
+    let _ = Command::new("docker")
+        .args(["volume", "rm", &host_path])
+        .output();
+    assert_refused(&a, "volume_driver", "a bind-backed volume mounted by name");
+    assert!(!container_exists(&name), "Docker made {name}");
+    // A plain volume is what a home is: it passes.
+    let home = format!("termgate-dg-{}", random_hex(5));
+    let mount =
+        json!([{"Type": "volume", "Source": home, "Target": "/home/user", "ReadOnly": false}]);
+    let name = fresh();
+    let a = create(&socket, &name, &hc("Mounts", mount));
+    assert_eq!(a.status, 201, "a plain volume passes: {}", a.text);
+    let _ = Command::new("docker").args(["rm", "-f", &name]).output();
+    let _ = Command::new("docker")
+        .args(["volume", "rm", &home])
+        .output();
+
     let swarm = docker(&["info", "--format", "{{.Swarm.LocalNodeState}}"]);
     assert_eq!(swarm, "inactive");
 
@@ -479,4 +515,33 @@ fn a_compromised_pool_gets_only_inspect_attach_resize_and_wait_on_sessions() {
         &["inspect", "--type", "container", "--format", "{{.Id}}", &id],
     );
     assert!(ok && out.trim() == id, "{out}");
+}
+
+#[test]
+fn refusals_are_in_controls_audit_trail_naming_the_rule() {
+    let control = ControlStack::start("");
+    let gate = control
+        .dockgate
+        .as_ref()
+        .expect("the harness puts dockgate in front");
+    let socket = gate.socket("control");
+    let a = send(&socket, "POST", "/swarm/init", None);
+    assert_refused(&a, "endpoint_not_allowed", "swarm init");
+    let root = control.token("root", true);
+    let found = e2e::stack::wait_for("the refusal in control's trail", DEADLINE, || {
+        let a = control.call("GET", "/v1/audit?limit=200", Some(&root), None);
+        assert_eq!(a.status, 200, "{}", a.text);
+        a.body["lines"].as_array().and_then(|lines| {
+            lines
+                .iter()
+                .find(|l| {
+                    l["message"] == "dockgate refused" && l["fields"]["target"] == "/swarm/init"
+                })
+                .cloned()
+        })
+    });
+    assert_eq!(found["fields"]["rule"], "endpoint_not_allowed", "{found}");
+    assert_eq!(found["fields"]["role"], "control", "{found}");
+    assert_eq!(found["fields"]["gateway"], "dockgate-local", "{found}");
+    assert_eq!(found["level"], "WARN", "{found}");
 }

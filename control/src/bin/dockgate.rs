@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
-use control::dockgate::Gate;
+use control::dockgate::{AuditSender, Gate};
 use policy::dockgate::Role;
 use tokio::net::UnixListener;
 
@@ -38,6 +38,12 @@ struct Cli {
     /// Group (name or number) given the control socket, mode 0660; without it 0600.
     #[arg(long)]
     control_group: Option<String>,
+    /// Control's API (`http://host:port`): refusals go to its audit trail too.
+    #[arg(long, requires = "service_token_file")]
+    control_url: Option<String>,
+    /// The service token presented to control (`control.service_token_file`).
+    #[arg(long, requires = "control_url")]
+    service_token_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -71,6 +77,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         bail!("--host: {:?} is not a plain name", cli.host);
     }
     let daemon = daemon_socket(cli.daemon.as_deref())?;
+    let audit = match (&cli.control_url, &cli.service_token_file) {
+        (Some(url), Some(file)) => {
+            let token = std::fs::read_to_string(file)
+                .with_context(|| format!("--service-token-file: cannot read {}", file.display()))?;
+            if !url.starts_with("http://") {
+                bail!("--control-url: {url:?} is not http://host:port");
+            }
+            Some(AuditSender::start(
+                url,
+                &token,
+                &format!("dockgate-{}", cli.host),
+            ))
+        }
+        _ => None,
+    };
     std::fs::create_dir_all(&cli.dir)
         .with_context(|| format!("--dir: cannot create {}", cli.dir.display()))?;
     let roles = [
@@ -90,7 +111,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         let path = cli.dir.join(format!("{}-{role}.sock", cli.host));
         let listener = bind(&path, gid)?;
         tracing::info!(role = %role, socket = %path.display(), daemon = %daemon.display(), instance = %cli.instance, "dockgate listening");
-        let gate = Arc::new(Gate::new(role, &cli.instance, &cli.host, daemon.clone()));
+        let mut gate = Gate::new(role, &cli.instance, &cli.host, daemon.clone());
+        if let Some(a) = &audit {
+            gate = gate.with_audit(a.clone());
+        }
+        let gate = Arc::new(gate);
         gates.push(tokio::spawn(gate.serve(listener)));
         paths.push(path);
     }

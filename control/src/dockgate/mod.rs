@@ -9,8 +9,10 @@
 //! headers, and for a create exactly the body that was judged. The attach stream
 //! after Docker's `101` is copied untouched in both directions.
 //!
-//! `upstream.rs` speaks to the daemon (one connection a request, as the Docker CLI).
+//! `upstream.rs` speaks to the daemon (one connection a request, as the Docker CLI);
+//! `audit.rs` sends refusals to control's audit trail.
 
+mod audit;
 mod upstream;
 
 use std::convert::Infallible;
@@ -25,6 +27,7 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use policy::audit::AuditEntry;
 use policy::dockgate::{
     decide, labels_pass, normalize, volume_ok, Asked, BodyInfo, Denied, ObjectKind, Reason, Role,
     Verdict, MAX_BODY,
@@ -32,13 +35,14 @@ use policy::dockgate::{
 use serde_json::json;
 use tokio::net::UnixListener;
 
+pub use audit::AuditSender;
 pub use upstream::{Daemon, Found, UpstreamError};
 
 /// The body of every answer dockgate gives.
 pub type Body = BoxBody<Bytes, hyper::Error>;
 
 /// How long a client may take to send a request's head.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest request head read (the policy's longest target is 16 KiB).
 const MAX_HEAD: usize = 64 * 1024;
 /// How long a refused request's body is read before the answer goes out anyway.
@@ -57,6 +61,8 @@ pub struct Gate {
     pub host: String,
     /// The daemon.
     pub daemon: Daemon,
+    /// Control's audit trail, where refusals go besides the log.
+    pub audit: Option<AuditSender>,
 }
 
 /// A request's identity in logs and refusals.
@@ -73,7 +79,14 @@ impl Gate {
             instance: instance.to_owned(),
             host: host.to_owned(),
             daemon: Daemon::new(daemon_socket),
+            audit: None,
         }
+    }
+
+    /// Sends every refusal to control's audit trail too.
+    pub fn with_audit(mut self, audit: AuditSender) -> Gate {
+        self.audit = Some(audit);
+        self
     }
 
     /// Accepts connections on `listener` until it fails for good.
@@ -259,6 +272,22 @@ impl Gate {
             "refused: {}",
             d.message
         );
+        if let Some(audit) = &self.audit {
+            let fields = [
+                ("role", self.role.to_string()),
+                ("host", self.host.clone()),
+                ("method", seen.method.to_owned()),
+                ("target", seen.target.to_owned()),
+                ("rule", d.code().to_owned()),
+                ("reason", d.message.clone()),
+            ];
+            audit.send(AuditEntry {
+                at_ms: config::telemetry::now_ms(),
+                level: "WARN".into(),
+                message: "dockgate refused".into(),
+                fields: fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+            });
+        }
         let e = d.error_body();
         // Docker's clients show `message`; programs read `error.code`.
         let body = json!({ "message": e.error.message, "error": e.error });
