@@ -10,7 +10,7 @@
 #   TERMGATE_INSTANCE         instance id, label of session containers (compose)
 #   TERMGATE_COMPOSE_STATE    where generated secrets live          (deploy/compose/.state)
 #   TERMGATE_INTERNAL_SUBNET  IPv4 subnet of the internal network   (reused, else a free /24)
-#   DOCKER_SOCKET             daemon socket for control and ttyd    (/var/run/docker.sock)
+#   DOCKER_SOCKET             daemon socket, dockgate's only        (/var/run/docker.sock)
 #   DOCKER_GID                group owning that socket              (stat of the socket)
 #   TERMGATE_COMPOSE          compose command                       (docker-compose, else docker compose)
 
@@ -19,7 +19,8 @@
 COMPOSE_DIR="$TERMGATE_ROOT/deploy/compose"
 COMPOSE_FILE="$TERMGATE_ROOT/deploy/compose.yaml"
 
-# uid/gid the gateway, control and ttyd processes run as inside their images.
+# uid/gid the gateway, control and ttyd processes run as inside their images
+# (dockgate runs as 10002, see compose.yaml).
 # shellcheck disable=SC2034 # used by the scripts that source this file
 TERMGATE_UID=10001
 

@@ -26,6 +26,12 @@
 //! * Session containers have no network at all (`network = "none"`): they reach
 //!   neither gateway, control nor ttyd, by address or by name, while the same probes
 //!   succeed from the internal network and a server inside the session answers them.
+//! * Only dockgate holds the Docker socket: gateway, control and the ttyd pools have no
+//!   socket of the host mounted and not the socket's group. Control and the pools reach
+//!   Docker through dockgate's sockets only, each through its own: a pool's `docker
+//!   version` passes and its `docker ps` is refused by dockgate, a pool cannot connect
+//!   to control's socket, control may not open the pools'. The sessions created,
+//!   opened and typed into above all went through dockgate.
 //!
 //! And that the deployment heals itself: every service has a restart policy, and a
 //! control whose process dies is restarted by Docker while open terminals keep flowing.
@@ -162,7 +168,7 @@ impl Drop for Deployment {
             return;
         }
         if std::thread::panicking() {
-            for service in ["gateway", "control", "ttyd"] {
+            for service in ["gateway", "dockgate", "control", "ttyd", "ttyd-view"] {
                 let o = Command::new("docker")
                     .args([
                         "ps",
@@ -639,6 +645,9 @@ fn compose_deployment_serves_terminals_and_keeps_control_and_ttyd_internal() {
         eprintln!("session -> {url}: {out}");
     }
 
+    // --- (d) only dockgate holds the Docker socket ---
+    only_dockgate_holds_the_docker_socket(&dep);
+
     // --- down removes everything, session containers included ---
     dep.take_down();
     let left = |kind: &str, filter: &str| docker(&[kind, "ls", "-q", "--filter", filter]);
@@ -684,6 +693,188 @@ fn compose_deployment_serves_terminals_and_keeps_control_and_ttyd_internal() {
     );
 }
 
+/// The supplementary groups compose gave a container (`group_add`).
+fn added_groups(i: &Value) -> Vec<String> {
+    i["HostConfig"]["GroupAdd"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The value after `flag` in a container's command.
+fn command_flag(i: &Value, flag: &str) -> String {
+    let cmd: Vec<&str> = i["Config"]["Cmd"]
+        .as_array()
+        .expect("command")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let at = cmd
+        .iter()
+        .position(|a| *a == flag)
+        .unwrap_or_else(|| panic!("no {flag} in {cmd:?}"));
+    cmd[at + 1].to_owned()
+}
+
+/// Only dockgate has the Docker socket and its group; control and the pools reach
+/// Docker through dockgate's sockets only, each through its own.
+fn only_dockgate_holds_the_docker_socket(dep: &Deployment) {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+
+    let dockgate = dep.container("dockgate");
+    let di = inspect(&dockgate);
+    let daemon = di["Mounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["Destination"] == "/var/run/docker.sock")
+        .unwrap_or_else(|| panic!("dockgate has the Docker socket: {}", di["Mounts"]));
+    let daemon_path = daemon["Source"].as_str().expect("socket source");
+    let meta = std::fs::metadata(daemon_path).expect("the Docker socket on the host");
+    assert!(meta.file_type().is_socket(), "{daemon_path}");
+    let docker_gid = meta.gid().to_string();
+    assert!(
+        added_groups(&di).contains(&docker_gid),
+        "dockgate has the socket's group {docker_gid}: {:?}",
+        added_groups(&di)
+    );
+    assert_eq!(
+        di["HostConfig"]["NetworkMode"], "none",
+        "dockgate has no network"
+    );
+
+    // Its two sockets: owned by dockgate's own uid, 0660, each with its role's group.
+    let attach_gid = command_flag(&di, "--attach-group");
+    let control_gid = command_flag(&di, "--control-group");
+    assert_ne!(attach_gid, control_gid);
+    let uid = di["Config"]["User"]
+        .as_str()
+        .expect("user")
+        .split(':')
+        .next()
+        .expect("uid")
+        .to_owned();
+    let o = sh_in(
+        &dockgate,
+        "stat -c '%a %u %g' /run/dockgate/local-attach.sock /run/dockgate/local-control.sock",
+    );
+    assert_eq!(
+        text(&o).lines().collect::<Vec<_>>(),
+        [
+            format!("660 {uid} {attach_gid}"),
+            format!("660 {uid} {control_gid}")
+        ],
+        "dockgate's sockets"
+    );
+
+    for service in ["gateway", "control", "ttyd", "ttyd-view"] {
+        let c = dep.container(service);
+        let i = inspect(&c);
+        assert_ne!(
+            i["Config"]["User"]
+                .as_str()
+                .and_then(|u| u.split(':').next()),
+            Some(uid.as_str()),
+            "{service} does not run as dockgate's uid"
+        );
+        for m in i["Mounts"].as_array().expect("mounts") {
+            let dest = m["Destination"].as_str().unwrap_or("");
+            assert!(!dest.ends_with("docker.sock"), "{service} mounts {m}");
+            if m["Type"] == "bind" {
+                let src = m["Source"].as_str().expect("source");
+                let is_socket = std::fs::metadata(src).is_ok_and(|m| m.file_type().is_socket());
+                assert!(
+                    !is_socket,
+                    "{service} has a socket of the host mounted: {m}"
+                );
+            }
+        }
+        let groups = added_groups(&i);
+        assert!(
+            !groups.contains(&docker_gid),
+            "{service} has the Docker socket's group {docker_gid}: {groups:?}"
+        );
+        let o = sh_in(
+            &c,
+            "for p in /var/run/docker.sock /run/docker.sock; do test -e $p && echo $p; done; echo end",
+        );
+        assert_eq!(text(&o).trim(), "end", "{service} sees a Docker socket");
+        let (may_attach, may_control) = match service {
+            "control" => (false, true),
+            "ttyd" | "ttyd-view" => (true, false),
+            _ => (false, false),
+        };
+        assert_eq!(
+            groups.contains(&attach_gid),
+            may_attach,
+            "{service}: {groups:?}"
+        );
+        assert_eq!(
+            groups.contains(&control_gid),
+            may_control,
+            "{service}: {groups:?}"
+        );
+        if service == "gateway" {
+            assert!(
+                !i["Mounts"]
+                    .as_array()
+                    .expect("mounts")
+                    .iter()
+                    .any(|m| m["Destination"] == "/run/dockgate"),
+                "the gateway does not mount dockgate's sockets"
+            );
+            continue;
+        }
+        // Who may open which socket, as the kernel will judge the connect.
+        let o = sh_in(
+            &c,
+            "for r in attach control; do \
+               if test -w /run/dockgate/local-$r.sock; then echo $r yes; else echo $r no; fi; \
+             done",
+        );
+        let yes_no = |b: bool| if b { "yes" } else { "no" };
+        assert_eq!(
+            text(&o).lines().collect::<Vec<_>>(),
+            [
+                format!("attach {}", yes_no(may_attach)),
+                format!("control {}", yes_no(may_control))
+            ],
+            "{service}"
+        );
+    }
+
+    // A pool's docker CLI goes to dockgate's attach socket: what attaching needs
+    // passes, anything else is refused by dockgate, and control's socket is closed to it.
+    let ttyd = dep.container("ttyd");
+    let o = sh_in(&ttyd, "docker version --format '{{.Server.Version}}'");
+    assert!(
+        o.status.success(),
+        "the pool's docker version: {}",
+        text(&o)
+    );
+    let o = sh_in(&ttyd, "docker ps");
+    assert!(
+        !o.status.success() && text(&o).contains("dockgate:"),
+        "dockgate refuses the pool's listing: {}",
+        text(&o)
+    );
+    let o = sh_in(
+        &ttyd,
+        "DOCKER_HOST=unix:///run/dockgate/local-control.sock docker version",
+    );
+    assert!(
+        !o.status.success() && text(&o).contains("permission denied"),
+        "a pool cannot connect to control's socket: {}",
+        text(&o)
+    );
+    eprintln!(
+        "compose: only dockgate holds {daemon_path} (group {docker_gid}); attach socket \
+         group {attach_gid}, control socket group {control_gid}"
+    );
+}
+
 /// Types a fresh `echo` and waits for the shell's answer (the typed line shows
 /// `$((…))`, only the answer shows the number); returns the round trip.
 fn echo(term: &Terminal, n: &mut u64) -> Result<Duration, String> {
@@ -707,7 +898,7 @@ fn compose_restarts_a_crashed_control_while_the_open_terminal_keeps_flowing() {
 
     // Every service comes back by itself unless an operator stopped it.
     let control = dep.container("control");
-    for service in ["gateway", "control", "ttyd", "ttyd-view"] {
+    for service in ["gateway", "dockgate", "control", "ttyd", "ttyd-view"] {
         let policy =
             inspect(&dep.container(service))["HostConfig"]["RestartPolicy"]["Name"].clone();
         assert_eq!(policy, "unless-stopped", "restart policy of {service}");

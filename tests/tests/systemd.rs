@@ -1,14 +1,16 @@
 //! The systemd units in deploy/systemd/: `systemd-analyze verify` accepts them as they
 //! would be installed (binaries at /usr/local/bin, here a temporary directory of links
 //! to the built ones), and they keep the red lines: only the gateway's user reaches the
-//! ttyd socket, the gateway never reaches the Docker socket, every service restarts on
-//! failure and runs without privileges.
+//! ttyd socket, only dockgate reaches the Docker socket (control and the pools through
+//! its sockets, the gateway through neither), every service restarts on failure and
+//! runs without privileges.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const UNITS: [&str; 4] = [
+const UNITS: [&str; 5] = [
+    "termgate-dockgate@.service",
     "termgate-control.service",
     "termgate-ttyd@.service",
     "termgate-ttyd-view@.service",
@@ -61,12 +63,14 @@ fn render(dir: &Path, bin: &Path) {
 }
 
 fn verify(analyze: &Path, dir: &Path) -> Output {
-    // The pool as the instance for this machine's daemon, loaded from its template.
+    // The pool and dockgate as the instances for this machine's daemon, loaded from
+    // their templates.
     Command::new(analyze)
         .current_dir(dir)
         .args([
             "verify",
             "--man=no",
+            "./termgate-dockgate@local.service",
             "./termgate-control.service",
             "./termgate-ttyd@local.service",
             "./termgate-ttyd-view@local.service",
@@ -89,6 +93,7 @@ fn systemd_units_verify_and_keep_the_red_lines() {
     for (name, target) in [
         ("termgate-control", e2e::binary("termgate-control")),
         ("termgate-gateway", e2e::binary("termgate-gateway")),
+        ("termgate-dockgate", e2e::binary("termgate-dockgate")),
         ("ttyd", e2e::ttyd::ttyd_binary()),
         ("termgate-ttyd-attach", e2e::ttyd::attach_wrapper()),
     ] {
@@ -119,14 +124,27 @@ fn systemd_units_verify_and_keep_the_red_lines() {
         out.status
     );
     std::os::unix::fs::symlink(ttyd, bin.join("ttyd")).expect("symlink");
+    // The same for dockgate's unit.
+    let dockgate = std::fs::read_link(bin.join("termgate-dockgate")).expect("dockgate link");
+    std::fs::remove_file(bin.join("termgate-dockgate")).expect("remove dockgate link");
+    let out = verify(&analyze, dir.path());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("termgate-dockgate"),
+        "verify must refuse a dockgate whose binary is missing: {:?}\n{said}",
+        out.status
+    );
+    std::os::unix::fs::symlink(dockgate, bin.join("termgate-dockgate")).expect("symlink");
 
     let control = keys("termgate-control.service");
     let pool = keys("termgate-ttyd@.service");
     let gateway = keys("termgate-gateway.service");
     let view = keys("termgate-ttyd-view@.service");
+    let dockgate = keys("termgate-dockgate@.service");
 
     // Every service comes back on its own, and none gives up after a burst of crashes.
     for (unit, k) in [
+        ("dockgate", &dockgate),
         ("control", &control),
         ("pool", &pool),
         ("view pool", &view),
@@ -140,11 +158,23 @@ fn systemd_units_verify_and_keep_the_red_lines() {
             ("ProtectSystem", "strict"),
             ("ProtectHome", "yes"),
             ("PrivateTmp", "yes"),
+            ("PrivateDevices", "yes"),
             ("CapabilityBoundingSet", ""),
-            ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6"),
         ] {
             assert_eq!(one(k, unit, key), want, "{unit} {key}");
         }
+        // dockgate speaks to unix sockets only, in a network namespace of its own.
+        let families = if unit == "dockgate" {
+            assert_eq!(one(k, unit, "PrivateNetwork"), "yes", "{unit}");
+            "AF_UNIX"
+        } else {
+            "AF_UNIX AF_INET AF_INET6"
+        };
+        assert_eq!(
+            one(k, unit, "RestrictAddressFamilies"),
+            families,
+            "{unit} RestrictAddressFamilies"
+        );
         assert_eq!(
             k["SystemCallFilter"][0], "@system-service",
             "{unit} SystemCallFilter"
@@ -199,24 +229,160 @@ fn systemd_units_verify_and_keep_the_red_lines() {
     );
     assert!(gateway_env.contains(&wanted), "{gateway_env:?}");
 
-    // Red line: the gateway never reaches the Docker socket; control and the pool do,
-    // through the docker group that only their units add.
-    let hidden = one(&gateway, "gateway", "InaccessiblePaths");
-    for path in ["/run/docker.sock", "/var/run/docker.sock"] {
-        assert!(hidden.contains(path), "gateway hides {path}: {hidden}");
-    }
+    // Red line: only dockgate reaches the Docker socket, through the docker group only
+    // its unit adds. Control and the pools have no such group, and their units (the
+    // gateway's too) hide the socket whatever groups their users have.
+    let groups = |k: &BTreeMap<String, Vec<String>>| -> Vec<String> {
+        k.get("SupplementaryGroups")
+            .into_iter()
+            .flatten()
+            .flat_map(|v| v.split_whitespace().map(str::to_owned))
+            .collect()
+    };
+    let dockgate_groups = groups(&dockgate);
+    assert!(
+        dockgate_groups.iter().any(|g| g == "docker"),
+        "dockgate reaches Docker: {dockgate_groups:?}"
+    );
     assert!(
         !gateway.contains_key("SupplementaryGroups"),
         "the gateway gets no extra group"
     );
-    for (unit, k) in [("control", &control), ("pool", &pool), ("view pool", &view)] {
+    for (unit, k) in [
+        ("control", &control),
+        ("pool", &pool),
+        ("view pool", &view),
+        ("gateway", &gateway),
+    ] {
+        let g = groups(k);
         assert!(
-            one(k, unit, "SupplementaryGroups")
-                .split_whitespace()
-                .any(|g| g == "docker"),
-            "{unit} reaches Docker"
+            !g.iter().any(|g| g == "docker"),
+            "{unit} must not reach Docker: {g:?}"
+        );
+        let hidden = one(k, unit, "InaccessiblePaths");
+        for path in ["/run/docker.sock", "/var/run/docker.sock"] {
+            assert!(hidden.contains(path), "{unit} hides {path}: {hidden}");
+        }
+    }
+    let dockgate_user = one(&dockgate, "dockgate", "User");
+    for (unit, k) in [
+        ("control", &control),
+        ("pool", &pool),
+        ("gateway", &gateway),
+    ] {
+        assert_ne!(
+            one(k, unit, "User"),
+            dockgate_user,
+            "{unit} is not dockgate"
         );
     }
+
+    // dockgate's sockets: one directory for every host's dockgate, kept when one stops;
+    // the attach socket for the pools' group, the control socket for control's group.
+    let dockgate_dir = one(&dockgate, "dockgate", "RuntimeDirectory");
+    assert!(
+        !dockgate_dir.contains("%i"),
+        "one directory: {dockgate_dir}"
+    );
+    assert_eq!(
+        one(&dockgate, "dockgate", "RuntimeDirectoryPreserve"),
+        "yes"
+    );
+    let dockgate_exec: Vec<&str> = one(&dockgate, "dockgate", "ExecStart")
+        .split_whitespace()
+        .collect();
+    let flag = |name: &str| -> &str {
+        let at = dockgate_exec
+            .iter()
+            .position(|a| *a == name)
+            .unwrap_or_else(|| panic!("dockgate's ExecStart has no {name}: {dockgate_exec:?}"));
+        dockgate_exec[at + 1]
+    };
+    assert_eq!(flag("--dir"), format!("%t/{dockgate_dir}"));
+    assert_eq!(flag("--host"), "%i");
+    assert_eq!(flag("--instance"), "${TERMGATE_INSTANCE}");
+    assert!(
+        dockgate["Environment"].contains(&"TERMGATE_INSTANCE=termgate".to_owned()),
+        "{:?}",
+        dockgate["Environment"]
+    );
+    assert!(
+        !dockgate_exec.contains(&"--daemon"),
+        "the daemon comes from DOCKER_HOST (dockgate-%i.env), by default the local socket"
+    );
+    let pool_group = one(&pool, "pool", "Group");
+    let control_group = one(&control, "control", "Group");
+    assert_eq!(flag("--attach-group"), pool_group);
+    assert_eq!(one(&view, "view pool", "Group"), pool_group);
+    assert_eq!(flag("--control-group"), control_group);
+    for g in [pool_group, control_group] {
+        assert!(
+            dockgate_groups.iter().any(|d| d == g),
+            "dockgate may give its socket to group {g} only as a member: {dockgate_groups:?}"
+        );
+    }
+    // The pools are not in control's group, so they cannot open its socket.
+    for (unit, k) in [("pool", &pool), ("view pool", &view), ("gateway", &gateway)] {
+        assert!(!groups(k).iter().any(|g| g == control_group), "{unit}");
+        assert_ne!(one(k, unit, "Group"), control_group, "{unit}");
+    }
+    // Each pool's docker CLI goes to its own host's attach socket, after that host's
+    // dockgate; control dials the control sockets in the same directory.
+    let attach = format!("DOCKER_HOST=unix:///run/{dockgate_dir}/%i-attach.sock");
+    for (unit, k) in [("pool", &pool), ("view pool", &view)] {
+        assert!(
+            k["Environment"].contains(&attach),
+            "{unit}'s DOCKER_HOST is its dockgate's attach socket: {:?}",
+            k["Environment"]
+        );
+        for key in ["After", "Wants"] {
+            assert!(
+                one(k, unit, key)
+                    .split_whitespace()
+                    .any(|u| u == "termgate-dockgate@%i.service"),
+                "{unit} {key}"
+            );
+        }
+    }
+    let dockgate_env = format!("TERMGATE__DOCKER__DOCKGATE_DIR=/run/{dockgate_dir}");
+    assert!(
+        control["Environment"].contains(&dockgate_env),
+        "control reaches Docker through dockgate: {:?}",
+        control["Environment"]
+    );
+    for key in ["After", "Wants"] {
+        assert!(
+            one(&control, "control", key)
+                .split_whitespace()
+                .any(|u| u == "termgate-dockgate@local.service"),
+            "control {key}"
+        );
+    }
+    // The attach sockets belong to the group the gateway's user shares with the pools:
+    // the gateway has the whole directory hidden, and starts after it exists.
+    let hidden = one(&gateway, "gateway", "InaccessiblePaths");
+    assert!(
+        hidden
+            .split_whitespace()
+            .any(|p| p.trim_start_matches('-') == format!("/run/{dockgate_dir}")),
+        "gateway hides /run/{dockgate_dir}: {hidden}"
+    );
+    assert!(one(&gateway, "gateway", "After")
+        .split_whitespace()
+        .any(|u| u == "termgate-dockgate@local.service"));
+    assert_eq!(one(&dockgate, "dockgate", "Type"), "exec");
+    // dockgate chowns its sockets: the filter that drops @privileged must let chown
+    // back in, or it kills dockgate at its first socket.
+    let filters = &dockgate["SystemCallFilter"];
+    let dropped = filters
+        .iter()
+        .position(|f| f.starts_with('~') && f.contains("@privileged"))
+        .expect("dockgate drops @privileged");
+    assert!(
+        filters[dropped + 1..].iter().any(|f| f == "@chown"),
+        "dockgate's SystemCallFilter: {filters:?}"
+    );
+
     assert_eq!(one(&control, "control", "StateDirectory"), "termgate");
     assert_eq!(one(&control, "control", "StateDirectoryMode"), "0700");
 
@@ -229,6 +395,7 @@ fn systemd_units_verify_and_keep_the_red_lines() {
     // systemd's own exposure score of each unit (0 best, 10 worst), offline.
     let mut scores = Vec::new();
     for unit in [
+        "termgate-dockgate@local.service",
         "termgate-control.service",
         "termgate-ttyd@local.service",
         "termgate-ttyd-view@local.service",
