@@ -1,7 +1,7 @@
 //! dockgate against the daemon's own socket, side by side in one run, interleaved:
 //!
 //! - **bulk**: an attach stream (the pool's path) carrying `BENCH_DOCKGATE_MB` MiB
-//!   (default 256) of a container's output, through dockgate's attach socket and
+//!   (default 256) of a container's output (no TTY, no log driver: the daemon's fastest), through dockgate's attach socket and
 //!   straight from the daemon's socket, `BENCH_DOCKGATE_ROUNDS` rounds each (default 5);
 //! - **create**: control's container create (the same hardened, labelled body), through
 //!   dockgate's control socket and straight, `BENCH_DOCKGATE_CREATES` each (default 40);
@@ -158,6 +158,22 @@ fn bulk(socket: &Path, id: &str) -> (usize, Duration) {
     (n, first.map(|f| f.elapsed()).unwrap_or_default())
 }
 
+/// User and system CPU seconds process `pid` has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest: Vec<&str> = stat
+        .rfind(')')
+        .map(|i| stat[i + 2..].split(' ').collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        rest.get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime, in clock ticks of 1/100 s (USER_HZ on Linux).
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i]
@@ -165,6 +181,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 fn main() {
     let mb = env_num("BENCH_DOCKGATE_MB", 256);
+    let mb_tty = env_num("BENCH_DOCKGATE_TTY_MB", 64);
     let rounds = env_num("BENCH_DOCKGATE_ROUNDS", 5);
     let creates = env_num("BENCH_DOCKGATE_CREATES", 40);
     let instance = format!("bench{}", random_hex(4));
@@ -175,34 +192,31 @@ fn main() {
         ("dockgate", gate.socket("attach"), gate.socket("control")),
     ];
 
-    // Bulk output over an attach stream.
-    let script = format!("read x; head -c {} /dev/zero", mb * 1024 * 1024);
-    let mut rates: Vec<Vec<f64>> = vec![Vec::new(), Vec::new()];
-    for round in 0..rounds + 1 {
-        for (i, (_, attach, _)) in paths.iter().enumerate() {
-            let name = format!("termgate-bench-{}", random_hex(5));
-            let id = create(
-                &daemon,
-                &name,
-                &create_body(&instance, &["-c", &script], false),
-            );
-            let (status, _) = request(&daemon, "POST", &format!("/containers/{id}/start"), None);
-            assert_eq!(status, 204);
-            let (n, took) = bulk(attach, &id);
-            remove(&id);
-            assert!(n >= mb * 1024 * 1024, "{n} bytes");
-            // The first round of each warms the page cache and the daemon up.
-            if round > 0 {
-                rates[i].push(n as f64 / took.as_secs_f64() / 1e6);
-            }
-        }
-    }
+    // Bulk output over an attach stream: as a pool attaches to a session (a TTY, the
+    // daemon's default log driver), and at the daemon's fastest (no TTY, no log
+    // driver: a TTY's line discipline and the json-file logger slow the daemon
+    // down), where what the proxy costs shows most.
+    let cpu_before = cpu_seconds(gate.pid());
+    let session = bulk_rates(&daemon, &paths, &instance, mb_tty, rounds, true);
+    let raw = bulk_rates(&daemon, &paths, &instance, mb, rounds, false);
+    eprintln!(
+        "session attach MB/s, direct {:.1?} dockgate {:.1?}",
+        session[0], session[1]
+    );
+    eprintln!(
+        "raw attach MB/s, direct {:.0?} dockgate {:.0?}",
+        raw[0], raw[1]
+    );
+    let cpu = cpu_seconds(gate.pid()) - cpu_before;
+    let moved = (rounds + 1) * (mb + mb_tty);
 
     // Control's create.
     let body = create_body(&instance, &[], true);
     let mut lat: Vec<Vec<f64>> = vec![Vec::new(), Vec::new()];
-    for _ in 0..creates {
-        for (i, (_, _, control)) in paths.iter().enumerate() {
+    for round in 0..creates {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let control = &paths[i].2;
             let name = format!("termgate-bench-{}", random_hex(5));
             let start = Instant::now();
             let id = create(control, &name, &body);
@@ -211,22 +225,64 @@ fn main() {
         }
     }
 
-    println!(
-        "| path | bulk MB/s (median of {rounds}, {mb} MiB each) | create p50 ms | create p90 ms |"
-    );
-    println!("|---|---:|---:|---:|");
+    println!("| path | session attach MB/s (TTY, {mb_tty} MiB) | raw attach MB/s (no TTY, {mb} MiB) | create p50 ms | create p90 ms |");
+    println!("|---|---:|---:|---:|---:|");
     let mut medians = Vec::new();
     for (i, (name, _, _)) in paths.iter().enumerate() {
-        rates[i].sort_by(f64::total_cmp);
         lat[i].sort_by(f64::total_cmp);
-        let rate = percentile(&rates[i], 0.5);
+        let (s, r) = (median(&session[i]), median(&raw[i]));
         let (p50, p90) = (percentile(&lat[i], 0.5), percentile(&lat[i], 0.9));
-        medians.push((rate, p50));
-        println!("| {name} | {rate:.0} | {p50:.2} | {p90:.2} |");
+        medians.push((s, r, p50));
+        println!("| {name} | {s:.1} | {r:.0} | {p50:.2} | {p90:.2} |");
     }
     println!(
-        "\nbulk through dockgate: {:.3}× direct; create overhead p50: {:+.2} ms ({creates} creates each)",
+        "\nthrough dockgate: session attach {:.3}× direct, raw attach {:.3}× direct (medians of {rounds}); create overhead p50 {:+.2} ms ({creates} creates each)",
         medians[1].0 / medians[0].0,
-        medians[1].1 - medians[0].1
+        medians[1].1 / medians[0].1,
+        medians[1].2 - medians[0].2
     );
+    println!(
+        "dockgate's CPU for the bulk parts: {cpu:.2} s for {moved} MiB ({:.2} ms/MiB)",
+        cpu * 1e3 / moved as f64
+    );
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    percentile(&v, 0.5)
+}
+
+/// MB/s of `rounds` bulk attaches on each path (after one warm-up round each),
+/// interleaved, each round starting with the other path.
+fn bulk_rates(
+    daemon: &Path,
+    paths: &[(&str, PathBuf, PathBuf); 2],
+    instance: &str,
+    mb: usize,
+    rounds: usize,
+    tty: bool,
+) -> [Vec<f64>; 2] {
+    let script = format!("read x; dd if=/dev/zero bs=1048576 count={mb} 2>/dev/null");
+    let mut rates = [Vec::new(), Vec::new()];
+    for round in 0..rounds + 1 {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let name = format!("termgate-bench-{}", random_hex(5));
+            let mut body = create_body(instance, &["-c", &script], tty);
+            if !tty {
+                body["HostConfig"]["LogConfig"] = json!({"Type": "none"});
+            }
+            let id = create(daemon, &name, &body);
+            let (status, _) = request(daemon, "POST", &format!("/containers/{id}/start"), None);
+            assert_eq!(status, 204);
+            let (n, took) = bulk(&paths[i].1, &id);
+            remove(&id);
+            assert!(n >= mb * 1024 * 1024, "{n} bytes");
+            if round > 0 {
+                rates[i].push(n as f64 / took.as_secs_f64() / 1e6);
+            }
+        }
+    }
+    rates
 }

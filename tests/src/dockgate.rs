@@ -90,6 +90,11 @@ impl Dockgate {
         self.dir.path()
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
     /// The log so far (every refusal is a line naming its rule).
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

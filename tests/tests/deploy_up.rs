@@ -1016,6 +1016,62 @@ fn a_killed_ttyd_pool_is_restarted_and_its_terminal_reopens_to_the_same_shell() 
     );
 }
 
+#[test]
+fn a_killed_dockgate_is_restarted_and_terminals_and_creates_go_through_it_again() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("state");
+    let up = start_up(&state);
+    let token = demo_token(&wait_up(&up));
+    let id = up.create_session(&token);
+    let term = up.open_terminal(&id, &token);
+    let kept = e2e::random_hex(6);
+    term.send_input(format!("TG_KEPT={kept}\r").as_bytes())
+        .expect("type");
+    let mut n = 0;
+    echo(&term, &mut n, ECHO).expect("echo before dockgate is killed");
+
+    let gate_dir = state.join("dockgate");
+    let dockgate = || {
+        wait_for("the dockgate process", BACK, || {
+            processes().into_iter().find(|p| {
+                p.state != 'Z'
+                    && p.args
+                        .first()
+                        .is_some_and(|a| a.ends_with("termgate-dockgate"))
+                    && p.args.iter().any(|a| Path::new(a) == gate_dir.as_path())
+            })
+        })
+    };
+    let gate = dockgate();
+    kill("KILL", gate.pid);
+    // The attach stream it carried ends, and with it the terminal.
+    term.wait_closed(ECHO)
+        .expect("the terminal closes with the attach stream");
+    up.wait_line(
+        &[
+            "dockgate local exited with status 137 (SIGKILL)",
+            "restarting in",
+        ],
+        BACK,
+    );
+    up.wait_line(&["dockgate local is back"], BACK);
+    assert_ne!(dockgate().pid, gate.pid, "a new dockgate serves");
+
+    // The session kept running: the terminal reopens to the same shell.
+    let again = up.open_terminal(&id, &token);
+    again
+        .send_input(b"echo kept-$TG_KEPT\r")
+        .expect("type after reopening");
+    again
+        .read_until(&format!("kept-{kept}"), ECHO)
+        .expect("the shell variable set before dockgate was killed");
+    // And control creates through the new one.
+    let second = up.create_session(&token);
+    let other = up.open_terminal(&second, &token);
+    let mut m = 0;
+    echo(&other, &mut m, ECHO).expect("a session created after the restart echoes");
+}
+
 /// Open terminals in the gateway-kill test, spread over `GATEWAY_KILL_SESSIONS`.
 const GATEWAY_KILL_TERMINALS: usize = 50;
 const GATEWAY_KILL_SESSIONS: usize = 2;

@@ -49,7 +49,7 @@ struct Cli {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     config::telemetry::init_tracing();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {

@@ -33,7 +33,8 @@ use policy::dockgate::{
     Verdict, MAX_BODY,
 };
 use serde_json::json;
-use tokio::net::UnixListener;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{UnixListener, UnixStream};
 
 pub use audit::AuditSender;
 pub use upstream::{Daemon, Found, UpstreamError};
@@ -48,7 +49,7 @@ const MAX_HEAD: usize = 64 * 1024;
 /// How long a refused request's body is read before the answer goes out anyway.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// Copy buffer of an attach stream, each way.
-const STREAM_BUFFER: usize = 64 * 1024;
+const STREAM_BUFFER: usize = 256 * 1024;
 
 /// One role's gate in front of one daemon.
 #[derive(Debug)]
@@ -387,7 +388,8 @@ fn wants_tcp_upgrade(req: &Request<Incoming>) -> bool {
     tcp && connection
 }
 
-/// Copies the attach stream both ways until both sides are done.
+/// Copies the attach stream both ways until both sides are done, on the two unix
+/// sockets themselves once hyper hands them back (what either side sent early first).
 async fn splice(client: hyper::upgrade::OnUpgrade, daemon: hyper::upgrade::Upgraded) {
     let client = match client.await {
         Ok(c) => c,
@@ -396,16 +398,31 @@ async fn splice(client: hyper::upgrade::OnUpgrade, daemon: hyper::upgrade::Upgra
             return;
         }
     };
-    let mut client = TokioIo::new(client);
-    let mut daemon = TokioIo::new(daemon);
-    if let Err(e) = tokio::io::copy_bidirectional_with_sizes(
-        &mut client,
-        &mut daemon,
-        STREAM_BUFFER,
-        STREAM_BUFFER,
-    )
-    .await
-    {
+    type Raw = TokioIo<UnixStream>;
+    let result = match (client.downcast::<Raw>(), daemon.downcast::<Raw>()) {
+        (Ok(c), Ok(d)) => {
+            let (mut client, mut daemon) = (c.io.into_inner(), d.io.into_inner());
+            async {
+                daemon.write_all(&c.read_buf).await?;
+                client.write_all(&d.read_buf).await?;
+                tokio::io::copy_bidirectional_with_sizes(
+                    &mut client,
+                    &mut daemon,
+                    STREAM_BUFFER,
+                    STREAM_BUFFER,
+                )
+                .await
+            }
+            .await
+        }
+        // Both ends are the unix sockets `serve` and `upstream` made; anything else
+        // is a bug, and the stream is closed rather than copied some other way.
+        _ => {
+            tracing::error!("dockgate: an attach stream on an unexpected transport; closed");
+            return;
+        }
+    };
+    if let Err(e) = result {
         tracing::debug!("dockgate: attach stream: {e}");
     }
 }
