@@ -15,7 +15,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use e2e::dockgate::Dockgate;
+use e2e::dockgate::{session_create_body, Dockgate};
 use e2e::random_hex;
 use e2e::stack::docker;
 use serde_json::{json, Value};
@@ -32,10 +32,6 @@ fn daemon_socket() -> PathBuf {
         .ok()
         .and_then(|h| h.strip_prefix("unix://").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("/var/run/docker.sock"))
-}
-
-fn image() -> String {
-    std::env::var("TERMGATE_SESSION_IMAGE").unwrap_or_else(|_| "termgate/session:dev".into())
 }
 
 /// Sends one request on a fresh connection; returns the status and the body.
@@ -65,45 +61,15 @@ fn request(socket: &Path, method: &str, target: &str, body: Option<&[u8]>) -> (u
     (status, body)
 }
 
+/// Control's create body for a session, with this command and TTY, and room to write.
 fn create_body(instance: &str, cmd: &[&str], tty: bool) -> Value {
-    json!({
-        "Image": image(),
-        "User": "1000:1000",
-        "Tty": tty,
-        "OpenStdin": true,
-        "StdinOnce": false,
-        "AttachStdin": false,
-        "AttachStdout": false,
-        "AttachStderr": false,
-        "Cmd": cmd,
-        "Labels": {
-            "termgate.managed": "session",
-            "termgate.instance": instance,
-            "termgate.session": "abcdefghijk234mn",
-            "termgate.owner": "bench",
-            "termgate.host": "local"
-        },
-        "HostConfig": {
-            "Memory": 268_435_456,
-            "NanoCpus": 1_000_000_000,
-            "Init": true,
-            "PidsLimit": 64,
-            "MemorySwap": 268_435_456,
-            "NetworkMode": "none",
-            "AutoRemove": false,
-            "CapAdd": [],
-            "CapDrop": ["ALL"],
-            "CgroupnsMode": "private",
-            "IpcMode": "private",
-            "PidMode": "private",
-            "Privileged": false,
-            "ReadonlyRootfs": true,
-            "SecurityOpt": ["no-new-privileges:true"],
-            "Tmpfs": {"/tmp": "rw,nosuid,nodev,size=16m"},
-            "UTSMode": "",
-            "UsernsMode": ""
-        }
-    })
+    let mut body = session_create_body(instance);
+    body["Tty"] = json!(tty);
+    body["Cmd"] = json!(cmd);
+    body["HostConfig"]["Memory"] = json!(268_435_456);
+    body["HostConfig"]["MemorySwap"] = json!(268_435_456);
+    body["HostConfig"]["NanoCpus"] = json!(1_000_000_000);
+    body
 }
 
 fn create(socket: &Path, name: &str, body: &Value) -> String {

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::{json, Value};
+
 use crate::binary;
 use crate::ttyd::private_dir;
 
@@ -108,4 +110,48 @@ impl Drop for Dockgate {
             let _ = c.wait();
         }
     }
+}
+
+/// A container create body as control writes it (control/src/docker/body.rs) for a
+/// session of deployment `instance`, for requests written by hand.
+pub fn session_create_body(instance: &str) -> Value {
+    json!({
+        "Image": std::env::var("TERMGATE_SESSION_IMAGE")
+            .unwrap_or_else(|_| "termgate/session:dev".into()),
+        "User": "1000:1000",
+        "Tty": true,
+        "OpenStdin": true,
+        "StdinOnce": false,
+        "AttachStdin": false,
+        "AttachStdout": false,
+        "AttachStderr": false,
+        "Env": ["SESSION_SHELL=sh"],
+        "Labels": {
+            "termgate.managed": "session",
+            "termgate.instance": instance,
+            "termgate.session": "abcdefghijk234mn",
+            "termgate.owner": "alice",
+            "termgate.host": "local"
+        },
+        "HostConfig": {
+            "Memory": 134_217_728,
+            "NanoCpus": 500_000_000,
+            "Init": true,
+            "PidsLimit": 64,
+            "MemorySwap": 134_217_728,
+            "NetworkMode": "none",
+            "AutoRemove": false,
+            "CapAdd": [],
+            "CapDrop": ["ALL"],
+            "CgroupnsMode": "private",
+            "IpcMode": "private",
+            "PidMode": "private",
+            "Privileged": false,
+            "ReadonlyRootfs": true,
+            "SecurityOpt": ["no-new-privileges:true"],
+            "Tmpfs": {"/tmp": "rw,nosuid,nodev,size=16m"},
+            "UTSMode": "",
+            "UsernsMode": ""
+        }
+    })
 }

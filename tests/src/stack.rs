@@ -285,6 +285,11 @@ impl ControlStack {
         }
     }
 
+    /// Removes an environment override for the next start.
+    pub fn unset_env(&mut self, key: &str) {
+        self.env.retain(|(k, _)| k != key);
+    }
+
     /// Sets an environment override for the next start.
     pub fn set_env(&mut self, key: &str, value: &str) {
         self.env.retain(|(k, _)| k != key);

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use e2e::dockgate::Dockgate;
+use e2e::dockgate::{session_create_body, Dockgate};
 use e2e::random_hex;
 use e2e::raw::{exchange_unix, RawAnswer};
 use e2e::stack::{docker, ControlStack};
@@ -19,49 +19,6 @@ const DEADLINE: Duration = Duration::from_secs(10);
 
 fn image() -> String {
     std::env::var("TERMGATE_SESSION_IMAGE").unwrap_or_else(|_| "termgate/session:dev".into())
-}
-
-/// A create body as control writes it (control/src/docker/body.rs) for a session of
-/// deployment `instance`.
-fn session_body(instance: &str) -> Value {
-    json!({
-        "Image": image(),
-        "User": "1000:1000",
-        "Tty": true,
-        "OpenStdin": true,
-        "StdinOnce": false,
-        "AttachStdin": false,
-        "AttachStdout": false,
-        "AttachStderr": false,
-        "Env": ["SESSION_SHELL=sh"],
-        "Labels": {
-            "termgate.managed": "session",
-            "termgate.instance": instance,
-            "termgate.session": "abcdefghijk234mn",
-            "termgate.owner": "alice",
-            "termgate.host": "local"
-        },
-        "HostConfig": {
-            "Memory": 134_217_728,
-            "NanoCpus": 500_000_000,
-            "Init": true,
-            "PidsLimit": 64,
-            "MemorySwap": 134_217_728,
-            "NetworkMode": "none",
-            "AutoRemove": false,
-            "CapAdd": [],
-            "CapDrop": ["ALL"],
-            "CgroupnsMode": "private",
-            "IpcMode": "private",
-            "PidMode": "private",
-            "Privileged": false,
-            "ReadonlyRootfs": true,
-            "SecurityOpt": ["no-new-privileges:true"],
-            "Tmpfs": {"/tmp": "rw,nosuid,nodev,size=16m"},
-            "UTSMode": "",
-            "UsernsMode": ""
-        }
-    })
 }
 
 fn with(mut body: Value, path: &[&str], value: Value) -> Value {
@@ -162,7 +119,7 @@ fn a_compromised_control_gets_only_what_control_does() {
 
     // What control does passes: a hardened, labelled create, start, inspect, kill, remove.
     let name = fresh();
-    let made = create(&socket, &name, &session_body(&instance));
+    let made = create(&socket, &name, &session_create_body(&instance));
     assert_eq!(made.status, 201, "control's create passes: {}", made.text);
     let id = json_of(&made)["Id"].as_str().expect("an id").to_owned();
     let started = send(&socket, "POST", &format!("/containers/{id}/start"), None);
@@ -183,7 +140,7 @@ fn a_compromised_control_gets_only_what_control_does() {
     assert_eq!(hung_up.status, 204, "{}", hung_up.text);
 
     // Every red line in a create body is refused by its rule; Docker never saw it.
-    let b = || session_body(&instance);
+    let b = || session_create_body(&instance);
     let hc = |k: &str, v: Value| with(b(), &["HostConfig", k], v);
     let bind =
         |src: &str| json!([{"Type": "bind", "Source": src, "Target": "/x", "ReadOnly": true}]);

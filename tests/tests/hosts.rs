@@ -52,6 +52,9 @@ fn sessions_spread_over_two_hosts_and_a_silent_host_is_unreachable_until_it_answ
         d2.host,
         counter2.socket_path().display(),
     ));
+    // Each host by its own endpoint, the daemons themselves (a dockgate per host is
+    // deploy_up.rs's two-host test).
+    control.unset_env("TERMGATE__CONTROL__DOCKER_HOST");
     control.spawn(&[]);
     let mut stack = GatewayStack::assemble(control, ttyd1, counter1);
 
