@@ -161,8 +161,10 @@ impl Gate {
             Err(Refusal::Daemon(e)) => return daemon_error(&e),
         }
         tracing::debug!(role = %self.role, method = %method, target = %target, "dockgate: pass");
-        let upgrade = wants_tcp_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
-        if is_attach(&asked) && upgrade.is_none() {
+        // Only an attach is ever upgraded; elsewhere the headers are not passed on.
+        let attach = is_attach(&asked);
+        let upgrade = (attach && wants_tcp_upgrade(&req)).then(|| hyper::upgrade::on(&mut req));
+        if attach && upgrade.is_none() {
             let d = Denied {
                 reason: Reason::EndpointNotAllowed,
                 message: "an attach must ask for the stream upgrade (Upgrade: tcp)".into(),
