@@ -310,16 +310,24 @@ fn systemd_units_verify_and_keep_the_red_lines() {
         !dockgate_exec.contains(&"--daemon"),
         "the daemon comes from DOCKER_HOST (dockgate-%i.env), by default the local socket"
     );
-    let pool_group = one(&pool, "pool", "Group");
+    let attach_group = flag("--attach-group");
     let control_group = one(&control, "control", "Group");
-    assert_eq!(flag("--attach-group"), pool_group);
-    assert_eq!(one(&view, "view pool", "Group"), pool_group);
     assert_eq!(flag("--control-group"), control_group);
-    for g in [pool_group, control_group] {
+    for g in [attach_group, control_group] {
         assert!(
             dockgate_groups.iter().any(|d| d == g),
             "dockgate may give its socket to group {g} only as a member: {dockgate_groups:?}"
         );
+    }
+    // The attach socket's group is the pools' alone: a group of its own that their
+    // units add, not the pools' user's group, which the gateway shares.
+    assert_ne!(attach_group, one(&pool, "pool", "Group"));
+    for (unit, k) in [("pool", &pool), ("view pool", &view)] {
+        assert!(groups(k).iter().any(|g| g == attach_group), "{unit}");
+    }
+    for (unit, k) in [("control", &control), ("gateway", &gateway)] {
+        assert!(!groups(k).iter().any(|g| g == attach_group), "{unit}");
+        assert_ne!(one(k, unit, "Group"), attach_group, "{unit}");
     }
     // The pools are not in control's group, so they cannot open its socket.
     for (unit, k) in [("pool", &pool), ("view pool", &view), ("gateway", &gateway)] {
