@@ -1,0 +1,52 @@
+//! Locking users out, and who may.
+
+use policy::{Principal, Sub};
+
+use crate::error::ApiError;
+
+use super::{now, Control};
+
+/// Whether `who` may lock and unlock users: admins only. Checked before the user named
+/// is even read, so a non-admin learns nothing from the name.
+pub fn may_lock(who: &Principal) -> Result<(), ApiError> {
+    if who.admin {
+        Ok(())
+    } else {
+        Err(ApiError::ADMIN_REQUIRED.with_message("only an admin may lock users"))
+    }
+}
+
+impl Control {
+    /// Whether `sub` is locked.
+    pub fn is_locked(&self, sub: &Sub) -> Result<bool, ApiError> {
+        Ok(self.store.is_locked(sub)?)
+    }
+
+    /// The locked users; admin only.
+    pub fn locked_users(&self, who: &Principal) -> Result<Vec<String>, ApiError> {
+        if !who.admin {
+            return Err(
+                ApiError::ADMIN_REQUIRED.with_message("only an admin may list locked users")
+            );
+        }
+        Ok(self.store.locked_users()?)
+    }
+
+    /// Locks (`true`) or unlocks a user; admin only. Published on the route feed.
+    pub fn set_lock(&self, who: &Principal, sub: &Sub, lock: bool) -> Result<(), ApiError> {
+        may_lock(who)?;
+        if *sub == who.sub {
+            // An admin who could lock themselves could lock the last unlocked admin
+            // out; one who could unlock themselves would make locks meaningless.
+            return Err(ApiError::OWN_LOCK);
+        }
+        let changed = if lock {
+            self.store.lock_user(sub, &who.sub, now())?
+        } else {
+            self.store.unlock_user(sub)?
+        };
+        self.refresh_gauges();
+        tracing::info!(target: "audit", sub = %sub, by = %who.sub, locked = lock, changed, "user lock");
+        Ok(())
+    }
+}
