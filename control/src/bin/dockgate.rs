@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _};
 use clap::Parser;
 use control::dockgate::{AuditSender, Gate};
-use policy::dockgate::Role;
+use policy::dockgate::{is_plain_ref, Role};
 use tokio::net::UnixListener;
 
 #[derive(Parser)]
@@ -70,10 +70,10 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    if !is_plain_name(&cli.instance) {
+    if !is_plain_ref(&cli.instance) {
         bail!("--instance: {:?} is not a plain name", cli.instance);
     }
-    if !is_plain_name(&cli.host) {
+    if !is_plain_ref(&cli.host) {
         bail!("--host: {:?} is not a plain name", cli.host);
     }
     let daemon = daemon_socket(cli.daemon.as_deref())?;
@@ -103,7 +103,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         ),
     ];
     let mut paths = Vec::new();
-    let mut gates = Vec::new();
     for (role, group, flag) in roles {
         let gid = group
             .map(|g| group_id(g).with_context(|| format!("{flag}: {g}")))
@@ -116,7 +115,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             gate = gate.with_audit(a.clone());
         }
         let gate = Arc::new(gate);
-        gates.push(tokio::spawn(gate.serve(listener)));
+        tokio::spawn(gate.serve(listener));
         paths.push(path);
     }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -130,12 +129,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     tracing::info!("dockgate stopped");
     Ok(())
-}
-
-fn is_plain_name(s: &str) -> bool {
-    let mut b = s.bytes();
-    b.next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && b.all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
 fn daemon_socket(flag: Option<&str>) -> anyhow::Result<PathBuf> {

@@ -91,14 +91,14 @@ use crate::sandbox::{MountKind, Rule};
 pub use body::{BodyInfo, Framing};
 pub use create::spec_from_create_body;
 pub use objects::{labels_pass, volume_ok, Labels, ObjectKind};
-pub use target::{normalize, ApiVersion, Asked, Method};
+pub use target::{is_plain_ref, normalize, ApiVersion, Asked, Method};
 
 use body::{json_body, no_body, Body};
 use create::create_body;
 use endpoint::{check_query, endpoint, ContainerCall, Endpoint};
 use json::strict_json;
 use objects::{filtered_instance, termgate_instance, volume_create};
-use target::{is_full_id, is_plain_ref};
+use target::is_full_id;
 
 /// The oldest Docker API minor version accepted in a `/v1.NN` prefix (Docker 1.12).
 pub const MIN_API_MINOR: u8 = 24;

@@ -271,7 +271,7 @@ pub fn normalize(method: &str, raw_target: &[u8]) -> Result<Asked, Denied> {
 }
 
 /// What Docker allows for names, as control's `check_ref`.
-pub(super) fn is_plain_ref(s: &str) -> bool {
+pub fn is_plain_ref(s: &str) -> bool {
     let b = s.as_bytes();
     b.first().is_some_and(u8::is_ascii_alphanumeric)
         && b.len() <= 255
