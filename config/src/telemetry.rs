@@ -17,7 +17,7 @@ use tracing_subscriber::layer::{Context, Filter, Layer};
 
 use prometheus_client::registry::{Metric, Registry};
 
-use crate::Config;
+use crate::model::Config;
 
 /// Loads the configuration of `binary`, or prints why it cannot and gives the exit
 /// status for a bad configuration (2), so both binaries refuse a mistake the same way.

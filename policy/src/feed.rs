@@ -40,7 +40,7 @@ pub struct Route {
     /// Whether the gateway records its terminals (the profile's `record`).
     #[serde(default, skip_serializing_if = "Recording::is_off")]
     pub record: Recording,
-    /// The read-only share links of a Docker session (see [`crate::share`]).
+    /// The read-only share links of a Docker session (see the `share` module).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shares: Vec<ShareGrant>,
     /// Where the read-only ttyd pool (started without `-W`) of its host listens;

@@ -20,10 +20,11 @@
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
+use crate::access::{decide_terminal, Decision};
 use crate::feed::Route;
 use crate::identity::{KeyError, Principal, Sub};
 use crate::revocation::{CredentialId, Fingerprint, RevocationSet, RevokedWhy};
-use crate::{decide_terminal, Decision, SessionId};
+use crate::session_id::SessionId;
 
 /// The version prefix of every grant.
 pub const PREFIX: &str = "g1";

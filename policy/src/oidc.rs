@@ -17,7 +17,7 @@
 //!   ends no later than the ID token.
 //!
 //! Every refusal is an [`OidcError`] with a stable code, answered as a
-//! [`crate::Refusal`].
+//! [`Refusal`].
 
 use std::fmt::Write as _;
 

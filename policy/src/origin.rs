@@ -9,6 +9,8 @@
 
 use std::fmt;
 
+use crate::refusal::Refusal;
+
 /// An origin: scheme, host and port.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Origin {
@@ -131,7 +133,18 @@ pub enum OriginDenied {
 impl OriginDenied {
     /// Stable reason code: the code of its `Refusal`.
     pub fn reason(&self) -> &'static str {
-        crate::Refusal::from(*self).code
+        Refusal::from(*self).code
+    }
+}
+
+impl From<OriginDenied> for Refusal {
+    fn from(denied: OriginDenied) -> Self {
+        match denied {
+            OriginDenied::Missing => Refusal::ORIGIN_MISSING,
+            OriginDenied::Null => Refusal::ORIGIN_NULL,
+            OriginDenied::Malformed => Refusal::ORIGIN_MALFORMED,
+            OriginDenied::NotAllowed => Refusal::ORIGIN_NOT_ALLOWED,
+        }
     }
 }
 

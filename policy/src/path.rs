@@ -7,6 +7,7 @@
 //! where path tricks live); empty and dot segments are refused; everything else that
 //! does not match exactly is not found. The query string is not part of the path.
 
+use crate::refusal::Refusal;
 use crate::session_id::SessionId;
 use crate::share::ShareToken;
 
@@ -85,6 +86,15 @@ pub enum PathError {
     BadRequest(&'static str),
     /// 404: well-formed but not a route.
     NotFound,
+}
+
+impl From<PathError> for Refusal {
+    fn from(e: PathError) -> Self {
+        match e {
+            PathError::BadRequest(why) => Refusal::BAD_PATH.with_message(why),
+            PathError::NotFound => Refusal::PAGE_NOT_FOUND,
+        }
+    }
 }
 
 fn segment_ok(s: &str) -> bool {

@@ -9,8 +9,6 @@ use std::fmt;
 
 use crate::error::ErrorBody;
 use crate::identity::TokenError;
-use crate::origin::OriginDenied;
-use crate::path::PathError;
 use crate::quota::QuotaExceeded;
 
 /// A refusal: HTTP status, stable code, human message.
@@ -362,26 +360,6 @@ impl From<&TokenError> for Refusal {
     }
 }
 
-impl From<OriginDenied> for Refusal {
-    fn from(denied: OriginDenied) -> Self {
-        match denied {
-            OriginDenied::Missing => Refusal::ORIGIN_MISSING,
-            OriginDenied::Null => Refusal::ORIGIN_NULL,
-            OriginDenied::Malformed => Refusal::ORIGIN_MALFORMED,
-            OriginDenied::NotAllowed => Refusal::ORIGIN_NOT_ALLOWED,
-        }
-    }
-}
-
-impl From<PathError> for Refusal {
-    fn from(e: PathError) -> Self {
-        match e {
-            PathError::BadRequest(why) => Refusal::BAD_PATH.with_message(why),
-            PathError::NotFound => Refusal::PAGE_NOT_FOUND,
-        }
-    }
-}
-
 impl From<QuotaExceeded> for Refusal {
     fn from(q: QuotaExceeded) -> Self {
         Refusal::QUOTA_EXCEEDED.with_message(q.to_string())
@@ -391,6 +369,7 @@ impl From<QuotaExceeded> for Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::origin::OriginDenied;
 
     #[test]
     fn a_refusal_renders_the_contract_shape() {

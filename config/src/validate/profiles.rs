@@ -288,7 +288,7 @@ impl Profile {
 impl Config {
     /// Bind mounts whose source (as control sees it) does not exist, as errors naming
     /// the key. Control calls this at start; Docker would fail the create anyway.
-    pub fn missing_bind_sources(&self) -> Vec<crate::ConfigError> {
+    pub fn missing_bind_sources(&self) -> Vec<crate::error::ConfigError> {
         let mut out = Vec::new();
         for (name, p) in &self.profiles {
             for (i, m) in p.mounts.iter().enumerate() {

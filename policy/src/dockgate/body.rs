@@ -1,7 +1,8 @@
 //! How a request's body came, and whether the call may or must have one.
 
+use super::denied::{deny, Denied, Reason};
+use super::limits::MAX_BODY;
 use super::target::Asked;
-use super::{deny, Denied, Reason, MAX_BODY};
 
 /// How a request's body came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,7 +20,7 @@ pub enum Framing {
 pub struct BodyInfo<'a> {
     /// How it came.
     pub framing: Framing,
-    /// Its bytes, once read (after a [`Verdict::ReadBody`](super::Verdict::ReadBody)).
+    /// Its bytes, once read (after a `Verdict::ReadBody`).
     pub bytes: Option<&'a [u8]>,
 }
 

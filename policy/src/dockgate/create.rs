@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use super::denied::{deny, Denied, Reason};
 use super::json::{check_fields, Field, Fields};
 use super::objects::{termgate_instance, Labels, ObjectKind};
 use super::target::ApiVersion;
-use super::{deny, Denied, Reason};
 use crate::sandbox::{self, ContainerSpec, MountKind, MountSpec, Namespace, NamespaceMode, Rule};
 
 const TOP_FIELDS: &[(&str, Field)] = &[

@@ -1,7 +1,7 @@
 //! The Docker endpoints dockgate knows, and the query each one takes.
 
+use super::denied::{deny, Denied, Reason};
 use super::target::{is_plain_ref, Asked, Method};
-use super::{deny, Denied, Reason};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ContainerCall {

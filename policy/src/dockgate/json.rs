@@ -7,7 +7,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::{deny, Denied, Reason};
+use super::denied::{deny, Denied, Reason};
 
 /// Builds a [`Value`] refusing duplicate object keys: Go keeps the last copy, a reader
 /// of the first would judge another request than Docker runs.

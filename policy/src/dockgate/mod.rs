@@ -66,18 +66,21 @@
 //!
 //! # Where things are
 //!
-//! This file holds the roles, verdicts and refusals, [`decide`] and which endpoints
-//! each role may call. `target.rs` reads the target ([`normalize`]), `endpoint.rs`
-//! names the endpoints and the query each takes, `body.rs` judges a body's framing,
-//! `json.rs` reads JSON strictly, `create.rs` reads a container create body
-//! ([`spec_from_create_body`]) and `objects.rs` judges labels, volumes and list
-//! filters. The files below import from this one only [`Denied`], [`Reason`], `deny`
-//! and the constants, never the decision, and never each other in a circle.
+//! This file holds the roles and verdicts, [`decide`] and which endpoints each role may
+//! call. `denied.rs` holds the refusals ([`Denied`], [`Reason`]) and `limits.rs` the
+//! sizes and API versions accepted. `target.rs` reads the target ([`normalize`]),
+//! `endpoint.rs` names the endpoints and the query each takes, `body.rs` judges a
+//! body's framing, `json.rs` reads JSON strictly, `create.rs` reads a container create
+//! body ([`spec_from_create_body`]) and `objects.rs` names termgate's labels and judges
+//! labels, volumes and list filters. The files below import nothing from this one, and
+//! never each other in a circle.
 
 mod body;
 mod create;
+mod denied;
 mod endpoint;
 mod json;
+mod limits;
 mod objects;
 mod target;
 #[cfg(test)]
@@ -85,34 +88,22 @@ mod tests;
 
 use std::fmt;
 
-use crate::error::ErrorBody;
-use crate::sandbox::{MountKind, Rule};
+use crate::sandbox::MountKind;
 
 pub use body::{BodyInfo, Framing};
 pub use create::spec_from_create_body;
-pub use objects::{labels_pass, volume_ok, Labels, ObjectKind};
+pub use denied::{Denied, Reason};
+pub use limits::{MAX_API_MINOR, MAX_BODY, MAX_TARGET_LEN, MIN_API_MINOR};
+pub use objects::{labels_pass, volume_ok, Labels, ObjectKind, INSTANCE_LABEL, MANAGED_LABEL};
 pub use target::{is_plain_ref, normalize, ApiVersion, Asked, Method};
 
 use body::{json_body, no_body, Body};
 use create::create_body;
+use denied::deny;
 use endpoint::{check_query, endpoint, ContainerCall, Endpoint};
 use json::strict_json;
 use objects::{filtered_instance, termgate_instance, volume_create};
 use target::is_full_id;
-
-/// The oldest Docker API minor version accepted in a `/v1.NN` prefix (Docker 1.12).
-pub const MIN_API_MINOR: u8 = 24;
-/// The newest Docker API minor version accepted in a `/v1.NN` prefix (Docker 29.x).
-pub const MAX_API_MINOR: u8 = 52;
-/// The longest request target accepted, in bytes.
-pub const MAX_TARGET_LEN: usize = 16 * 1024;
-/// The largest create body accepted, in bytes.
-pub const MAX_BODY: usize = 256 * 1024;
-
-/// The label naming what termgate made an object as (`session`, `home`).
-pub const MANAGED_LABEL: &str = "termgate.managed";
-/// The label naming the deployment (`instance`) an object belongs to.
-pub const INSTANCE_LABEL: &str = "termgate.instance";
 
 /// Who is asking: each role has a socket of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -173,119 +164,6 @@ pub enum Verdict {
     },
     /// Answer `403` with [`Denied::error_body`].
     Refuse(Denied),
-}
-
-/// Why a request was refused: a stable snake_case code each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Reason {
-    /// A method Docker's API does not route (or not in its exact spelling).
-    MethodNotAllowed,
-    /// A target that is not one unambiguous origin-form path.
-    BadTarget,
-    /// A `/v…` prefix outside 1.24–1.52.
-    UnsupportedVersion,
-    /// A query that cannot be read one way only.
-    BadQuery,
-    /// An endpoint the role may not call.
-    EndpointNotAllowed,
-    /// A container or volume reference of the wrong form for the role.
-    BadReference,
-    /// A query parameter the endpoint does not take from this role, or a bad value.
-    QueryNotAllowed,
-    /// A list or event call without the instance label filter.
-    FilterRequired,
-    /// A body on a call that takes none.
-    BodyNotAllowed,
-    /// A create without a body, or with `Content-Length: 0`.
-    BodyRequired,
-    /// A create body sent chunked.
-    BodyChunked,
-    /// A body over [`MAX_BODY`].
-    BodyTooLarge,
-    /// A body whose length is not the declared one.
-    BodyLengthMismatch,
-    /// A body that is not one JSON value without duplicate keys.
-    InvalidJson,
-    /// A body field of the wrong JSON type.
-    InvalidBody,
-    /// A body field termgate never sends with a value other than its default.
-    FieldNotAllowed,
-    /// A mount with options, of a type other than bind or volume, or legacy `Binds`.
-    MountOptions,
-    /// A tmpfs without `nosuid`, `nodev` and a size, or with other options.
-    TmpfsOptions,
-    /// A volume with another driver or with driver options.
-    VolumeDriver,
-    /// A create without termgate's labels.
-    LabelsRequired,
-    /// A container red line ([`sandbox::Rule`](Rule)).
-    Sandbox(Rule),
-}
-
-impl Reason {
-    /// The stable code.
-    pub fn code(self) -> &'static str {
-        match self {
-            Reason::MethodNotAllowed => "method_not_allowed",
-            Reason::BadTarget => "bad_target",
-            Reason::UnsupportedVersion => "unsupported_version",
-            Reason::BadQuery => "bad_query",
-            Reason::EndpointNotAllowed => "endpoint_not_allowed",
-            Reason::BadReference => "bad_reference",
-            Reason::QueryNotAllowed => "query_not_allowed",
-            Reason::FilterRequired => "filter_required",
-            Reason::BodyNotAllowed => "body_not_allowed",
-            Reason::BodyRequired => "body_required",
-            Reason::BodyChunked => "body_chunked",
-            Reason::BodyTooLarge => "body_too_large",
-            Reason::BodyLengthMismatch => "body_length_mismatch",
-            Reason::InvalidJson => "invalid_json",
-            Reason::InvalidBody => "invalid_body",
-            Reason::FieldNotAllowed => "field_not_allowed",
-            Reason::MountOptions => "mount_options",
-            Reason::TmpfsOptions => "tmpfs_options",
-            Reason::VolumeDriver => "volume_driver",
-            Reason::LabelsRequired => "labels_required",
-            Reason::Sandbox(rule) => rule.name(),
-        }
-    }
-}
-
-/// A refusal: the rule and what broke it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Denied {
-    /// The rule.
-    pub reason: Reason,
-    /// What broke it, for people.
-    pub message: String,
-}
-
-impl Denied {
-    /// Every refusal is answered with this status.
-    pub const STATUS: u16 = 403;
-
-    /// The stable code.
-    pub fn code(&self) -> &'static str {
-        self.reason.code()
-    }
-
-    /// `{"error":{"code":…,"message":…}}`.
-    pub fn error_body(&self) -> ErrorBody {
-        ErrorBody::new(self.code(), format!("dockgate: {}", self.message))
-    }
-}
-
-impl fmt::Display for Denied {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.code(), self.message)
-    }
-}
-
-fn deny(reason: Reason, message: impl Into<String>) -> Denied {
-    Denied {
-        reason,
-        message: message.into(),
-    }
 }
 
 // ---------------------------------------------------------------------------------

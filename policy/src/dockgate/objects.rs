@@ -1,13 +1,19 @@
-//! The objects termgate labels: whose labels pass, which volumes are plain, what a
-//! volume create may carry and which instance a listing's filters confine it to.
+//! The objects termgate labels: the labels themselves, whose labels pass, which
+//! volumes are plain, what a volume create may carry and which instance a listing's
+//! filters confine it to.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::denied::{deny, Denied, Reason};
 use super::json::{check_fields, strict_json, Field, Fields};
 use super::target::{is_plain_ref, Asked};
-use super::{deny, Denied, Reason, INSTANCE_LABEL, MANAGED_LABEL};
+
+/// The label naming what termgate made an object as (`session`, `home`).
+pub const MANAGED_LABEL: &str = "termgate.managed";
+/// The label naming the deployment (`instance`) an object belongs to.
+pub const INSTANCE_LABEL: &str = "termgate.instance";
 
 /// A label set, as Docker reports it and as create bodies carry it.
 pub type Labels = BTreeMap<String, String>;
@@ -100,7 +106,7 @@ pub(super) fn volume_create(body: &Value) -> Result<String, Denied> {
 }
 
 /// Whether an object's labels (from the binary's inspection after a
-/// [`Verdict::PassIfLabelled`](super::Verdict::PassIfLabelled)) mark it as termgate's `kind` of deployment `instance`.
+/// `Verdict::PassIfLabelled`) mark it as termgate's `kind` of deployment `instance`.
 pub fn labels_pass(kind: ObjectKind, labels: &Labels, instance: &str) -> bool {
     !instance.is_empty()
         && labels.get(MANAGED_LABEL).map(String::as_str) == Some(kind.managed_value())

@@ -4,7 +4,8 @@
 
 use std::fmt;
 
-use super::{deny, Denied, Reason, MAX_API_MINOR, MAX_TARGET_LEN, MIN_API_MINOR};
+use super::denied::{deny, Denied, Reason};
+use super::limits::{MAX_API_MINOR, MAX_TARGET_LEN, MIN_API_MINOR};
 
 /// The HTTP methods Docker's API routes (its CORS `OPTIONS` aside).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -78,7 +79,7 @@ impl fmt::Display for ApiVersion {
     }
 }
 
-/// A request as [`normalize`] read it: what [`decide`](super::decide) judges.
+/// A request as [`normalize`] read it: what `decide` judges.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Asked {
     /// The method.

@@ -2,6 +2,7 @@
 //! others.
 
 use super::*;
+use crate::sandbox::Rule;
 
 #[test]
 fn every_call_control_makes_passes_as_bollard_sends_it() {
