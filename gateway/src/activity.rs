@@ -8,37 +8,19 @@
 //! [`Activity`] is taken once per terminal opened and once per report, never across
 //! an await.
 //!
-//! [`crate::services::reporter`] sends what moved since its last report to control.
+//! The activity reporter (`services/reporter.rs`) sends what moved since its last
+//! report to control.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use policy::SessionId;
 
-use crate::clock::now;
+pub use crate::clock::InputClock;
 
 /// Most entries in one report: well inside control's default body bound (64 KiB at
 /// about 50 bytes an entry).
 pub const MAX_BATCH: usize = 500;
-
-/// The time of a session's last input (seconds since the Unix epoch; 0: none yet),
-/// shared by its open terminals on this gateway.
-#[derive(Debug, Clone, Default)]
-pub struct InputClock(Arc<AtomicU64>);
-
-impl InputClock {
-    /// Records input now: one relaxed atomic store.
-    #[inline]
-    pub fn touch(&self) {
-        self.0.store(now(), Ordering::Relaxed);
-    }
-
-    /// The last input time, 0 when none.
-    pub fn last(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
 
 /// One session's clock and what control was last told of it.
 struct Entry {

@@ -188,11 +188,23 @@ impl Module {
             )),
             Box::new(background_service(
                 "input reports",
-                ActivityReporter(Arc::clone(&state)),
+                ActivityReporter {
+                    activity: Arc::clone(&state.activity),
+                    terminals: Arc::clone(&state.terminals),
+                    control: state.control.clone(),
+                    metrics: Arc::clone(&state.metrics),
+                    listen: g.listen.clone(),
+                    activity_report_ms: g.activity_report_ms,
+                    terminal_report_ms: g.terminal_report_ms,
+                },
             )),
             Box::new(background_service(
                 "recording uploads",
-                Uploader(Arc::clone(&state)),
+                Uploader {
+                    recordings: Arc::clone(&state.recordings),
+                    control: state.control.clone(),
+                    max_recording_bytes: config.control.max_recording_bytes,
+                },
             )),
             Box::new(background_service(
                 "token expiry",

@@ -26,11 +26,11 @@ pub struct Gateway {
     /// Open terminals.
     pub terminals: Arc<Terminals>,
     /// When each session was last typed into here.
-    pub activity: crate::activity::Activity,
+    pub activity: Arc<crate::activity::Activity>,
     /// Control's internal API.
     pub control: ControlClient,
     /// Metrics.
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
     /// Failed authentications per client address, per minute.
     pub auth_failures: Rate,
     /// Route lookups at control per user, per minute.
@@ -47,7 +47,7 @@ pub struct Gateway {
     /// Sign-in through an OpenID Connect provider, when `[auth.oidc]` is set.
     pub oidc: Option<Arc<crate::oidc::Oidc>>,
     /// Where recorded terminals are written (profiles' `record`).
-    pub recordings: crate::recording::Spool,
+    pub recordings: Arc<crate::recording::Spool>,
     /// The gateway's own read-only ttyd pool (no `-W`), where share-link viewers of
     /// sessions without a host pool of their own go.
     pub viewer_pool: policy::feed::TtydAddress,
@@ -88,7 +88,7 @@ impl Gateway {
             terminals: Terminals::new(g.max_terminals_per_user, g.max_terminals_per_session),
             control,
             activity: Default::default(),
-            metrics: Metrics::default(),
+            metrics: Arc::new(Metrics::default()),
             auth_failures: Rate::new(Duration::from_secs(60)),
             lookups: Rate::new(Duration::from_secs(60)),
             secure_cookie: g.tls_cert_file.is_some(),
@@ -96,10 +96,10 @@ impl Gateway {
             target_credentials: TargetCredentials::default(),
             oidc: crate::oidc::Oidc::from_config(&config)?,
             signer: config.signer(),
-            recordings: crate::recording::Spool::new(
+            recordings: Arc::new(crate::recording::Spool::new(
                 config.resolve(&g.recordings_dir),
                 g.recording_queue,
-            ),
+            )),
             trusted_proxies: policy::TrustedProxies::parse(&g.trusted_proxies)
                 .map_err(|(i, why)| anyhow::anyhow!("gateway.trusted_proxies[{i}]: {why}"))?,
             config,
@@ -155,20 +155,6 @@ impl Gateway {
     /// and names its sign-in in revocations.
     pub fn credential_key(&self, token: &[u8]) -> policy::revocation::Fingerprint {
         policy::revocation::Fingerprint::of(token)
-    }
-
-    /// Shows the other gateways' counts as admission sees them now.
-    pub fn count_elsewhere(&self) {
-        let m = &self.metrics;
-        let (terminals, viewers, fresh) = match self.terminals.elsewhere_totals() {
-            Some((t, v)) => (t, v, 1),
-            None => (0, 0, 0),
-        };
-        m.elsewhere_terminals
-            .set(i64::try_from(terminals).unwrap_or(i64::MAX));
-        m.elsewhere_viewers
-            .set(i64::try_from(viewers).unwrap_or(i64::MAX));
-        m.elsewhere_fresh.set(fresh);
     }
 
     /// Counts live terminals closed by enforcement.

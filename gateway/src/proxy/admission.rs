@@ -11,8 +11,10 @@ use policy::share::ShareToken;
 use policy::{Decision, Principal, Refusal, SessionId, TerminalPart};
 
 use super::credential::{authenticate, caller, credential, Verified};
+use super::headers::header;
+use super::outcome::{Allowed, Denied, Next};
 use super::reply::Json;
-use super::{header, Allowed, Denied, Next, TtydRequest, Upstream};
+use super::upstream::{TtydRequest, Upstream};
 use crate::clock::now;
 use crate::routes::Lookup;
 use crate::state::Gateway;

@@ -8,8 +8,10 @@ use pingora::proxy::Session;
 use policy::{CredentialSource, Principal, Refusal};
 
 use super::credential::{authenticate, caller, credential, Credential};
+use super::headers::header;
+use super::outcome::{Allowed, Denied, Next};
 use super::reply::Json;
-use super::{header, Allowed, ControlCall, Denied, Next, Upstream};
+use super::upstream::{ControlCall, Upstream};
 use crate::clock::now;
 use crate::control_client::SignInReport;
 use crate::state::Gateway;

@@ -9,7 +9,8 @@ use pingora::http::RequestHeader;
 use pingora::proxy::Session;
 use policy::{CredentialSource, Principal, Refusal, TrustedProxies};
 
-use super::{header, Denied};
+use super::headers::header;
+use super::outcome::Denied;
 use crate::clock::now;
 use crate::metrics::Metrics;
 use crate::state::Gateway;

@@ -1,14 +1,19 @@
-//! A terminal mounted in another Pingora proxy ([`crate::module`]): the gateway's own
+//! A terminal mounted in another Pingora proxy (the library's `Module`): the gateway's own
 //! head checks, admission, tunnel and upstream rewrite, for a request whose path the
 //! embedding proxy has stripped of its own prefix. Only the terminal routes exist here.
 
 use pingora::prelude::HttpPeer;
-use pingora::proxy::{ProxyHttp, Session};
+use pingora::proxy::Session;
 use pingora::{Error, ErrorType, Result};
 use policy::{PublicRoute, Refusal, SessionId, TerminalPart};
 
-use super::{keep_allowed, keep_denied, refuse, terminal, upstream, Allowed, Ctx, Decision};
-use super::{Denied, Next, Proxy};
+use super::ctx::{Ctx, Decision};
+use super::headers::check_head;
+use super::outcome::{Allowed, Denied, Next};
+use super::parts::Proxy;
+use super::reply::refuse;
+use super::terminal;
+use super::upstream::{self, no_upstream};
 
 /// A terminal request admitted by [`Proxy::admit_mounted`], waiting for
 /// [`Proxy::serve_mounted`]. Holds what admission learnt, and for a websocket its slot
@@ -38,16 +43,16 @@ impl Proxy {
         session: &mut Session,
         path: &[u8],
     ) -> std::result::Result<Admitted, Refusal> {
-        let mut ctx = self.new_ctx();
+        let mut ctx = Ctx::new();
         match self.mounted_admission(session, &mut ctx, path).await {
             Ok((id, part, allowed)) => Ok(Admitted {
-                next: keep_allowed(&mut ctx, allowed),
+                next: ctx.keep_allowed(allowed, &self.g.activity),
                 ctx,
                 session: id,
                 part,
             }),
             Err(denied) => {
-                let refusal = keep_denied(&mut ctx, denied);
+                let refusal = ctx.keep_denied(denied);
                 self.log_request(session, &mut ctx, refusal.status, None);
                 Err(refusal)
             }
@@ -63,7 +68,7 @@ impl Proxy {
         ctx: &mut Ctx,
         path: &[u8],
     ) -> std::result::Result<(SessionId, TerminalPart, Allowed), Denied> {
-        self.check_head(session.req_header())?;
+        check_head(&self.g, session.req_header())?;
         let path = &path[..path.iter().position(|b| *b == b'?').unwrap_or(path.len())];
         let PublicRoute::Terminal { id, part } = policy::classify(path).map_err(Refusal::from)?
         else {
@@ -101,7 +106,7 @@ impl Proxy {
             return Ok(None);
         }
         if self.go_on(session, &mut ctx, next).await? {
-            if !ctx.tunnelled {
+            if !ctx.terminal.is_tunnelled() {
                 let status = session.response_written().map_or(0, |r| r.status.as_u16());
                 let error = ctx.error.take();
                 self.log_request(session, &mut ctx, status, error.as_deref());
@@ -117,7 +122,7 @@ impl Proxy {
         let peer = self.peer(&ctx)?;
         // Logged under the path the client asked for; the embedding proxy answers it.
         self.log_request(session, &mut ctx, 0, None);
-        let to = ctx.upstream.as_ref().ok_or_else(super::no_upstream)?;
+        let to = ctx.upstream.as_ref().ok_or_else(no_upstream)?;
         upstream::prepare(
             session.req_header_mut(),
             to,

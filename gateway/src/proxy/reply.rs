@@ -8,7 +8,8 @@ use pingora::proxy::Session;
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use policy::Refusal;
 
-use super::{header, Upstream};
+use super::headers::header;
+use super::upstream::Upstream;
 use crate::ui;
 
 /// A JSON answer written by the gateway itself.
@@ -79,6 +80,16 @@ pub(super) async fn redirect(session: &mut Session, to: Redirect) -> Result<()> 
         h.append_header("Set-Cookie", c)?;
     }
     session.write_response_header(Box::new(h), true).await
+}
+
+/// Answers a refusal. A refused websocket handshake ends its connection (RFC 6455
+/// §4.1: the client fails it anyway); kept alive, a flood of them would hold one idle
+/// connection each.
+pub(crate) async fn refuse(session: &mut Session, refusal: &Refusal) -> Result<()> {
+    if session.req_header().headers.contains_key("upgrade") {
+        session.set_keepalive(None);
+    }
+    self::refusal(session, refusal).await
 }
 
 /// Writes a refusal: an HTML page for a browser navigating, the JSON shape otherwise.

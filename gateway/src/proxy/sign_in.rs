@@ -7,8 +7,9 @@ use pingora::proxy::Session;
 use policy::{OidcStep, Refusal};
 
 use super::credential::{client_ip, credential, Credential, REFUSAL_PAUSE};
+use super::headers::header;
+use super::outcome::{Allowed, Denied, Next};
 use super::reply::{Json, Redirect};
-use super::{header, Allowed, Denied, Next};
 use crate::clock::now;
 use crate::oidc::{FLOW_COOKIE, ID_TOKEN_COOKIE};
 use crate::state::Gateway;

@@ -222,6 +222,11 @@ fn set_uri(up: &mut RequestHeader, target: &str) -> Result<()> {
     Ok(())
 }
 
+/// The error of a phase that needs the upstream before one was chosen.
+pub(super) fn no_upstream() -> Box<Error> {
+    Error::explain(ErrorType::InternalError, "no upstream chosen")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

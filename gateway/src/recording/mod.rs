@@ -14,41 +14,38 @@
 //! The writer turns events into asciicast lines (output split inside a UTF-8
 //! sequence is carried to the next event), writes `<spool>/<session>/<name>.cast.part`
 //! and, when the terminal ends, renames it to `.cast` and wakes the uploader
-//! ([`crate::services::uploader`]), which hands every finished file to control
+//! (`services/uploader.rs`), which hands every finished file to control
 //! (`PUT /v1/recordings/<session>/<name>`) and deletes it once control has answered 204. A file control could not take stays in
 //! the spool and is sent again at the next sweep.
 //!
 //! Unrecorded terminals have no `Recorder`: their output is never parsed.
 //!
+//! - [`queue`]: what passes from a tunnel to the writer, and each recording's bound;
 //! - [`recorder`]: a tunnel's side, reading frames and queuing events;
 //! - [`writer`]: the writer thread, turning events into asciicast files.
 
+mod queue;
 mod recorder;
 mod writer;
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, SyncSender};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use policy::SessionId;
 use tokio::sync::Notify;
 
+pub use queue::QueueFull;
 pub use recorder::Recorder;
+
+use queue::{Msg, Queue, SPARE_BUFFERS};
 use writer::write_recordings;
 
-/// Largest resize or first message gathered from a browser, bytes (ttyd's are tens).
-const MAX_CONTROL_MESSAGE: usize = 4096;
 /// Stack of the writer thread: it only formats lines and writes them.
 const WRITER_STACK: usize = 256 * 1024;
-/// What a recording whose writer failed counts as waiting: always full.
-const FAILED: usize = usize::MAX / 2;
-/// Buffers the writer hands back for reuse, and the largest one kept: a terminal that
-/// was busy once holds little once it is idle again.
-const SPARE_BUFFERS: usize = 4;
-const SPARE_CAPACITY: usize = 16 * 1024;
 
 /// Where recordings are spooled, and what wakes their uploader.
 pub struct Spool {
@@ -62,10 +59,6 @@ pub struct Spool {
     /// The writer thread's queue, once a terminal was recorded.
     writer: std::sync::Mutex<Option<mpsc::Sender<Msg>>>,
 }
-
-/// The writer of a recording fell behind: the terminal must close.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueFull;
 
 impl Spool {
     /// A spool in `dir`, with queues of `queue` events per terminal.
@@ -150,72 +143,12 @@ impl Spool {
     }
 }
 
-/// What the writer thread is told.
-enum Msg {
-    /// A terminal is recorded from now on.
-    Open {
-        id: u64,
-        part: PathBuf,
-        done: PathBuf,
-        timestamp: u64,
-        spare: SyncSender<Vec<u8>>,
-        waiting: Arc<AtomicUsize>,
-    },
-    Event(u64, Event),
-    /// The terminal ended: its file is made final.
-    Close(u64),
-}
-
-/// A recording's place in the writer's queue.
-struct Queue {
-    id: u64,
-    tx: mpsc::Sender<Msg>,
-    /// Its events queued and not yet written ([`FAILED`]: its writer failed).
-    waiting: Arc<AtomicUsize>,
-    limit: usize,
-}
-
-impl Queue {
-    /// Queues an event without waiting; full once `limit` are waiting.
-    fn send(&self, event: Event) -> Result<(), QueueFull> {
-        if self.waiting.load(Ordering::Acquire) >= self.limit {
-            return Err(QueueFull);
-        }
-        self.waiting.fetch_add(1, Ordering::AcqRel);
-        self.tx
-            .send(Msg::Event(self.id, event))
-            .map_err(|_| QueueFull)
-    }
-}
-
-/// One asciicast event, or the terminal's size from its first message.
-#[derive(Debug)]
-enum Event {
-    /// The first message's size: the header's width and height.
-    Size {
-        cols: u16,
-        rows: u16,
-    },
-    Output {
-        at: f64,
-        bytes: Vec<u8>,
-    },
-    Input {
-        at: f64,
-        bytes: Vec<u8>,
-    },
-    Resize {
-        at: f64,
-        cols: u16,
-        rows: u16,
-    },
-}
-
 #[cfg(test)]
 mod tests {
     use std::fs;
     use std::time::Instant;
 
+    use super::queue::FAILED;
     use super::writer::escape_into;
     use super::*;
     use crate::services::uploader::{finish_stale, spooled};

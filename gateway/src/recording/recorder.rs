@@ -4,8 +4,11 @@
 use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
-use super::{Event, Msg, Queue, QueueFull, MAX_CONTROL_MESSAGE};
+use super::queue::{Event, Msg, Queue, QueueFull};
 use crate::ws::frames::FrameHead;
+
+/// Largest resize or first message gathered from a browser, bytes (ttyd's are tens).
+const MAX_CONTROL_MESSAGE: usize = 4096;
 
 /// A recorded terminal's side in its tunnel: parses each read and queues its events.
 pub struct Recorder {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::{Event, Msg, FAILED, SPARE_CAPACITY};
+use super::queue::{Event, Msg, FAILED, SPARE_CAPACITY};
 
 /// The writer thread: every open recording's file, written event by event.
 pub(super) fn write_recordings(rx: Receiver<Msg>, wake: &Notify, delay: Option<Duration>) {

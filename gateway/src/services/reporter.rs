@@ -14,8 +14,10 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use policy::SessionId;
 
-use crate::activity::MAX_BATCH;
-use crate::state::Gateway;
+use crate::activity::{Activity, MAX_BATCH};
+use crate::control_client::ControlClient;
+use crate::metrics::Metrics;
+use crate::terminals::Terminals;
 
 /// Reports are fresh for this many intervals (`gateway.activity_report_ms`): control
 /// stops counting a gateway whose last report is older, and a gateway stops counting
@@ -29,7 +31,22 @@ pub const MAX_USER_BATCH: usize = 200;
 
 /// Reports input times and audit lines to control every `gateway.activity_report_ms`,
 /// and the open terminals soon after they change (and at least as often).
-pub struct ActivityReporter(pub Arc<Gateway>);
+pub struct ActivityReporter {
+    /// Every session's input clock.
+    pub activity: Arc<Activity>,
+    /// The open terminals, and what control answers of the other gateways'.
+    pub terminals: Arc<Terminals>,
+    /// Control's internal API.
+    pub control: ControlClient,
+    /// Where the other gateways' counts are shown.
+    pub metrics: Arc<Metrics>,
+    /// `gateway.listen`: with the host's name, names this replica.
+    pub listen: String,
+    /// `gateway.activity_report_ms`.
+    pub activity_report_ms: u64,
+    /// `gateway.terminal_report_ms`.
+    pub terminal_report_ms: u64,
+}
 
 #[async_trait]
 impl BackgroundService for ActivityReporter {
@@ -44,18 +61,34 @@ impl BackgroundService for ActivityReporter {
         // crash or an upgrade: control then drops this one's counts at once rather
         // than holding its users' places for three intervals.
         let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        let replica = format!("{}/{}", hostname.trim(), self.0.config.gateway.listen);
+        let replica = format!("{}/{}", hostname.trim(), self.listen);
         // Two loops, so a slow input or audit report never delays a terminal count.
         tokio::join!(
-            report_activity(&self.0, &me, shutdown.clone()),
-            report_terminals(&self.0, (&me, &replica), shutdown),
+            report_activity(self, &me, shutdown.clone()),
+            report_terminals(self, (&me, &replica), shutdown),
         );
     }
 }
 
+impl ActivityReporter {
+    /// Shows the other gateways' counts as admission sees them now.
+    pub fn count_elsewhere(&self) {
+        let m = &self.metrics;
+        let (terminals, viewers, fresh) = match self.terminals.elsewhere_totals() {
+            Some((t, v)) => (t, v, 1),
+            None => (0, 0, 0),
+        };
+        m.elsewhere_terminals
+            .set(i64::try_from(terminals).unwrap_or(i64::MAX));
+        m.elsewhere_viewers
+            .set(i64::try_from(viewers).unwrap_or(i64::MAX));
+        m.elsewhere_fresh.set(fresh);
+    }
+}
+
 /// Every interval: the audit lines waiting, then the input times that moved.
-async fn report_activity(g: &Gateway, me: &str, mut shutdown: ShutdownWatch) {
-    let every = Duration::from_millis(g.config.gateway.activity_report_ms);
+async fn report_activity(r: &ActivityReporter, me: &str, mut shutdown: ShutdownWatch) {
+    let every = Duration::from_millis(r.activity_report_ms);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
@@ -66,7 +99,7 @@ async fn report_activity(g: &Gateway, me: &str, mut shutdown: ShutdownWatch) {
             _ = tick.tick() => {}
             _ = shutdown.changed() => return,
         }
-        match audit.flush(&g.control, me).await {
+        match audit.flush(&r.control, me).await {
             Ok(()) if std::mem::take(&mut audit_failing) => {
                 tracing::info!("audit lines reach control again");
             }
@@ -77,11 +110,11 @@ async fn report_activity(g: &Gateway, me: &str, mut shutdown: ShutdownWatch) {
                 }
             }
         }
-        let pending = g.activity.pending();
+        let pending = r.activity.pending();
         for batch in pending.chunks(MAX_BATCH) {
-            match g.control.report_input(batch).await {
+            match r.control.report_input(batch).await {
                 Ok(()) => {
-                    g.activity.reported(batch);
+                    r.activity.reported(batch);
                     if std::mem::take(&mut failing) {
                         tracing::info!("input reports reach control again");
                     }
@@ -102,9 +135,9 @@ async fn report_activity(g: &Gateway, me: &str, mut shutdown: ShutdownWatch) {
 /// `gateway.activity_report_ms` regardless (which also tells control this gateway is
 /// there), and keeps control's answer — the other gateways' counts — for
 /// [`FRESH_INTERVALS`] intervals from when the report left.
-async fn report_terminals(g: &Gateway, me: (&str, &str), mut shutdown: ShutdownWatch) {
-    let every = Duration::from_millis(g.config.gateway.activity_report_ms);
-    let soon = Duration::from_millis(g.config.gateway.terminal_report_ms).min(every);
+async fn report_terminals(r: &ActivityReporter, me: (&str, &str), mut shutdown: ShutdownWatch) {
+    let every = Duration::from_millis(r.activity_report_ms);
+    let soon = Duration::from_millis(r.terminal_report_ms).min(every);
     // A quiet gateway reports every this many ticks: never later than `every`.
     let regular = (every.as_millis() / soon.as_millis().max(1)).max(1);
     let mut tick = tokio::time::interval(soon);
@@ -120,17 +153,17 @@ async fn report_terminals(g: &Gateway, me: (&str, &str), mut shutdown: ShutdownW
             _ = shutdown.changed() => return,
         }
         quiet += 1;
-        let changes = g.terminals.changes();
+        let changes = r.terminals.changes();
         if sent == Some(changes) && quiet < regular {
-            g.count_elsewhere();
+            r.count_elsewhere();
             continue;
         }
         (sent, quiet) = (Some(changes), 0);
         let left = std::time::Instant::now();
-        match send_terminals(g, me, every, &mut reported).await {
+        match send_terminals(r, me, every, &mut reported).await {
             Ok(answer) => {
                 if let Some(elsewhere) = answer {
-                    g.terminals
+                    r.terminals
                         .learn_elsewhere(elsewhere, left + every * FRESH_INTERVALS);
                 }
                 if std::mem::take(&mut failing) {
@@ -143,7 +176,7 @@ async fn report_terminals(g: &Gateway, me: (&str, &str), mut shutdown: ShutdownW
                 }
             }
         }
-        g.count_elsewhere();
+        r.count_elsewhere();
     }
 }
 
@@ -159,13 +192,13 @@ struct Reported {
 /// too when control did not take the report, so their zeros are sent later). Returns
 /// control's answer to the last batch. `me`: this process and its replica.
 async fn send_terminals(
-    g: &Gateway,
+    r: &ActivityReporter,
     me: (&str, &str),
     every: Duration,
     reported: &mut Reported,
 ) -> Result<Option<crate::terminals::Elsewhere>, crate::control_client::Unavailable> {
-    let sessions_now = g.terminals.per_session();
-    let users_now = g.terminals.per_user();
+    let sessions_now = r.terminals.per_session();
+    let users_now = r.terminals.per_user();
     let mut sessions: Vec<(SessionId, u32)> =
         sessions_now.iter().map(|(id, n)| (*id, *n)).collect();
     sessions.extend(
@@ -190,13 +223,13 @@ async fn send_terminals(
         .max(users.len().div_ceil(MAX_USER_BATCH))
         .max(1);
     // Every batch names all viewers: each report replaces the gateway's last.
-    let viewers = g.terminals.viewers();
+    let viewers = r.terminals.viewers();
     let mut answer = None;
     for i in 0..batches {
         let part = |len: usize, size: usize| (i * size).min(len)..((i + 1) * size).min(len);
         let s = &sessions[part(sessions.len(), MAX_BATCH)];
         let u = &users[part(users.len(), MAX_USER_BATCH)];
-        match g
+        match r
             .control
             .report_terminals(me.0, me.1, every, s, u, &viewers)
             .await

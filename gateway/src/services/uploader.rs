@@ -12,27 +12,34 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use policy::SessionId;
 
-use crate::state::Gateway;
+use crate::control_client::ControlClient;
+use crate::recording::Spool;
 
 /// How often the spool is swept for files control has not taken yet.
 const SWEEP: Duration = Duration::from_secs(5);
 
 /// Hands finished recordings to control and deletes them once control has them.
-pub struct Uploader(pub Arc<Gateway>);
+pub struct Uploader {
+    /// Where recordings are spooled, and what wakes the uploader.
+    pub recordings: Arc<Spool>,
+    /// Control's internal API.
+    pub control: ControlClient,
+    /// `control.max_recording_bytes`: control refuses a larger file.
+    pub max_recording_bytes: u64,
+}
 
 #[async_trait]
 impl BackgroundService for Uploader {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let g = &self.0;
-        let spool = g.recordings.dir().to_path_buf();
+        let spool = self.recordings.dir().to_path_buf();
         loop {
             finish_stale(&spool);
-            sweep(g, &spool).await;
+            sweep(self, &spool).await;
             tokio::select! {
-                _ = g.recordings.finished() => {}
+                _ = self.recordings.finished() => {}
                 _ = tokio::time::sleep(SWEEP) => {}
                 _ = shutdown.changed() => {
-                    sweep(g, &spool).await;
+                    sweep(self, &spool).await;
                     return;
                 }
             }
@@ -109,7 +116,7 @@ pub(crate) fn spooled(spool: &Path, suffix: &str) -> Vec<(SessionId, PathBuf)> {
     found
 }
 
-async fn sweep(g: &Gateway, spool: &Path) {
+async fn sweep(up: &Uploader, spool: &Path) {
     for (session, path) in spooled(spool, ".cast") {
         let Some(name) = path
             .file_name()
@@ -120,14 +127,14 @@ async fn sweep(g: &Gateway, spool: &Path) {
         };
         // Control refuses a file over its bound (the same configuration): kept aside
         // rather than sent again at every sweep.
-        let max = g.config.control.max_recording_bytes;
+        let max = up.max_recording_bytes;
         if fs::metadata(&path).is_ok_and(|m| m.len() > max) {
             let aside = path.with_extension("cast.too-large");
             let _ = fs::rename(&path, &aside);
             tracing::error!(target: "audit", session = %session, recording = name, path = %aside.display(), "a recording is larger than control.max_recording_bytes: kept in the spool, not handed over");
             continue;
         }
-        match g.control.put_recording(&session, name, &path).await {
+        match up.control.put_recording(&session, name, &path).await {
             Ok(()) => {
                 if let Err(e) = fs::remove_file(&path) {
                     tracing::warn!(error = %e, path = %path.display(), "cannot delete a recording control has taken");

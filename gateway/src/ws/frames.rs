@@ -13,7 +13,7 @@
 //! [`InputClock`] (profiles' `idle_timeout_seconds`); control frames (pings) and
 //! continuations never count.
 
-use crate::activity::InputClock;
+use crate::clock::InputClock;
 
 /// A websocket frame's header, read as far as its payload length (RFC 6455 §5.2): the
 /// one reader of frame headers, used here and by `recording`'s reader.

@@ -8,7 +8,7 @@
 //! browser's connection out of Pingora's HTTP session and hands both to a
 //! [`tunnel::Tunnel`] in a task of its own. A plain connection leaves as its bare
 //! socket; a TLS one as the TLS stream over it (unbuffered below rustls: the listener's
-//! L4 buffers are off). Mounted in another Pingora proxy ([`crate::module`]), the
+//! L4 buffers are off). Mounted in another Pingora proxy (the library's `Module`), the
 //! connection leaves as the stream that proxy's listener made. No end-of-body of the upgrade request is relayed after the
 //! `101`, so the tunnel cannot be ended by a stale one (cloudflare/pingora#946).
 //!
@@ -38,7 +38,10 @@ pub(crate) use upward::upward;
 
 use self::socket::{read_answer, read_more, write_now, Answer, Socket, MAX_HEAD};
 use self::tunnel::{Flow, Tunnel};
-use super::{log, Ctx, Proxy, RequestLine, Upstream};
+use super::ctx::Ctx;
+use super::parts::Proxy;
+use super::request_log::{log, RequestLine};
+use super::upstream::{self, no_upstream, Upstream};
 use crate::head_deadline::HeadDeadline;
 use crate::recording::Recorder;
 use crate::ws::frames;
@@ -66,17 +69,17 @@ fn up_error(etype: ErrorType, why: &'static str, e: io::Error) -> Box<Error> {
 /// Opens the terminal admitted in `ctx` through the gateway's own tunnel. Before the
 /// browser's connection is taken, a failure is returned for `request_filter` to answer
 /// as a failure to proxy; after it, the terminal is logged by its tunnel
-/// (`ctx.tunnelled`).
+/// (`Ctx::tunnelled`).
 pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Result<()> {
-    let upstream = ctx.upstream.as_ref().ok_or_else(super::no_upstream)?;
-    if ctx.ticket.is_none() {
+    let upstream = ctx.upstream.as_ref().ok_or_else(no_upstream)?;
+    if ctx.terminal.ticket().is_none() {
         return Err(Error::explain(
             ErrorType::InternalError,
             "the terminal websocket holds no slot",
         ));
     }
     let mut head = session.req_header().clone();
-    super::upstream::prepare(
+    upstream::prepare(
         &mut head,
         upstream,
         ctx.principal.as_ref(),
@@ -105,7 +108,7 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
     for (name, value) in &answer.headers {
         resp.append_header(name.clone(), value.as_slice())?;
     }
-    super::decorate(&mut resp, ctx)?;
+    ctx.decorate(&mut resp)?;
     if answer.status != 101 {
         let timeout = Duration::from_millis(p.g.config.gateway.header_timeout_ms);
         return pass_refusal(session, resp, answer, &up, timeout).await;
@@ -129,7 +132,7 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
         }
     }
     // Upgraded: from here on the terminal is the tunnel's, and logged by it.
-    let ctx = std::mem::replace(ctx, p.new_ctx_tunnelled());
+    let ctx = std::mem::replace(ctx, Ctx::tunnelled());
     hand_over(p, session, ctx, &resp, answer, up, recorder).await;
     Ok(())
 }
@@ -137,7 +140,7 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
 /// Connects to the ttyd, sends it `head` (bounded by `control_timeout_ms`) and reads its
 /// answer (bounded by `header_timeout_ms`).
 async fn ask_ttyd(p: &Proxy, ctx: &Ctx, head: &RequestHeader) -> Result<(Socket, Answer)> {
-    let upstream = ctx.upstream.as_ref().ok_or_else(super::no_upstream)?;
+    let upstream = ctx.upstream.as_ref().ok_or_else(no_upstream)?;
     let peer = upstream.peer(&p.control_addr, &p.ttyd, ctx.request_id)?;
     let target = head.uri.path_and_query().map_or("/", |pq| pq.as_str());
     let request_line = format!("{} {target} HTTP/1.1", head.method);
@@ -234,7 +237,7 @@ async fn hand_over(
     ctx.token = None;
     let fail = |mut ctx: Ctx, why: String| {
         log(&g.metrics, &line, Some(&why), &ctx);
-        ctx.ticket = None;
+        ctx.terminal.free_slot();
     };
     let reply = head_bytes(
         b"HTTP/1.1 101 Switching Protocols",
@@ -271,7 +274,7 @@ async fn hand_over(
     }
     // The 101 is out: from here on enforcement wakes the tunnel to close.
     let wake = Arc::new(Notify::new());
-    let handed = match &ctx.ticket {
+    let handed = match ctx.terminal.ticket() {
         Some(t) => t.hand_to_tunnel(Arc::clone(&wake)),
         None => Err(io::Error::other("the terminal websocket holds no slot")),
     };
@@ -320,7 +323,7 @@ fn head_bytes(first_line: &[u8], headers: &http::HeaderMap, after: &[u8]) -> Vec
 /// Pingora then finishes as a request already answered: an empty in-memory stream
 /// (reads find its end at once; no descriptor, no registration). A plain connection of
 /// this gateway's listener leaves as its bare socket, a TLS one as Pingora's TLS
-/// stream, and an embedding proxy's connection ([`crate::module`]) as the stream its
+/// stream, and an embedding proxy's connection (the library's `Module`) as the stream its
 /// listener made.
 fn take_downstream(session: &mut Session) -> io::Result<Socket> {
     let stand_in: pingora::protocols::Stream = Box::new(std::io::Cursor::new(Vec::<u8>::new()));

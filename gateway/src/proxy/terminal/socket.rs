@@ -19,7 +19,7 @@ pub(super) enum Socket {
     Tcp(TcpStream),
     Unix(UnixStream),
     /// A browser's connection as Pingora's stream: rustls over the TCP socket, or the
-    /// connection of an embedding proxy's listener ([`crate::module`]). Written through
+    /// connection of an embedding proxy's listener (the library's `Module`). Written through
     /// its own buffer, so flushed.
     Stream(pingora::protocols::Stream),
 }

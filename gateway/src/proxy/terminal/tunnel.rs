@@ -29,7 +29,8 @@ use tokio::sync::futures::OwnedNotified;
 
 use super::socket::{flush, send, Socket};
 use super::upward::upward;
-use crate::proxy::{log, Ctx, RequestLine};
+use crate::proxy::ctx::Ctx;
+use crate::proxy::request_log::{log, RequestLine};
 use crate::recording::{QueueFull, Recorder};
 use crate::state::Gateway;
 use crate::ws::frames;
@@ -121,7 +122,7 @@ impl Tunnel {
         let error = std::future::poll_fn(|cx| self.poll_copy(cx)).await.err();
         log(&self.g.metrics, &self.line, error.as_deref(), &self.ctx);
         // The slot is freed before the connections close.
-        self.ctx.ticket = None;
+        self.ctx.terminal.free_slot();
         let Tunnel { down, up, .. } = self;
         drop(up);
         down.close(CLOSE_GRACE).await;
@@ -136,7 +137,7 @@ impl Tunnel {
                 if !c.framed && self.frames_down.at_boundary() {
                     c.framed = true;
                     if !self.frames_down.ttyd_closed() {
-                        let why = self.ctx.ticket.as_ref().and_then(|t| t.closed());
+                        let why = self.ctx.terminal.ticket().and_then(|t| t.closed());
                         let frame = crate::terminals::close_frame(
                             why.map_or("termgate: terminal closed", |w| w.message()),
                         );

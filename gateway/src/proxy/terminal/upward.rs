@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use crate::proxy::Ctx;
+use crate::proxy::ctx::Ctx;
 use crate::ws::frames;
 
 /// The checks of bytes going up: each frame's size (`max`), and a `ttyd -c` target's
@@ -13,21 +13,22 @@ pub(crate) fn upward<'a>(
     bytes: &'a [u8],
     max: u64,
 ) -> Result<Option<Cow<'a, [u8]>>, String> {
-    if let Some(frames) = ctx.frames.as_mut() {
-        if let Err(frames::TooLarge(len)) = frames.feed(bytes, max) {
-            ctx.reason = "ws_frame_too_large";
-            return Err(format!(
-                "a websocket frame of {len} bytes is over gateway.max_ws_frame_bytes"
-            ));
-        }
+    let Some(terminal) = ctx.terminal.admitted_mut() else {
+        return Ok(Some(Cow::Borrowed(bytes)));
+    };
+    if let Err(frames::TooLarge(len)) = terminal.frames.feed(bytes, max) {
+        ctx.reason = "ws_frame_too_large";
+        return Err(format!(
+            "a websocket frame of {len} bytes is over gateway.max_ws_frame_bytes"
+        ));
     }
-    let Some(pending) = ctx.first_message.as_mut() else {
+    let Some(pending) = terminal.first_message.as_mut() else {
         return Ok(Some(Cow::Borrowed(bytes)));
     };
     match pending.take(bytes)? {
         None => Ok(None),
         Some(out) => {
-            ctx.first_message = None;
+            terminal.first_message = None;
             Ok(Some(Cow::Owned(out)))
         }
     }
