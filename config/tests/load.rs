@@ -975,6 +975,46 @@ fn recording_keys_are_checked_by_name() {
 }
 
 #[test]
+fn retention_and_the_player_are_checked_by_name() {
+    let e = load_text(
+        EXAMPLE,
+        &[
+            ("TERMGATE__CONTROL__RECORDINGS_PRUNE_MS", "10"),
+            ("TERMGATE__GATEWAY__PLAYER_DIR", "/nonexistent/player"),
+        ],
+    )
+    .unwrap_err();
+    assert!(
+        e.mentions("control.recordings_prune_ms", "between 100"),
+        "{e}"
+    );
+    assert!(
+        e.mentions("gateway.player_dir", "asciinema-player.js"),
+        "{e}"
+    );
+    let player = tempfile::tempdir().unwrap();
+    for f in ["asciinema-player.js", "asciinema-player.css"] {
+        std::fs::write(player.path().join(f), "x").unwrap();
+    }
+    let c = load_text(
+        EXAMPLE,
+        &[
+            ("TERMGATE__CONTROL__RECORDINGS_KEEP_DAYS", "30"),
+            ("TERMGATE__CONTROL__RECORDINGS_MAX_USER_BYTES", "1048576"),
+            (
+                "TERMGATE__GATEWAY__PLAYER_DIR",
+                player.path().to_str().unwrap(),
+            ),
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.control.recordings_keep_days, 30);
+    assert_eq!(c.control.recordings_max_user_bytes, 1 << 20);
+    assert_eq!(c.control.recordings_max_total_bytes, 0);
+    assert_eq!(c.gateway.player_dir.as_deref(), Some(player.path()));
+}
+
+#[test]
 fn share_modes_and_viewer_pools_are_checked_naming_the_key() {
     let e = load_text(&example_with_profile("shares = \"everyone\""), &[]).unwrap_err();
     assert!(

@@ -40,6 +40,14 @@ TTYD_SHA256="8a217c968aba172e0dbf3f34447218dc015bc4d5e59bf51db2f2cd12b7be4f55"
 OIDC_PROVIDER_PACKAGE="oidc-provider-mock==0.3.4"
 # pyte renders an asciicast recording's output as a screen (tests/tests/recordings.rs).
 PYTE_VERSION="0.8.2"
+# The recordings player of the sessions page and the console: asciinema-player
+# (Apache-2.0), built, as sphinxcontrib-asciinema ships it on PyPI. The sdist and
+# both files are pinned by digest; the gateway serves them from .tools/player.
+PLAYER_VERSION="3.12.1"
+PLAYER_PACKAGE="sphinxcontrib-asciinema==0.4.3"
+PLAYER_SDIST_SHA256="aeb480e33b3ac75edec76b8ad705487c4dff978e523a0143cc3962944dbd5d52"
+PLAYER_JS_SHA256="5684bcc1429b0fadeb58e98abeadc6d1162b6d601e56b4c26c5e6f975a965c1c"
+PLAYER_CSS_SHA256="c9ab8b978c4547141eeb6131caefc5604df2ccd78e2f9076931d7691ba47f399"
 
 # Bump when the rootfs/entrypoint built by ensure_session_image changes, so
 # existing machines rebuild the image instead of reusing a stale one.
@@ -720,4 +728,57 @@ PY
     fi
     PYTHONPATH="$target" python3 -c "import pyte" || die "pyte does not import from $target"
     info "installed pyte $PYTE_VERSION in $target"
+}
+
+# The recordings player (asciinema-player's built JS and CSS) into .tools/player,
+# exported as TERMGATE_PLAYER_DIR (the gateway's `gateway.player_dir`).
+ensure_player() {
+    step "asciinema-player $PLAYER_VERSION"
+    local target="$TERMGATE_TOOLS/player"
+    TERMGATE_PLAYER_DIR="$target"
+    export TERMGATE_PLAYER_DIR
+    if [[ "$(_tg_sha256 "$target/asciinema-player.js" 2>/dev/null)" == "$PLAYER_JS_SHA256" \
+        && "$(_tg_sha256 "$target/asciinema-player.css" 2>/dev/null)" == "$PLAYER_CSS_SHA256" ]]; then
+        info "$target is present"
+        return 0
+    fi
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        _tg_is_root || die "python3 with pip is required to fetch the player; install python3-pip"
+        _tg_apt_install python3 python3-pip
+    fi
+    local tmp
+    tmp="$(_tg_mktemp_dir)" || die "cannot create a temporary directory"
+    # The digest in a requirements file makes pip check the sdist before it reads it.
+    printf '%s --hash=sha256:%s\n' "$PLAYER_PACKAGE" "$PLAYER_SDIST_SHA256" >"$tmp/requirements.txt"
+    python3 -m pip download -q --disable-pip-version-check --no-deps --no-binary=:all: \
+        --require-hashes -r "$tmp/requirements.txt" -d "$tmp" >&2 || die "pip download $PLAYER_PACKAGE failed"
+    local sdists=("$tmp"/*.tar.gz)
+    [[ -f "${sdists[0]}" ]] || die "pip did not produce an sdist for $PLAYER_PACKAGE (got: $(ls "$tmp"))"
+    local got
+    got="$(_tg_sha256 "${sdists[0]}")" || die "cannot hash ${sdists[0]}"
+    [[ "$got" == "$PLAYER_SDIST_SHA256" ]] \
+        || die "$PLAYER_PACKAGE sha256 mismatch: expected $PLAYER_SDIST_SHA256, got $got (kept in $tmp)"
+    # Only the two built files are taken out of it; nothing of it is run.
+    python3 - "${sdists[0]}" "$PLAYER_VERSION" "$tmp" <<'PY' || die "cannot extract the player from ${sdists[0]}"
+import sys
+import tarfile
+
+sdist, version, dest = sys.argv[1:4]
+with tarfile.open(sdist) as t:
+    for ext in ("js", "css"):
+        suffix = f"/_static/asciinema-player_{version}.{ext}"
+        member = next(m for m in t.getmembers() if m.isfile() and m.name.endswith(suffix))
+        with t.extractfile(member) as src, open(f"{dest}/asciinema-player.{ext}", "wb") as out:
+            out.write(src.read())
+PY
+    [[ "$(_tg_sha256 "$tmp/asciinema-player.js")" == "$PLAYER_JS_SHA256" ]] || die "asciinema-player.js sha256 mismatch"
+    [[ "$(_tg_sha256 "$tmp/asciinema-player.css")" == "$PLAYER_CSS_SHA256" ]] || die "asciinema-player.css sha256 mismatch"
+    mkdir -p "$target" || die "cannot create $target"
+    local f
+    for f in asciinema-player.js asciinema-player.css; do
+        install -m 0644 "$tmp/$f" "$target/$f.tmp.$$" && mv -f "$target/$f.tmp.$$" "$target/$f" \
+            || die "cannot install $f"
+    done
+    rm -rf "$tmp"
+    info "installed asciinema-player $PLAYER_VERSION in $target"
 }

@@ -45,6 +45,7 @@ async function loadActive() {
     const actions = document.createElement("td");
     // A `stopping` session's end is decided already; its container goes in the background.
     if (s.state !== "stopping") actions.append(button("End", () => end(s), "End session " + s.name + " of " + s.owner));
+    if (s.kind !== "external") actions.append(recordingsButton(s));
     tr.append(actions);
     return tr;
   });
@@ -63,6 +64,13 @@ function followStopping(sessions) {
     stoppingTimer = null;
     refresh();
   }, 500);
+}
+
+// A session's recordings, listed (and played, when the player loaded) under the
+// tables; the 5 s refresh leaves the list and a playing recording alone.
+function recordingsButton(s) {
+  const label = s.name + " of " + s.owner;
+  return button("Recordings", () => showRecordings(s, call, label), "Recordings of " + label);
 }
 
 async function loadLocked() {
@@ -84,7 +92,9 @@ async function loadEnded() {
   $("ended-rows").replaceChildren(...data.sessions.map((s) => {
     const tr = document.createElement("tr");
     tr.dataset.id = s.id;
-    tr.append(cell(s.owner), cell(s.name), cell(s.state), cell(when(s.ended_at)), cell(s.ended_by), cell(s.end_reason));
+    const actions = document.createElement("td");
+    if (s.kind !== "external") actions.append(recordingsButton(s));
+    tr.append(cell(s.owner), cell(s.name), cell(s.state), cell(when(s.ended_at)), cell(s.ended_by), cell(s.end_reason), actions);
     return tr;
   }));
 }

@@ -32,6 +32,7 @@ function when(ts) {
 
 function showSignIn() {
   closeFrame();
+  closePlayer(false);
   $("sign-in").hidden = false;
   $("sessions").hidden = true;
   $("terminal").hidden = true;
@@ -240,7 +241,7 @@ async function refresh() {
     // A target is a ttyd that runs elsewhere: it can be opened, not ended, from here. A
     // `stopping` session's end is decided already.
     if (s.kind !== "external" && s.state !== "stopping") actions.append(button("End", () => endSession(s), "End session " + s.name));
-    if (s.kind !== "external") actions.append(button("Recordings", () => showRecordings(s), "Recordings of " + s.name));
+    if (s.kind !== "external") actions.append(button("Recordings", () => showRecordings(s, call), "Recordings of " + s.name));
     const state = cell(s.state);
     const warning = endingSoon(s);
     if (warning) {
@@ -260,7 +261,7 @@ async function refresh() {
     const tr = document.createElement("tr");
     tr.dataset.session = s.id;
     const actions = document.createElement("td");
-    actions.append(button("Recordings", () => showRecordings(s), "Recordings of " + s.name));
+    actions.append(button("Recordings", () => showRecordings(s, call), "Recordings of " + s.name));
     tr.append(cell(s.name), cell(s.state), cell(when(s.ended_at)), cell(s.end_reason || ""), actions);
     return tr;
   }));
@@ -277,31 +278,6 @@ function followStopping(sessions) {
     stoppingTimer = null;
     if (!$("sessions").hidden) refresh().catch((e) => say(e.message, true));
   }, 500);
-}
-
-// A session's recordings (profiles with `record`), each a download link of its
-// asciicast file; they play in `asciinema play` as they are.
-async function showRecordings(s) {
-  try {
-    const list = await call("GET", "/api/sessions/" + s.id + "/recordings");
-    $("recordings-title").textContent = "Recordings of " + s.name;
-    const rows = list.recordings.map((r) => {
-      const tr = document.createElement("tr");
-      const link = document.createElement("a");
-      link.href = "/api/sessions/" + s.id + "/recordings/" + encodeURIComponent(r.name);
-      link.download = r.name + ".cast";
-      link.textContent = "Download";
-      const action = document.createElement("td");
-      action.append(link);
-      tr.append(cell(when(r.started)), cell(r.duration.toFixed(1) + " s"), cell(r.size + " bytes"), action);
-      return tr;
-    });
-    $("recording-rows").replaceChildren(...rows);
-    $("no-recordings").hidden = rows.length > 0;
-    $("recordings").hidden = false;
-  } catch (e) {
-    say(e.message, true);
-  }
 }
 
 async function create(ev) {

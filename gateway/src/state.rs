@@ -51,6 +51,8 @@ pub struct Gateway {
     /// The gateway's own read-only ttyd pool (no `-W`), where share-link viewers of
     /// sessions without a host pool of their own go.
     pub viewer_pool: policy::feed::TtydAddress,
+    /// The recordings player, read once at start when `gateway.player_dir` is set.
+    pub player: Option<crate::ui::Player>,
 }
 
 /// The gateway's own read-only pool: `gateway.viewer_upstreams`, else the unix socket
@@ -93,6 +95,11 @@ impl Gateway {
             lookups: Rate::new(Duration::from_secs(60)),
             secure_cookie: g.tls_cert_file.is_some(),
             viewer_pool: viewer_pool(&config),
+            player: g
+                .player_dir
+                .as_ref()
+                .map(|dir| crate::ui::Player::load(&config.resolve(dir)))
+                .transpose()?,
             target_credentials: TargetCredentials::default(),
             oidc: crate::oidc::Oidc::from_config(&config)?,
             signer: config.signer(),

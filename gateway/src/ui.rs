@@ -1,5 +1,9 @@
-//! The sessions page: static assets embedded in the binary, served with strict headers.
+//! The sessions page: static assets embedded in the binary, and the recordings player
+//! read from `gateway.player_dir` once at start, served with strict headers.
 
+use std::path::Path;
+
+use anyhow::Context as _;
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
@@ -59,10 +63,51 @@ const VIEWER_PAGE: Asset = Asset {
 };
 
 /// Content-Security-Policy of the page: no inline script, nothing from elsewhere.
-pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+///
+/// `'wasm-unsafe-eval'` lets the recordings player (`/assets/player.js`, served from
+/// this origin) compile its terminal emulator's WebAssembly, which it carries inside
+/// the script itself. It allows compiling WebAssembly only: no `eval`, no inline
+/// script, no script from anywhere but this origin.
+pub const CSP: &str = "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
-/// Serves an embedded asset (`""` is the page itself); 404 JSON for anything else.
-pub async fn serve(session: &mut Session, name: &str) -> Result<bool> {
+/// The recordings player (asciinema-player), read from `gateway.player_dir` once at
+/// start and served at `/assets/player.js` and `/assets/player.css`.
+pub struct Player {
+    js: Bytes,
+    css: Bytes,
+}
+
+impl Player {
+    /// Reads `asciinema-player.js` and `asciinema-player.css` from `dir`.
+    pub fn load(dir: &Path) -> anyhow::Result<Player> {
+        let read = |file: &str| {
+            let path = dir.join(file);
+            std::fs::read(&path)
+                .map(Bytes::from)
+                .with_context(|| format!("gateway.player_dir: cannot read {}", path.display()))
+        };
+        Ok(Player {
+            js: read("asciinema-player.js")?,
+            css: read("asciinema-player.css")?,
+        })
+    }
+
+    /// The player's file served as `name`, with its content type.
+    fn asset(&self, name: &str) -> Option<(&'static str, Bytes)> {
+        match name {
+            "player.js" => Some(("text/javascript; charset=utf-8", self.js.clone())),
+            "player.css" => Some(("text/css; charset=utf-8", self.css.clone())),
+            _ => None,
+        }
+    }
+}
+
+/// Serves an embedded asset (`""` is the page itself) or, when configured, the
+/// recordings player's; 404 JSON for anything else.
+pub async fn serve(session: &mut Session, name: &str, player: Option<&Player>) -> Result<bool> {
+    if let Some((content_type, body)) = player.and_then(|p| p.asset(name)) {
+        return write_body(session, content_type, body).await;
+    }
     let Some(asset) = ASSETS.iter().find(|a| a.name == name) else {
         let body = policy::Refusal::PAGE_NOT_FOUND.body();
         let mut h = ResponseHeader::build(404, Some(2))?;
@@ -88,9 +133,13 @@ pub async fn serve_admin(session: &mut Session) -> Result<bool> {
 }
 
 async fn write(session: &mut Session, asset: &Asset) -> Result<bool> {
+    write_body(session, asset.content_type, Bytes::from_static(asset.body)).await
+}
+
+async fn write_body(session: &mut Session, content_type: &str, body: Bytes) -> Result<bool> {
     let mut h = ResponseHeader::build(200, Some(8))?;
-    h.insert_header("Content-Type", asset.content_type)?;
-    h.insert_header("Content-Length", asset.body.len().to_string())?;
+    h.insert_header("Content-Type", content_type)?;
+    h.insert_header("Content-Length", body.len().to_string())?;
     h.insert_header("Content-Security-Policy", CSP)?;
     h.insert_header("X-Content-Type-Options", "nosniff")?;
     h.insert_header("Referrer-Policy", "no-referrer")?;
@@ -99,14 +148,7 @@ async fn write(session: &mut Session, asset: &Asset) -> Result<bool> {
     session.write_response_header(Box::new(h), false).await?;
     let head = session.req_header().method == "HEAD";
     session
-        .write_response_body(
-            if head {
-                None
-            } else {
-                Some(Bytes::from_static(asset.body))
-            },
-            true,
-        )
+        .write_response_body(if head { None } else { Some(body) }, true)
         .await?;
     Ok(true)
 }

@@ -21,6 +21,7 @@ pub mod origin;
 pub mod path;
 pub mod quota;
 pub mod refusal;
+pub mod retention;
 pub mod revocation;
 pub mod sandbox;
 pub mod session_id;

@@ -98,6 +98,15 @@ pub fn tls_mode() -> bool {
     std::env::var("TERMGATE_TEST_TLS").is_ok_and(|v| v == "1")
 }
 
+/// The recordings player's directory, `TERMGATE_PLAYER_DIR` (installed by
+/// `deploy/lib/prereqs.sh::ensure_player`): the gateways started here serve it
+/// (`gateway.player_dir`) unless a test says otherwise ([`GatewayStack::player_dir`]).
+pub fn player_dir() -> Option<PathBuf> {
+    std::env::var_os("TERMGATE_PLAYER_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
 /// The HTTP agent of the tests: never treats a status as an error. It speaks https to
 /// the test's own gateways without checking their self-signed certificates (the
 /// terminal client pins them instead: [`crate::tls::Pin`]).
@@ -618,6 +627,9 @@ pub struct GatewayStack {
     upstream_socket: PathBuf,
     /// In [`tls_mode`], the certificate every gateway started here listens with.
     pub certs: Option<crate::tls::SelfSigned>,
+    /// The `gateway.player_dir` of the gateways started from now on ([`player_dir`]
+    /// at first; `None`: no player).
+    pub player_dir: Option<PathBuf>,
 }
 
 impl GatewayStack {
@@ -645,6 +657,7 @@ impl GatewayStack {
             gateways: Vec::new(),
             upstream_socket,
             certs: None,
+            player_dir: player_dir(),
         };
         s.certs =
             tls_mode().then(|| crate::tls::SelfSigned::generate(s.control.dir.dir.path(), "stack"));
@@ -669,6 +682,7 @@ impl GatewayStack {
             gateways: Vec::new(),
             upstream_socket,
             certs: None,
+            player_dir: player_dir(),
         };
         s.certs =
             tls_mode().then(|| crate::tls::SelfSigned::generate(s.control.dir.dir.path(), "stack"));
@@ -758,6 +772,9 @@ impl GatewayStack {
         if let Some(c) = &self.certs {
             cmd.env("TERMGATE__GATEWAY__TLS_CERT_FILE", &c.cert)
                 .env("TERMGATE__GATEWAY__TLS_KEY_FILE", &c.key);
+        }
+        if let Some(dir) = &self.player_dir {
+            cmd.env("TERMGATE__GATEWAY__PLAYER_DIR", dir);
         }
         cmd.args(args);
         for (k, v) in extra_env {

@@ -970,6 +970,295 @@ fn a_recorded_session_types_in_the_browser_and_its_recording_downloads_from_the_
     ok("recordings.png", b.screenshot(&artifact("recordings.png")));
 }
 
+/// The text the recordings player shows (its terminal's lines).
+const PLAYER_TEXT: &str = "(() => { const t = document.querySelector('#player-view .ap-terminal'); \
+    return t ? [...t.querySelectorAll('.ap-line')].map((l) => l.textContent).join('\\n') : null; })()";
+
+/// Presses and releases `key` (a DOM key name with its Windows key code) on the
+/// focused element.
+fn press_key(b: &mut Browser, key: &str, code: u32) {
+    for kind in ["rawKeyDown", "keyUp"] {
+        ok(
+            &format!("press {key}"),
+            b.page(
+                "Input.dispatchKeyEvent",
+                json!({"type": kind, "key": key, "code": key, "windowsVirtualKeyCode": code}),
+            ),
+        );
+    }
+}
+
+#[test]
+fn a_recording_plays_in_the_page_and_shows_the_typed_text_at_a_seek_point() {
+    if e2e::stack::player_dir().is_none() {
+        return e2e::skip_or_fail(
+            "TERMGATE_PLAYER_DIR is not set: deploy/lib/prereqs.sh (ensure_player) installs the recordings player and exports it",
+        );
+    }
+    let mut control = e2e::stack::ControlStack::prepare("");
+    control.set_env("TERMGATE__PROFILES__DEFAULT__RECORD", "true");
+    control.spawn(&[]);
+    let ttyd = e2e::ttyd::TtydPool::start_for(&control.instance);
+    let counter = e2e::ttyd::CountingProxy::start(ttyd.target());
+    let stack = GatewayStack::assemble(control, ttyd, counter);
+    let mut b = launch();
+    ok("a laptop viewport", b.set_viewport(1280, 800, false));
+    sign_in_by_link(&mut b, &stack, "alice");
+    check_js(
+        &mut b,
+        "the player loaded from /assets/player.js",
+        "typeof window.AsciinemaPlayer === 'object' && typeof AsciinemaPlayer.create === 'function'",
+    );
+    let id = create_in_page(&mut b, "played");
+    click_row_button(&mut b, &id, "Open");
+    ok(
+        "the terminal connection",
+        b.wait_js(
+            "!document.getElementById('terminal').hidden \
+             && document.getElementById('terminal-frame').contentDocument.title === 'termgate'",
+            T,
+            "ttyd's window title (its websocket is open)",
+        ),
+    );
+    ok(
+        "focus the terminal",
+        b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
+    );
+    for line in [
+        "echo played-$((6*7))",
+        "echo second-$((2+3))",
+        "echo last-$((9*9))",
+    ] {
+        ok("type", b.insert_text(line));
+        ok("press Enter", b.press_enter());
+    }
+    ok(
+        "the shell's answers",
+        b.wait_js(
+            &format!("(() => {{ const s = {TERMINAL_TEXT}; return s.includes('played-42') && s.includes('last-81') ? s : ''; }})()"),
+            T,
+            "played-42 and last-81 in the terminal buffer",
+        ),
+    );
+    ok(
+        "Back to sessions",
+        b.eval("document.getElementById('close-terminal').click()"),
+    );
+    // The terminal closed: its recording reaches control, and the page lists it with
+    // a Play button beside its download link.
+    ok(
+        "the recording in the page",
+        b.wait_js(
+            &format!(
+                "(() => {{ const r = document.querySelector('#session-rows tr[data-session=\"{id}\"]'); \
+                 const btn = r && [...r.querySelectorAll('button')].find((x) => x.textContent === 'Recordings'); \
+                 if (btn) btn.click(); \
+                 const row = document.querySelector('#recording-rows tr'); \
+                 return !document.getElementById('recordings').hidden && row \
+                   && [...row.querySelectorAll('button')].some((x) => x.textContent === 'Play') \
+                   && !!row.querySelector('a[download]'); }})()"
+            ),
+            Duration::from_secs(30),
+            "a Play button and a download link in the recordings table",
+        ),
+    );
+    check_js(
+        &mut b,
+        "click Play",
+        "(() => { const btn = [...document.querySelectorAll('#recording-rows button')].find((x) => x.textContent === 'Play'); \
+         btn.click(); return true; })()",
+    );
+    ok(
+        "the player, focused, under a heading naming the recording",
+        b.wait_js(
+            &format!(
+                "(() => {{ const region = document.getElementById('player'); \
+                 return !!region && !region.hidden && !!window.termgatePlayer \
+                   && !!document.querySelector('#player-view .ap-terminal') \
+                   && region.contains(document.activeElement) \
+                   && document.getElementById('player-title').textContent.startsWith('Recording of played') \
+                   && region.getAttribute('aria-labelledby') === 'player-title' \
+                   && !!document.getElementById('player-close') && {PLAYER_TEXT} !== null; }})()"
+            ),
+            T,
+            "the player region with its terminal",
+        ),
+    );
+    let before = ok("the player before any seek", b.eval(PLAYER_TEXT));
+    assert!(
+        !before.as_str().unwrap_or_default().contains("played-42"),
+        "nothing is played before the seek: {before}"
+    );
+    // To the end, through the player's own handle: the screen as the terminal closed.
+    let duration = ok(
+        "seek to the end",
+        b.eval(
+            "(async () => { const p = window.termgatePlayer; await p.seek('100%'); \
+             return await p.getDuration(); })()",
+        ),
+    );
+    assert!(
+        duration.as_f64().is_some_and(|d| d > 0.0),
+        "a duration: {duration}"
+    );
+    let shown = ok(
+        "the typed text in the player",
+        b.wait_js(
+            &format!(
+                "(() => {{ const s = {PLAYER_TEXT}; return s && s.includes('played-42') && s.includes('last-81') ? s : ''; }})()"
+            ),
+            T,
+            "played-42 in the player's terminal",
+        ),
+    );
+    assert!(
+        shown.as_str().unwrap().contains("second-5"),
+        "every line is shown: {shown}"
+    );
+
+    // The screenshot, and it is no blank player: its terminal's pixels, decoded from
+    // the PNG by the page itself, show text over the background.
+    ok(
+        "the player in view",
+        b.eval("document.getElementById('player').scrollIntoView({block: 'start'})"),
+    );
+    let png_path = artifact("recording-player.png");
+    ok("recording-player.png", b.screenshot(&png_path));
+    let png = std::fs::read(&png_path).expect("the screenshot");
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    use base64::Engine as _;
+    let data = base64::engine::general_purpose::STANDARD.encode(&png);
+    let pixels = ok(
+        "the terminal's pixels in the screenshot",
+        b.eval(&format!(
+            "(async () => {{ const img = new Image(); img.src = 'data:image/png;base64,{data}'; await img.decode(); \
+             const r = document.querySelector('#player-view .ap-terminal').getBoundingClientRect(); \
+             const k = img.naturalWidth / window.innerWidth; \
+             const x0 = Math.max(0, r.left), y0 = Math.max(0, r.top); \
+             const w = Math.floor(Math.min(r.right, window.innerWidth) - x0), h = Math.floor(Math.min(r.bottom, window.innerHeight) - y0); \
+             const c = document.createElement('canvas'); c.width = w; c.height = h; \
+             const g = c.getContext('2d'); g.drawImage(img, x0 * k, y0 * k, w * k, h * k, 0, 0, w, h); \
+             const d = g.getImageData(0, 0, w, h).data; const count = new Map(); \
+             for (let i = 0; i < d.length; i += 4) {{ const v = (d[i] << 16) | (d[i + 1] << 8) | d[i + 2]; count.set(v, (count.get(v) || 0) + 1); }} \
+             const most = Math.max(...count.values()); \
+             return {{ width: w, height: h, colours: count.size, other: 1 - most / (w * h) }}; }})()"
+        )),
+    );
+    let (w, h) = (
+        pixels["width"].as_u64().unwrap_or(0),
+        pixels["height"].as_u64().unwrap_or(0),
+    );
+    assert!(w >= 200 && h >= 100, "the terminal is in view: {pixels}");
+    assert!(
+        pixels["colours"].as_u64().unwrap_or(0) >= 3
+            && pixels["other"].as_f64().unwrap_or(0.0) > 0.002,
+        "the player's terminal shows text, not one colour: {pixels}"
+    );
+
+    // Another speed: the player is made again at that speed, where it was.
+    ok(
+        "4× speed",
+        b.eval(
+            "window.__before = window.termgatePlayer; const s = document.getElementById('player-speed'); \
+             s.value = '4'; s.dispatchEvent(new Event('change')); true",
+        ),
+    );
+    ok(
+        "the player again at 4×, at the same moment",
+        b.wait_js(
+            &format!(
+                "(() => {{ const s = {PLAYER_TEXT}; return window.termgatePlayer && window.termgatePlayer !== window.__before \
+                   && document.querySelectorAll('#player-view .ap-wrapper').length === 1 \
+                   && s && s.includes('played-42'); }})()"
+            ),
+            T,
+            "a new player showing played-42",
+        ),
+    );
+    // At phone width the region fits the screen, the player scaled to it.
+    ok("a phone viewport", b.set_viewport(390, 844, true));
+    ok(
+        "the player within the phone's width",
+        b.wait_js(
+            "(() => { const r = document.querySelector('#player-view .ap-terminal').getBoundingClientRect(); \
+             const c = document.getElementById('player-close').getBoundingClientRect(); \
+             return r.width > 200 && r.right <= window.innerWidth && c.right <= window.innerWidth \
+               && document.documentElement.scrollWidth <= window.innerWidth; })()",
+            T,
+            "the terminal and Close inside the viewport, no sideways scroll",
+        ),
+    );
+    ok(
+        "the player in view",
+        b.eval("document.getElementById('player').scrollIntoView({block: 'start'})"),
+    );
+    ok(
+        "recording-player-phone.png",
+        b.screenshot(&artifact("recording-player-phone.png")),
+    );
+    // Escape closes it, disposed, and focus goes back to its Play button.
+    ok(
+        "focus the player",
+        b.eval("document.querySelector('#player-view .ap-wrapper').focus()"),
+    );
+    press_key(&mut b, "Escape", 27);
+    ok(
+        "the player closed",
+        b.wait_js(
+            "document.getElementById('player').hidden && window.termgatePlayer === null \
+             && document.getElementById('player-view').childElementCount === 0 \
+             && document.activeElement && document.activeElement.textContent === 'Play'",
+            T,
+            "the region hidden, the player gone, focus on Play",
+        ),
+    );
+    // The admin console lists the same recordings from the session's row and plays
+    // them with the same code (common.js).
+    ok("a laptop viewport again", b.set_viewport(1280, 800, false));
+    ok("forget alice's sign-in", b.clear_cookies());
+    sign_in_by_link_as(&mut b, &stack, "root", true);
+    ok("open the console", b.navigate(&stack.url(0, "/admin")));
+    ok(
+        "the recording's Play button in the console",
+        b.wait_js(
+            &format!(
+                "(() => {{ const r = document.querySelector('#active-rows tr[data-id=\"{id}\"]'); \
+                 const btn = r && [...r.querySelectorAll('button')].find((x) => x.textContent === 'Recordings'); \
+                 if (btn && document.getElementById('recordings').hidden) btn.click(); \
+                 const play = [...document.querySelectorAll('#recording-rows button')].find((x) => x.textContent === 'Play'); \
+                 if (!play || document.getElementById('recordings-title').textContent !== 'Recordings of played of alice') return false; \
+                 play.click(); return true; }})()"
+            ),
+            T,
+            "Recordings on alice's row, then Play",
+        ),
+    );
+    ok(
+        "the recording played in the console",
+        b.wait_js(
+            &format!(
+                "(async () => {{ const p = window.termgatePlayer; if (!p) return ''; await p.seek('100%'); \
+                 const s = {PLAYER_TEXT}; return s && s.includes('played-42') ? s : ''; }})()"
+            ),
+            T,
+            "played-42 in the console's player",
+        ),
+    );
+    ok(
+        "recording-player-admin.png",
+        b.screenshot(&artifact("recording-player-admin.png")),
+    );
+    assert!(
+        !b.console()
+            .iter()
+            .any(|l| l.contains("Content Security Policy")
+                || l.contains("Content-Security-Policy")
+                || l.starts_with("uncaught")),
+        "the player must run without CSP violations or uncaught errors: {:#?}",
+        b.console()
+    );
+}
+
 #[test]
 fn the_page_lists_sign_ins_signs_one_out_says_when_a_sign_out_failed_and_signs_out_everywhere() {
     let mut stack = GatewayStack::start("");

@@ -1386,3 +1386,83 @@ fn the_tls_listener_serves_and_marks_the_cookie_secure() {
         "the TLS port must not answer plain HTTP"
     );
 }
+
+#[test]
+fn the_recordings_player_is_served_with_the_pages_strict_headers_when_configured_and_404_when_not()
+{
+    let mut stack = GatewayStack::start("");
+    // A player of the test's own: what is served is what the files held at start.
+    let dir = tempfile::tempdir().expect("player directory");
+    let (js, css) = (
+        "var AsciinemaPlayer = { create() {} };\n",
+        ".ap-wrapper { outline: none; }\n",
+    );
+    std::fs::write(dir.path().join("asciinema-player.js"), js).unwrap();
+    std::fs::write(dir.path().join("asciinema-player.css"), css).unwrap();
+    stack.player_dir = Some(dir.path().to_path_buf());
+    let with = stack.spawn_gateway(&[]);
+    stack.player_dir = None;
+    let without = stack.spawn_gateway(&[]);
+    // Read once at start: a change on disk afterwards is not served.
+    std::fs::write(dir.path().join("asciinema-player.js"), "changed").unwrap();
+
+    let agent = e2e::stack::agent();
+    let header = |r: &ureq::http::Response<ureq::Body>, name: &str| {
+        r.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    let page = agent.get(&stack.url(with, "/")).call().unwrap();
+    let csp = header(&page, "content-security-policy");
+    assert!(
+        csp.contains("script-src 'self' 'wasm-unsafe-eval';") && !csp.contains("unsafe-inline"),
+        "the page's CSP allows compiling WebAssembly and nothing more: {csp}"
+    );
+    let unknown = http("GET", &stack.url(with, "/assets/nope.js"), None, None).unwrap();
+    assert_eq!(unknown.status, 404);
+    for (name, content_type, body) in [
+        ("player.js", "text/javascript; charset=utf-8", js),
+        ("player.css", "text/css; charset=utf-8", css),
+    ] {
+        let mut r = agent
+            .get(&stack.url(with, &format!("/assets/{name}")))
+            .call()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{name}");
+        for (h, want) in [
+            ("content-type", content_type),
+            ("content-security-policy", csp.as_str()),
+            ("x-content-type-options", "nosniff"),
+            ("referrer-policy", "no-referrer"),
+            ("x-frame-options", "DENY"),
+            ("cache-control", "no-cache"),
+        ] {
+            assert_eq!(header(&r, h), want, "{name}: {h}");
+        }
+        assert_eq!(r.body_mut().read_to_string().unwrap(), body, "{name}");
+        let head = agent
+            .head(&stack.url(with, &format!("/assets/{name}")))
+            .call()
+            .unwrap();
+        assert_eq!(
+            (head.status().as_u16(), header(&head, "content-length")),
+            (200, body.len().to_string()),
+            "HEAD {name}"
+        );
+        // Without `gateway.player_dir`: the 404 of any unknown asset.
+        let gone = http(
+            "GET",
+            &stack.url(without, &format!("/assets/{name}")),
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (gone.status, &gone.text),
+            (404, &unknown.text),
+            "{name} without a player"
+        );
+        assert_eq!(gone.body["error"]["code"], "not_found", "{}", gone.text);
+    }
+}

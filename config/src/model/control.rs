@@ -64,6 +64,18 @@ pub struct ControlConfig {
     /// Largest recording a gateway may hand over, bytes.
     #[serde(default = "defaults::max_recording_bytes")]
     pub max_recording_bytes: u64,
+    /// Recordings older than this many days are removed (0: kept until a cap says).
+    #[serde(default)]
+    pub recordings_keep_days: u64,
+    /// All recordings together stay within this many bytes; the oldest go first (0: no cap).
+    #[serde(default)]
+    pub recordings_max_total_bytes: u64,
+    /// One user's recordings stay within this many bytes; their oldest go first (0: no cap).
+    #[serde(default)]
+    pub recordings_max_user_bytes: u64,
+    /// How often control applies the three rules above, milliseconds.
+    #[serde(default = "defaults::recordings_prune_ms")]
+    pub recordings_prune_ms: u64,
     /// Where the terminal check (`GET /v1/authz`) sends a browser's page navigation that
     /// carries no credential: a 302 to it with `?next=<the terminal's path>`; a path on
     /// the proxy's own origin (termgate's page behind it) or an absolute `https://` URL.

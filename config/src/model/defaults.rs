@@ -106,6 +106,9 @@ pub fn recording_queue() -> usize {
 pub fn control_recordings_dir() -> PathBuf {
     "recordings".into()
 }
+pub fn recordings_prune_ms() -> u64 {
+    60_000
+}
 pub fn max_recording_bytes() -> u64 {
     64 << 20
 }

@@ -102,6 +102,11 @@ pub struct GatewayConfig {
     /// writer falls this far behind is closed rather than recorded incompletely.
     #[serde(default = "defaults::recording_queue")]
     pub recording_queue: usize,
+    /// Directory holding the recordings player (`asciinema-player.js` and
+    /// `asciinema-player.css`), served to the page at `/assets/player.js` and
+    /// `/assets/player.css`; unset: recordings download, and do not play in the page.
+    #[serde(default)]
+    pub player_dir: Option<PathBuf>,
 }
 
 /// `[ttyd]`

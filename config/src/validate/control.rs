@@ -39,6 +39,15 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) -> Option<Se
             format!("must be at least 4096, got {}", k.max_recording_bytes),
         );
     }
+    if !(100..=86_400_000).contains(&k.recordings_prune_ms) {
+        err(
+            "control.recordings_prune_ms",
+            format!(
+                "must be between 100 and 86400000, got {}",
+                k.recordings_prune_ms
+            ),
+        );
+    }
     let to = &k.authz_sign_in_url;
     let absolute = to.starts_with("https://") || to.starts_with("http://");
     if !(absolute || to.starts_with('/') && !to.starts_with("//"))

@@ -28,6 +28,11 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
             "required when tls_key_file is set".into(),
         ),
     }
+    if let Some(dir) = &g.player_dir {
+        for file in ["asciinema-player.js", "asciinema-player.css"] {
+            check_readable(c, &dir.join(file), "gateway.player_dir", err);
+        }
+    }
     for (i, o) in g.allowed_origins.iter().enumerate() {
         if let Err(e) = Origin::parse(o) {
             err(

@@ -119,7 +119,7 @@ impl Proxy {
             Next::Proxy(upstream) => return self.proceed(session, ctx, upstream).await,
             Next::Reply(json) => reply::json(session, json).await?,
             Next::Asset(name) => {
-                ui::serve(session, &name).await?;
+                ui::serve(session, &name, self.g.player.as_ref()).await?;
             }
             Next::AdminPage => {
                 ui::serve_admin(session).await?;
