@@ -40,6 +40,19 @@ pub struct RecordingView {
     pub duration: f64,
 }
 
+/// One recording as retention sees it: where it is, its size, and when it was stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRecording {
+    /// Its session.
+    pub session: SessionId,
+    /// Its name.
+    pub name: String,
+    /// Bytes on disk.
+    pub bytes: u64,
+    /// When control stored it (the file's modification time), seconds since the Unix epoch.
+    pub stored_at: u64,
+}
+
 /// Whether `name` may name a recording: 1–100 of `A-Z a-z 0-9 - _` (gateways name
 /// them `<ms>-<pid>-<n>`), so it is never a path.
 pub fn valid_name(name: &str) -> bool {
@@ -140,6 +153,60 @@ impl Recordings {
             .collect();
         found.sort_by(|a, b| (a.started, &a.name).cmp(&(b.started, &b.name)));
         found
+    }
+
+    /// Every recording kept, of every session (files being written are not yet kept).
+    pub fn scan(&self) -> Vec<StoredRecording> {
+        let mut found = Vec::new();
+        for dir in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            let Some(session) = dir
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<SessionId>().ok())
+            else {
+                continue;
+            };
+            for e in std::fs::read_dir(dir.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let file_name = e.file_name();
+                let Some(name) = file_name.to_str().and_then(|n| n.strip_suffix(".cast")) else {
+                    continue;
+                };
+                let Ok(meta) = e.metadata() else {
+                    continue;
+                };
+                if !valid_name(name) || !meta.is_file() {
+                    continue;
+                }
+                let stored_at = meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_secs());
+                found.push(StoredRecording {
+                    session,
+                    name: name.to_owned(),
+                    bytes: meta.len(),
+                    stored_at,
+                });
+            }
+        }
+        found
+    }
+
+    /// Removes one recording, and its session's directory once it is empty.
+    pub fn remove(&self, r: &StoredRecording) -> std::io::Result<()> {
+        let dir = self.dir.join(r.session.to_string());
+        match std::fs::remove_file(dir.join(format!("{}.cast", r.name))) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        // Fails while other recordings (or one being written) remain: that is fine.
+        let _ = std::fs::remove_dir(&dir);
+        Ok(())
     }
 
     /// The bytes of one recording of `session`.

@@ -1,17 +1,18 @@
 //! The control service's operations: create, end, list, redraw, locks, route feed.
 //! HTTP lives in `api`; this module decides (through `policy`), writes the store and
 //! drives Docker, with compensation on every failure path.
+//!
+//! This file holds the handle's accessors and views, listing, redraw, audit and the
+//! feed; [`handle`] defines [`Control`] itself, and the other operations live in the
+//! files named after them.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use config::{Config, Profile};
 use policy::audit::AuditEntry;
-use policy::{
-    Action, Decision, OriginPolicy, Principal, QuotaLimits, SessionId, Sub, TokenError, Verifier,
-};
-use sha2::Digest;
+use policy::{Action, Decision, OriginPolicy, Principal, QuotaLimits, SessionId, Sub, TokenError};
 
 use crate::docker::{Docker, DockerError};
 use crate::error::ApiError;
@@ -21,17 +22,26 @@ use crate::model::{FeedPage, RouteLookup, Session};
 use crate::recordings::Recordings;
 use crate::store::{AuditQuery, Store, StoreError};
 
+mod clock;
 mod create;
 mod end;
+mod failpoint;
+mod grant_handles;
 mod grants;
+mod handle;
 mod in_flight;
 mod locks;
+mod names;
 mod shares;
 mod sign_ins;
 mod targets;
 
-use in_flight::InFlight;
+pub use clock::now;
+pub use create::CreateTiming;
+pub use failpoint::failpoint;
+pub use handle::Control;
 pub use locks::may_lock;
+pub use names::{container_name, home_volume_name, SYSTEM};
 
 // The API's bodies and views live in `api::wire`; the operations here take and return
 // them under these paths.
@@ -39,94 +49,6 @@ pub use crate::api::wire::{
     CreateRequest, CreatedShare, ListedTarget, RedrawRequest, RevocationRequest, SessionView,
     ShareRequest, ShareView, SignInReport, SignInView, TargetPatch, TargetRequest, TargetView,
 };
-
-/// Who ends sessions the reconciler ends.
-pub const SYSTEM: &str = "termgate";
-
-/// A character a session name may not hold: control characters, and the invisible
-/// format characters that make a name display as another one (bidirectional
-/// overrides and isolates, zero-width characters, the byte-order mark, line and
-/// paragraph separators).
-fn invisible(c: char) -> bool {
-    c.is_control()
-        || matches!(c,
-            '\u{00AD}'
-            | '\u{061C}'
-            | '\u{180E}'
-            | '\u{200B}'..='\u{200F}'
-            | '\u{2028}'..='\u{202E}'
-            | '\u{2060}'..='\u{206F}'
-            | '\u{FEFF}'
-            | '\u{FFF9}'..='\u{FFFB}')
-}
-
-/// Where the time of a create went.
-#[derive(Debug, Clone, Copy)]
-pub struct CreateTiming {
-    /// Docker's share: home volume, create and start.
-    pub docker: Duration,
-    /// The whole create inside control.
-    pub total: Duration,
-}
-
-/// Seconds since the Unix epoch.
-pub fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// Aborts the process at a named step when `TERMGATE_FAILPOINT` names it. Debug builds
-/// only: the crash-safety tests use it to stop control between two steps.
-pub fn failpoint(name: &str) {
-    if cfg!(debug_assertions) && std::env::var("TERMGATE_FAILPOINT").is_ok_and(|v| v == name) {
-        eprintln!("failpoint {name}: aborting");
-        std::process::abort();
-    }
-}
-
-/// Name of a user's persistent home volume: stable, label-safe, collision-free.
-pub fn home_volume_name(instance: &str, sub: &Sub) -> String {
-    let digest = sha2::Sha256::digest(sub.as_str().as_bytes());
-    let hex: String = digest.iter().take(10).map(|b| format!("{b:02x}")).collect();
-    format!("termgate-home-{instance}-{hex}")
-}
-
-/// Docker's name for a session's container.
-pub fn container_name(id: &SessionId) -> String {
-    format!("termgate-{id}")
-}
-
-/// The control service.
-pub struct Control {
-    config: Arc<Config>,
-    store: Store,
-    hosts: Hosts,
-    verifier: Verifier,
-    /// The Origins allowed to open terminals (`GET /v1/authz`): the gateway's list.
-    origins: OriginPolicy,
-    metrics: Metrics,
-    redraw_locks: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
-    /// Sessions being created by this process right now. The reconciler never
-    /// abandons these, however long Docker takes; after a restart the set is empty, so
-    /// the `creating` grace still cleans up after a process that died mid-create.
-    creating: InFlight,
-    /// Sessions whose container is being removed right now, so that the API and the
-    /// reconciler never race to remove the same container.
-    ending: InFlight,
-    /// Terminals open on each session now, as the gateways report them.
-    live: crate::live::LiveTerminals,
-    /// The revocations in force (`sign_ins`), checked on every verified token.
-    revoked: std::sync::RwLock<policy::revocation::RevocationSet>,
-    /// Bumped after a revocation is applied to `revoked`, for grant watchers (the
-    /// store's revision moves before it is).
-    revocations_applied: tokio::sync::watch::Sender<u64>,
-    /// The sealer of terminal grants, made on first use (`service/grants.rs`).
-    grants: std::sync::OnceLock<policy::grant::GrantSealer>,
-    /// Grants waiting for a pool that takes them by handle.
-    grant_handles: grants::Handles,
-}
 
 /// Whose sessions a listing asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,27 +86,6 @@ enum Scope<'a> {
 }
 
 impl Control {
-    /// Assembles the service. The store's routes should already point at the hosts'
-    /// pools ([`Store::set_pools`] with [`Hosts::pools`]).
-    pub fn new(config: Arc<Config>, store: Store, hosts: Hosts, verifier: Verifier) -> Self {
-        Control {
-            origins: OriginPolicy::new(config.gateway_origins()),
-            config,
-            store,
-            hosts,
-            verifier,
-            metrics: Metrics::default(),
-            redraw_locks: Mutex::new(HashMap::new()),
-            creating: InFlight::default(),
-            ending: InFlight::default(),
-            live: crate::live::LiveTerminals::default(),
-            revoked: Default::default(),
-            revocations_applied: tokio::sync::watch::channel(0).0,
-            grants: std::sync::OnceLock::new(),
-            grant_handles: Default::default(),
-        }
-    }
-
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
@@ -498,6 +399,7 @@ impl Control {
 
 #[cfg(test)]
 mod tests {
+    use super::in_flight::InFlight;
     use super::*;
 
     #[test]

@@ -24,7 +24,7 @@ use hyper::{Method, Request};
 use policy::feed::{parse_addr, Route, TtydAddr};
 use policy::{CredentialSource, Decision, PathError, PublicRoute, Refusal, TerminalPart};
 
-use super::{empty, not_allowed, Reply};
+use super::http::{empty, not_allowed, Reply};
 use crate::error::ApiError;
 use crate::service::Control;
 
@@ -370,7 +370,7 @@ pub(super) async fn grant(
     if req.method() != Method::GET {
         return Err(not_allowed());
     }
-    let wait = super::query_param(&req, "wait")
+    let wait = super::http::query_param(&req, "wait")
         .unwrap_or("0")
         .parse::<u64>()
         .map_err(|_| ApiError::INVALID_QUERY.with_message("wait must be seconds"))?;
@@ -382,11 +382,11 @@ pub(super) async fn grant(
     };
     let wait = std::time::Duration::from_secs(wait.min(MAX_GRANT_WAIT));
     match control.watch_grant(&text, wait).await? {
-        None if redeemed => Ok(super::json(
+        None if redeemed => Ok(super::http::json(
             200,
             &serde_json::json!({ "open": true, "grant": text }),
         )),
-        None => Ok(super::json(200, &serde_json::json!({ "open": true }))),
+        None => Ok(super::http::json(200, &serde_json::json!({ "open": true }))),
         Some(lapse) => Err(Refusal {
             status: 410,
             code: lapse.as_str(),

@@ -9,11 +9,11 @@ use hyper::{Method, Request};
 use policy::audit::{AuditReport, MAX_REPORT_ENTRIES};
 use policy::{SessionId, Sub};
 
-use super::wire::{InputReport, TerminalsReport};
-use super::{
+use super::http::{
     authenticate_service, empty, json, no_such_endpoint, not_allowed, query_param, read_json,
     session_id, Reply,
 };
+use super::wire::{InputReport, TerminalsReport};
 use crate::error::ApiError;
 use crate::service::Control;
 

@@ -9,13 +9,13 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response};
 
+use super::http::{
+    authenticate, empty, json, no_such_endpoint, not_allowed, query_param, read_json, session_id,
+    Reply,
+};
 use super::wire::{
     CreateRequest, Listed, ListedTarget, RecordingList, RedrawRequest, Sessions, ShareRequest,
     TargetPatch, TargetRequest, TargetView, Targets,
-};
-use super::{
-    authenticate, empty, json, no_such_endpoint, not_allowed, query_param, read_json, session_id,
-    Reply,
 };
 use crate::error::ApiError;
 use crate::service::{Control, Whose};

@@ -8,10 +8,10 @@ use hyper::{Method, Request};
 use policy::revocation::Fingerprint;
 use policy::Sub;
 
-use super::wire::{AuditLines, ProfileView, Profiles, Users};
-use super::{
+use super::http::{
     authenticate, bearer, empty, json, no_such_endpoint, not_allowed, query_param, read_json, Reply,
 };
+use super::wire::{AuditLines, ProfileView, Profiles, Users};
 use crate::error::ApiError;
 use crate::service::{may_lock, Control, RevocationRequest, SignInReport, SignInView};
 use crate::store::AuditQuery;

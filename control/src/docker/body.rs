@@ -7,7 +7,7 @@ use bollard::models::{
 };
 use policy::sandbox::{MountKind, Namespace, NamespaceMode};
 
-use super::{ContainerRequest, DockerError};
+use super::types::{ContainerRequest, DockerError};
 
 /// Docker's cgroup namespace setting for `mode` (Docker types this one field).
 fn cgroupns_mode(mode: NamespaceMode) -> HostConfigCgroupnsModeEnum {

@@ -6,7 +6,7 @@ use bollard::models::{
     ContainerInspectResponse, ContainerSummary, EventMessage, EventMessageTypeEnum,
 };
 
-use super::{ContainerEvent, ContainerState, ContainerStatus, EventAction};
+use super::types::{ContainerEvent, ContainerState, ContainerStatus, EventAction};
 
 fn to_btree(m: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
     m.unwrap_or_default().into_iter().collect()

@@ -5,10 +5,16 @@
 //! creation re-checks the red lines of [`policy::sandbox`] on the spec right before the
 //! call and refuses a non-compliant spec without talking to Docker at all.
 //!
-//! [`body`] writes the create call, [`convert`] reads Docker's answers.
+//! [`types`] holds what the client speaks in, [`body`] writes the create call,
+//! [`convert`] reads Docker's answers.
 
 mod body;
 mod convert;
+mod types;
+
+pub use types::{
+    ContainerEvent, ContainerRequest, ContainerState, ContainerStatus, DockerError, EventAction,
+};
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -24,227 +30,9 @@ use bollard::query_parameters::{
 use bollard::{ClientVersion, API_DEFAULT_VERSION};
 use futures_util::{Stream, StreamExt};
 use policy::sandbox;
-use policy::{ContainerSpec, Sub, Violation};
+use policy::Sub;
 
 use crate::labels::{self, Labels};
-
-/// What can go wrong talking to Docker.
-#[derive(Debug, thiserror::Error)]
-pub enum DockerError {
-    /// The daemon cannot be reached, or a call timed out.
-    #[error("docker unavailable: {0}")]
-    Unavailable(String),
-    /// Docker answered 404.
-    #[error("not found")]
-    NotFound,
-    /// The spec broke a red line; refused before any call to Docker.
-    #[error("refused by sandbox policy: {}", join_violations(.0))]
-    Refused(Vec<Violation>),
-    /// Docker answered 409 (name in use, removal in progress, …), or an existing
-    /// object is not one termgate may use.
-    #[error("conflict: {0}")]
-    Conflict(String),
-    /// Anything else.
-    #[error("docker {op}: {message}")]
-    Other {
-        /// The operation that failed.
-        op: &'static str,
-        /// What Docker (or the client) said.
-        message: String,
-    },
-}
-
-fn join_violations(v: &[Violation]) -> String {
-    v.iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// A session container to create.
-#[derive(Debug, Clone)]
-pub struct ContainerRequest {
-    /// Container name, `termgate-<session id>`.
-    pub name: String,
-    /// Image reference (must be present locally; nothing is pulled).
-    pub image: String,
-    /// Arguments replacing the image's `Cmd`; empty keeps the image default.
-    pub command: Vec<String>,
-    /// Environment, `K=V`.
-    pub env: Vec<String>,
-    /// Container labels (see [`labels::session_container`]).
-    pub labels: Labels,
-    /// The sandbox description the red lines are checked on.
-    pub spec: ContainerSpec,
-    /// Size of the `/tmp` tmpfs, in MiB; must be positive.
-    pub tmp_size_mb: u64,
-}
-
-/// A container as Docker reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerStatus {
-    /// Full container id.
-    pub id: String,
-    /// Name, without the leading `/`.
-    pub name: String,
-    /// Container labels.
-    pub labels: Labels,
-    /// What Docker says it is doing.
-    pub state: ContainerState,
-    /// Creation time, unix seconds (0 when Docker did not say).
-    pub created: i64,
-    /// The kernel's out-of-memory killer struck inside it (only an inspection says;
-    /// a listing leaves it false).
-    pub oom_killed: bool,
-    /// Its program's exit status, once it ended (only an inspection says).
-    pub exit_code: Option<i64>,
-}
-
-/// What Docker says a container is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContainerState {
-    /// Made, never started.
-    Created,
-    /// Its program runs.
-    Running,
-    /// Frozen by `docker pause`.
-    Paused,
-    /// Being restarted by a restart policy.
-    Restarting,
-    /// Being removed.
-    Removing,
-    /// Its program ended.
-    Exited,
-    /// Docker could not stop or remove it cleanly.
-    Dead,
-    /// Docker said nothing, or something this version does not know.
-    Unknown,
-}
-
-impl ContainerState {
-    /// From Docker's spelling.
-    pub fn parse(s: &str) -> ContainerState {
-        match s {
-            "created" => ContainerState::Created,
-            "running" => ContainerState::Running,
-            "paused" => ContainerState::Paused,
-            "restarting" => ContainerState::Restarting,
-            "removing" => ContainerState::Removing,
-            "exited" => ContainerState::Exited,
-            "dead" => ContainerState::Dead,
-            _ => ContainerState::Unknown,
-        }
-    }
-
-    /// Docker's spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContainerState::Created => "created",
-            ContainerState::Running => "running",
-            ContainerState::Paused => "paused",
-            ContainerState::Restarting => "restarting",
-            ContainerState::Removing => "removing",
-            ContainerState::Exited => "exited",
-            ContainerState::Dead => "dead",
-            ContainerState::Unknown => "unknown",
-        }
-    }
-
-    /// Whether the program runs.
-    pub fn is_running(self) -> bool {
-        self == ContainerState::Running
-    }
-
-    /// Whether its program may still run: running, paused, or being restarted (a state
-    /// Docker does not name is counted as alive, so nothing is taken for stopped on
-    /// doubt).
-    pub fn is_alive(self) -> bool {
-        matches!(
-            self,
-            ContainerState::Running
-                | ContainerState::Paused
-                | ContainerState::Restarting
-                | ContainerState::Unknown
-        )
-    }
-
-    /// Whether a session on it is over: its program ended, or (for a session recorded
-    /// as running, whose container was started before the record said so) it is not
-    /// started at all.
-    pub fn is_dead(self) -> bool {
-        matches!(
-            self,
-            ContainerState::Exited | ContainerState::Dead | ContainerState::Created
-        )
-    }
-}
-
-/// What happened to a container, as Docker's event stream names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventAction {
-    /// Made.
-    Create,
-    /// Started.
-    Start,
-    /// Its program ended (exited or was killed).
-    Die,
-    /// Sent a signal.
-    Kill,
-    /// The kernel's out-of-memory killer struck inside it.
-    Oom,
-    /// Stopped by a stop call.
-    Stop,
-    /// Removed.
-    Destroy,
-    /// Something else, or something this version does not know.
-    Unknown,
-}
-
-impl EventAction {
-    /// The actions [`Docker::events`] reports: those that can end a session.
-    pub const WATCHED: [EventAction; 3] =
-        [EventAction::Die, EventAction::Destroy, EventAction::Oom];
-
-    /// From Docker's spelling.
-    pub fn parse(s: &str) -> EventAction {
-        match s {
-            "create" => EventAction::Create,
-            "start" => EventAction::Start,
-            "die" => EventAction::Die,
-            "kill" => EventAction::Kill,
-            "oom" => EventAction::Oom,
-            "stop" => EventAction::Stop,
-            "destroy" => EventAction::Destroy,
-            _ => EventAction::Unknown,
-        }
-    }
-
-    /// Docker's spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventAction::Create => "create",
-            EventAction::Start => "start",
-            EventAction::Die => "die",
-            EventAction::Kill => "kill",
-            EventAction::Oom => "oom",
-            EventAction::Stop => "stop",
-            EventAction::Destroy => "destroy",
-            EventAction::Unknown => "unknown",
-        }
-    }
-}
-
-/// A container event of a termgate instance.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerEvent {
-    /// Container id.
-    pub id: String,
-    /// One of [`EventAction::WATCHED`].
-    pub action: EventAction,
-    /// The event actor's attributes: the container's labels, plus the `name`, `image`
-    /// (and for `die`, `exitCode`) attributes Docker adds.
-    pub labels: Labels,
-}
 
 /// How often [`Docker::wait_exit`] asks whether a hung-up container has stopped.
 const EXIT_POLL: Duration = Duration::from_millis(50);
@@ -661,6 +449,8 @@ impl Docker {
 #[cfg(test)]
 mod tests {
     use std::time::Instant;
+
+    use policy::ContainerSpec;
 
     use super::*;
 

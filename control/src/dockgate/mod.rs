@@ -10,9 +10,11 @@
 //! after Docker's `101` is copied untouched in both directions.
 //!
 //! `upstream.rs` speaks to the daemon (one connection a request, as the Docker CLI);
-//! `audit.rs` sends refusals to control's audit trail.
+//! `audit.rs` sends refusals to control's audit trail; `body.rs` holds the body type
+//! every answer has.
 
 mod audit;
+mod body;
 mod upstream;
 
 use std::convert::Infallible;
@@ -21,8 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Empty, Full, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
@@ -37,10 +38,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
 
 pub use audit::AuditSender;
+pub use body::{empty, Body};
 pub use upstream::{Daemon, Found, UpstreamError};
-
-/// The body of every answer dockgate gives.
-pub type Body = BoxBody<Bytes, hyper::Error>;
 
 /// How long a client may take to send a request's head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -452,9 +451,4 @@ fn daemon_error(e: &UpstreamError) -> Response<Body> {
         StatusCode::BAD_GATEWAY,
         &json!({ "message": format!("dockgate: the Docker daemon did not answer: {e}") }),
     )
-}
-
-/// An empty body.
-pub fn empty() -> Body {
-    Empty::new().map_err(|never| match never {}).boxed()
 }

@@ -15,7 +15,7 @@ use policy::dockgate::{Labels, ObjectKind};
 use serde_json::Value;
 use tokio::net::UnixStream;
 
-use super::{empty, Body};
+use super::body::{empty, Body};
 
 /// How long an inspection may take.
 const INSPECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -2,21 +2,48 @@
 //! every failure path.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use config::Profile;
 use policy::{Action, Decision, Principal, SessionId};
 
+use crate::api::wire::CreateRequest;
 use crate::docker::{ContainerRequest, Docker, DockerError};
 use crate::error::ApiError;
 use crate::labels;
 use crate::model::{Session, SessionState};
 use crate::store::StoreError;
 
-use super::{
-    container_name, failpoint, home_volume_name, invisible, now, Control, CreateRequest,
-    CreateTiming, SYSTEM,
-};
+use super::clock::now;
+use super::failpoint::failpoint;
+use super::handle::Control;
+use super::names::{container_name, home_volume_name, SYSTEM};
+
+/// Where the time of a create went.
+#[derive(Debug, Clone, Copy)]
+pub struct CreateTiming {
+    /// Docker's share: home volume, create and start.
+    pub docker: Duration,
+    /// The whole create inside control.
+    pub total: Duration,
+}
+
+/// A character a session name may not hold: control characters, and the invisible
+/// format characters that make a name display as another one (bidirectional
+/// overrides and isolates, zero-width characters, the byte-order mark, line and
+/// paragraph separators).
+fn invisible(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{00AD}'
+            | '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}')
+}
 
 impl Control {
     /// Creates a session for `who`; also says how long Docker took and how long in all.

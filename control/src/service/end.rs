@@ -12,7 +12,10 @@ use crate::error::ApiError;
 use crate::model::{Session, SessionState};
 use crate::store::{Ending, StoreError};
 
-use super::{container_name, failpoint, now, Control, SYSTEM};
+use super::clock::now;
+use super::failpoint::failpoint;
+use super::handle::Control;
+use super::names::{container_name, SYSTEM};
 
 impl Control {
     /// Ends session `id` as `state` if it is still in one of `from`, as decided by

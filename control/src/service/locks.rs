@@ -4,7 +4,8 @@ use policy::{Principal, Sub};
 
 use crate::error::ApiError;
 
-use super::{now, Control};
+use super::clock::now;
+use super::handle::Control;
 
 /// Whether `who` may lock and unlock users: admins only. Checked before the user named
 /// is even read, so a non-admin learns nothing from the name.

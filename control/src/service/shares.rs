@@ -7,7 +7,8 @@
 use policy::share::{self, ShareToken};
 use policy::{Action, Principal, Refusal, SessionId};
 
-use super::{now, Control};
+use super::clock::now;
+use super::handle::Control;
 use crate::api::wire::{CreatedShare, ShareRequest, ShareView};
 use crate::error::ApiError;
 use crate::model::{SessionState, ShareGrant};

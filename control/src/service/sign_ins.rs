@@ -7,7 +7,8 @@
 use policy::revocation::{CredentialId, Fingerprint, Revocation};
 use policy::{Principal, Sub};
 
-use super::{now, Control};
+use super::clock::now;
+use super::handle::Control;
 use crate::api::wire::{RevocationRequest, SignInReport, SignInView};
 use crate::error::ApiError;
 use crate::model::SignIn;

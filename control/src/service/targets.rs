@@ -6,7 +6,8 @@ use policy::target::TargetDefinition;
 use policy::{Principal, SessionId};
 use sha2::Digest;
 
-use super::{now, Control};
+use super::clock::now;
+use super::handle::Control;
 use crate::api::wire::{TargetPatch, TargetRequest};
 use crate::error::ApiError;
 use crate::model::{Target, TargetCredential};

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use policy::audit::AuditEntry;
 
-use super::{Result, Store, StoreError};
+use super::error::{Result, StoreError};
+use super::Store;
 
 /// What an admin searches for: newest first, up to `limit`, older than `before_ms`.
 #[derive(Debug, Clone, Default)]

@@ -4,7 +4,7 @@
 use policy::{SessionId, Sub};
 use sled::IVec;
 
-use super::{Result, StoreError};
+use super::error::{Result, StoreError};
 
 /// Active sessions by id.
 pub(super) const SESSIONS: &str = "sessions";

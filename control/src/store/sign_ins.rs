@@ -6,8 +6,9 @@
 use policy::revocation::{Fingerprint, Revocation};
 use policy::Sub;
 
+use super::error::{Result, StoreError};
 use super::tx::encode;
-use super::{Result, Store, StoreError};
+use super::Store;
 use crate::model::{Change, SignIn};
 
 impl Store {

@@ -5,10 +5,11 @@ use policy::{SessionId, Sub};
 use sled::transaction::{ConflictableTransactionError, TransactionalTree};
 use sled::{IVec, Transactional};
 
+use super::error::{Result, StoreError};
 use super::keys::{
     decode_u32, decode_u64, history_key, owner_key, user_count_key, GLOBAL_COUNT_KEY, REV_KEY,
 };
-use super::{Result, Store, StoreError};
+use super::Store;
 use crate::model::{Change, Pools, Session};
 
 /// What a closure run inside a transaction returns; an abort carries a [`StoreError`].
