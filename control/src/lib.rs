@@ -18,5 +18,6 @@ pub mod metrics;
 pub mod model;
 pub mod reconcile;
 pub mod recordings;
+pub mod retention;
 pub mod service;
 pub mod store;

@@ -8,7 +8,7 @@
 //! counting by itself. Kept in memory only: after a restart of control the next
 //! reports rebuild it within one interval.
 //!
-//! The answer to a report is [`Elsewhere`]: what every *other* live gateway has open.
+//! The answer to a report is [`Elsewhere`] (its wire shape in `api/wire.rs`): what every *other* live gateway has open.
 //! Each gateway adds it to its own counts when it admits a terminal, so the terminal
 //! limits hold over the deployment without a call to control per terminal.
 
@@ -17,6 +17,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use policy::{SessionId, Sub};
+
+pub use crate::api::wire::{Elsewhere, SessionOpen, ShareOpen, UserOpen, Viewers};
 
 /// Reports older than this many of their gateway's intervals no longer count.
 const FRESH_INTERVALS: u32 = 3;
@@ -48,62 +50,6 @@ impl Inner {
         self.users.retain(|(g, _), _| g != gateway);
         self.viewers.remove(gateway);
     }
-}
-
-/// The viewers one gateway has open on one share link.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Viewers {
-    /// The session watched.
-    pub session: SessionId,
-    /// The share's id.
-    pub share: String,
-    /// Viewers open.
-    pub open: u32,
-    /// The `sub`s of the signed-in ones.
-    #[serde(default)]
-    pub subs: Vec<String>,
-}
-
-/// What the other live gateways have open: the answer to a gateway's report. Only
-/// entries with something open are listed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Elsewhere {
-    /// Terminals open per user (share-link viewers not counted).
-    pub users: Vec<UserOpen>,
-    /// Terminals open per session (viewers not counted).
-    pub sessions: Vec<SessionOpen>,
-    /// Viewers open per share link.
-    pub viewers: Vec<ShareOpen>,
-}
-
-/// One user's terminals open elsewhere.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct UserOpen {
-    /// The user.
-    pub sub: Sub,
-    /// Terminals open.
-    pub open: u32,
-}
-
-/// One session's terminals open elsewhere.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct SessionOpen {
-    /// The session.
-    pub session: SessionId,
-    /// Terminals open.
-    pub open: u32,
-}
-
-/// One share link's viewers open elsewhere.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ShareOpen {
-    /// The session watched.
-    pub session: SessionId,
-    /// The share's id.
-    pub share: String,
-    /// Viewers open.
-    pub open: u32,
 }
 
 /// The gateways' live terminal counts.
@@ -239,6 +185,15 @@ impl LiveTerminals {
     /// Viewers of `share` on `session` over every gateway that reports, and the
     /// signed-in ones' `sub`s (sorted, once each).
     pub fn viewers(&self, session: &SessionId, share: &str) -> (u32, Vec<String>) {
+        self.viewers_of(session, Some(share))
+    }
+
+    /// Viewers of every share link of `session`, as [`LiveTerminals::viewers`].
+    pub fn session_viewers(&self, session: &SessionId) -> (u32, Vec<String>) {
+        self.viewers_of(session, None)
+    }
+
+    fn viewers_of(&self, session: &SessionId, share: Option<&str>) -> (u32, Vec<String>) {
         let now = Instant::now();
         let inner = self.lock();
         let mut open = 0;
@@ -249,7 +204,7 @@ impl LiveTerminals {
             }
             for v in list
                 .iter()
-                .filter(|v| v.session == *session && v.share == share)
+                .filter(|v| v.session == *session && share.is_none_or(|s| v.share == s))
             {
                 open += v.open;
                 subs.extend(v.subs.iter().cloned());

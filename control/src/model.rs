@@ -239,3 +239,31 @@ impl SignIn {
         self.fingerprint.id()
     }
 }
+
+/// A link to one recording (`/r/<token>`), kept under its token's SHA-256 (never the
+/// token itself).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordingLink {
+    /// Its public id: the first 16 hex digits of `hash`.
+    pub id: String,
+    /// The SHA-256 of its token, lowercase hex.
+    pub hash: String,
+    /// The session whose recording it plays (it may have ended since).
+    pub session: SessionId,
+    /// The recording's name.
+    pub recording: String,
+    /// The session's profile, whose `recording_links` still bounds the link.
+    pub profile: String,
+    /// The session's owner.
+    pub owner: Sub,
+    /// Who made it (the owner or an admin).
+    pub created_by: Sub,
+    /// `anyone` or `signed-in`.
+    pub mode: String,
+    /// When it was made, seconds since the Unix epoch.
+    pub created_at: u64,
+    /// When it stops playing, seconds since the Unix epoch.
+    pub expires_at: u64,
+    /// Revoked by the owner or an admin.
+    pub revoked: bool,
+}

@@ -630,12 +630,19 @@ impl Reconciler {
     }
 
     /// Runs, until `shutdown` fires: each host's event listener, the probe of each
-    /// configured host, the culler ([`crate::cull`]) and the periodic pass.
+    /// configured host, the culler ([`crate::cull`]), the recordings' retention
+    /// ([`crate::retention`]) and the periodic pass.
     pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-        let mut tasks = vec![tokio::spawn(crate::cull::run(
-            Arc::clone(&self.control),
-            shutdown.clone(),
-        ))];
+        let mut tasks = vec![
+            tokio::spawn(crate::cull::run(
+                Arc::clone(&self.control),
+                shutdown.clone(),
+            )),
+            tokio::spawn(crate::retention::run(
+                Arc::clone(&self.control),
+                shutdown.clone(),
+            )),
+        ];
         for host in self.control.hosts().iter() {
             tasks.push(tokio::spawn(self.clone().listen_events(Arc::clone(host))));
             if host.is_monitored() {

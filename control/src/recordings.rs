@@ -11,33 +11,18 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use policy::SessionId;
-use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 
+pub use crate::api::wire::RecordingView;
 use crate::error::ApiError;
 
 /// The recordings directory of one control.
 pub struct Recordings {
     dir: PathBuf,
     max_bytes: u64,
-}
-
-/// One recording as the API lists it.
-#[derive(Debug, Serialize, PartialEq)]
-pub struct RecordingView {
-    /// Its name (`GET /v1/sessions/<id>/recordings/<name>`).
-    pub name: String,
-    /// Bytes.
-    pub size: u64,
-    /// When the terminal opened, seconds since the Unix epoch (the header's
-    /// `timestamp`).
-    pub started: u64,
-    /// Time of its last event, seconds.
-    pub duration: f64,
 }
 
 /// One recording as retention sees it: where it is, its size, and when it was stored.
@@ -209,11 +194,20 @@ impl Recordings {
         Ok(())
     }
 
-    /// The bytes of one recording of `session`.
-    pub async fn read(&self, session: &SessionId, name: &str) -> Result<Bytes, ApiError> {
+    /// One recording of `session`, opened to be streamed, and its size.
+    pub async fn open_file(
+        &self,
+        session: &SessionId,
+        name: &str,
+    ) -> Result<(tokio::fs::File, u64), ApiError> {
         let path = self.file(session, name)?;
-        match tokio::fs::read(&path).await {
-            Ok(b) => Ok(Bytes::from(b)),
+        let opened = async {
+            let f = tokio::fs::File::open(&path).await?;
+            let size = f.metadata().await?.len();
+            Ok::<_, std::io::Error>((f, size))
+        };
+        match opened.await {
+            Ok(found) => Ok(found),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ApiError::NOT_FOUND),
             Err(e) => {
                 Err(ApiError::INTERNAL.with_message(format!("cannot read the recording: {e}")))

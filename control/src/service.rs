@@ -32,6 +32,7 @@ mod handle;
 mod in_flight;
 mod locks;
 mod names;
+mod recording_links;
 mod shares;
 mod sign_ins;
 mod targets;
@@ -231,6 +232,11 @@ impl Control {
     pub fn view<'a>(&self, s: &'a Session) -> SessionView<'a> {
         let mut v = SessionView::from(s);
         v.terminals = self.live.count(&s.id);
+        if v.terminals.is_some() {
+            let (open, subs) = self.live.session_viewers(&s.id);
+            v.viewers = Some(open);
+            v.viewer_subs = subs;
+        }
         if let Some(d) = self.deadline(s) {
             v.ends_at = Some(d.at);
             v.ends_because = Some(d.cause.as_str());

@@ -41,6 +41,9 @@ async function loadActive() {
       cell(s.owner), cell(s.name), cell(s.host), cell(s.state), cell(age(s.created_at)),
       cell(s.last_input ? age(s.last_input) + " ago" : "—"),
       cell(s.terminals === undefined ? "—" : s.terminals),
+      cell(s.viewers === undefined ? "—"
+        : s.viewers + (s.viewer_subs && s.viewer_subs.length ? " (" + s.viewer_subs.join(", ") + ")" : "")),
+      cell(s.ends_at ? when(s.ends_at) + (s.ends_because === "max_lifetime" ? " (maximum lifetime)" : " (idle)") : "—"),
     );
     const actions = document.createElement("td");
     // A `stopping` session's end is decided already; its container goes in the background.
@@ -193,6 +196,30 @@ async function revoke(body, what) {
   }
 }
 
+function bytes(n) {
+  if (n < 1024) return n + " bytes";
+  if (n < 1024 * 1024) return (n / 1024).toFixed(1) + " KiB";
+  if (n < 1024 * 1024 * 1024) return (n / 1024 / 1024).toFixed(1) + " MiB";
+  return (n / 1024 / 1024 / 1024).toFixed(2) + " GiB";
+}
+
+// What the recordings hold and the rules that keep them (control's retention).
+async function loadKept() {
+  const k = await call("GET", "/api/retention");
+  $("kept-summary").textContent = k.files + " recording" + (k.files === 1 ? "" : "s") + ", " + bytes(k.bytes)
+    + (k.oldest_stored_at ? ", the oldest stored " + when(k.oldest_stored_at) : "") + ".";
+  const rules = [];
+  rules.push(k.keep_days ? "kept " + k.keep_days + " days" : "kept without an age limit");
+  rules.push(k.max_user_bytes ? "at most " + bytes(k.max_user_bytes) + " a user" : "no cap per user");
+  rules.push(k.max_total_bytes ? "at most " + bytes(k.max_total_bytes) + " in all" : "no cap in all");
+  $("kept-rules").textContent = "Rules: " + rules.join(", ") + ".";
+  $("kept-rows").replaceChildren(...k.users.map((u) => {
+    const tr = document.createElement("tr");
+    tr.append(cell(u.sub === "-" ? "(sessions no longer on record)" : u.sub), cell(String(u.files)), cell(bytes(u.bytes)));
+    return tr;
+  }));
+}
+
 async function refresh() {
   try {
     await Promise.all([loadActive(), loadLocked(), loadEnded()]);
@@ -225,4 +252,8 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   refresh().then(() => search());
   setInterval(refresh, 5000);
+  // Reading every recording's size is a walk of control's directory: once a minute.
+  const kept = () => loadKept().catch((e) => say(e.message, true));
+  kept();
+  setInterval(kept, 60000);
 });

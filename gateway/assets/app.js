@@ -250,7 +250,7 @@ async function refresh() {
       w.textContent = " " + warning;
       state.append(w);
     }
-    tr.append(cell(s.name), cell(s.profile), state, cell(when(s.created_at)), actions);
+    tr.append(cell(s.name), cell(s.profile), state, cell(when(s.created_at)), ...glance(s), actions);
     return tr;
   });
   $("session-rows").replaceChildren(...rows);
@@ -378,6 +378,29 @@ async function endSession(s) {
     say(e.message, true);
   }
   await refresh().catch((e) => say(e.message, true));
+}
+
+// What is going on in a session, at a glance: its open terminals and share-link viewers
+// over every gateway (— when no gateway has reported lately), when it was last typed
+// into, and when and why it ends by itself. Targets have none of these.
+function glance(s) {
+  if (s.kind === "external") return ["", "", "", ""].map(cell);
+  const known = (n) => (n === undefined ? "—" : String(n));
+  const viewers = s.viewers === undefined ? "—"
+    : s.viewers + (s.viewer_subs && s.viewer_subs.length ? " (" + s.viewer_subs.join(", ") + ")" : "");
+  const last = s.last_input ? ago(s.last_input) : "—";
+  const ends = s.ends_at
+    ? when(s.ends_at) + (s.ends_because === "max_lifetime" ? " (maximum lifetime)" : " (idle)")
+    : "—";
+  return [known(s.terminals), viewers, last, ends].map(cell);
+}
+
+function ago(ts) {
+  const s = Math.max(0, Math.floor(Date.now() / 1000 - ts));
+  if (s < 120) return s + " s ago";
+  if (s < 7200) return Math.floor(s / 60) + " min ago";
+  if (s < 172800) return Math.floor(s / 3600) + " h ago";
+  return Math.floor(s / 86400) + " d ago";
 }
 
 // A session whose profile ends it by itself (no input for its idle timeout, or its
@@ -666,6 +689,11 @@ async function start() {
   $("share-copy").addEventListener("click", copyShare);
   // Who watches changes by itself: the list follows every few seconds while shown.
   setInterval(() => { if (sharing) refreshShares().catch(() => {}); }, 3000);
+  // The list's terminals, viewers and last input move: read again every 10 s while it
+  // is shown and the tab is visible.
+  setInterval(() => {
+    if (!$("sessions").hidden && !document.hidden) refresh().catch(() => {});
+  }, 10000);
   $("close-terminal").addEventListener("click", () => {
     say("");
     closeTerminal();

@@ -42,6 +42,7 @@ async function request(method, path, body) {
 // page's API call; `label` names the session in the heading.
 async function showRecordings(s, get, label) {
   closePlayer(false);
+  closeRecordingShare(false);
   try {
     const list = await get("GET", "/api/sessions/" + s.id + "/recordings");
     $("recordings-title").textContent = "Recordings of " + (label || s.name);
@@ -60,6 +61,13 @@ async function showRecordings(s, get, label) {
         play.addEventListener("click", () => openPlayer(src, title, r.name));
         action.append(play);
       }
+      const share = document.createElement("button");
+      share.type = "button";
+      share.textContent = "Share";
+      share.setAttribute("aria-label", "Share a link to the recording of " + started);
+      share.addEventListener("click", () => openRecordingShare(s, r, get,
+        "Share the recording of " + (label || s.name) + (started ? ", " + started : "")));
+      action.append(share);
       const link = document.createElement("a");
       link.href = src;
       link.download = r.name + ".cast";
@@ -212,4 +220,161 @@ function closePlayer(restoreFocus) {
   const row = [...$("recording-rows").rows].find((tr) => tr.dataset.recording === pb.name);
   const play = row && [...row.querySelectorAll("button")].find((b) => b.textContent === "Play");
   if (play) play.focus();
+}
+
+// Links to one recording (/r/<token>): made with a mode no wider than the profile
+// allows and a lifetime, shown once with a Copy button; the live links listed with
+// Revoke. `recShare` is { s, r, get } of the recording whose links are shown.
+let recShare = null;
+const LINK_MODES = { "signed-in": "Signed-in users with the link", anyone: "Anyone with the link" };
+const LINK_LIFETIMES = [["3600", "1 hour"], ["86400", "1 day"], ["604800", "7 days"], ["2592000", "30 days"]];
+
+function recordingShareRegion() {
+  let region = $("recording-share");
+  if (region) return region;
+  region = document.createElement("section");
+  region.id = "recording-share";
+  region.hidden = true;
+  region.tabIndex = -1;
+  region.setAttribute("aria-labelledby", "recording-share-title");
+  const el = (tag, props) => Object.assign(document.createElement(tag), props || {});
+  const heading = el("h3", { id: "recording-share-title" });
+  const off = el("p", { id: "recording-share-off", hidden: true,
+    textContent: "This session's profile does not allow links to its recordings." });
+  const form = el("form", { id: "recording-share-form" });
+  const modeLabel = el("label", { htmlFor: "recording-share-mode", textContent: "Who may watch" });
+  const mode = el("select", { id: "recording-share-mode" });
+  const ttlLabel = el("label", { htmlFor: "recording-share-ttl", textContent: "Link valid for" });
+  const ttl = el("select", { id: "recording-share-ttl" });
+  for (const [v, t] of LINK_LIFETIMES) ttl.append(new Option(t, v, v === "604800", v === "604800"));
+  const create = el("button", { type: "submit", id: "recording-share-create", textContent: "Create link" });
+  const close = el("button", { type: "button", id: "recording-share-close", textContent: "Close" });
+  close.addEventListener("click", () => closeRecordingShare(true));
+  form.append(modeLabel, mode, ttlLabel, ttl, el("br"), create, " ", close);
+  form.addEventListener("submit", createRecordingLink);
+  const fresh = el("div", { id: "recording-share-new", hidden: true });
+  const urlLabel = el("label", { htmlFor: "recording-share-url", textContent: "New link (shown once)" });
+  const url = el("input", { id: "recording-share-url", readOnly: true });
+  const copy = el("button", { type: "button", id: "recording-share-copy", textContent: "Copy link" });
+  copy.addEventListener("click", copyRecordingLink);
+  fresh.append(urlLabel, url, copy);
+  const table = el("table", { id: "recording-share-table" });
+  table.setAttribute("aria-labelledby", "recording-share-title");
+  const head = el("thead");
+  const hr = el("tr");
+  for (const t of ["Link", "Who may watch", "Expires"]) hr.append(el("th", { scope: "col", textContent: t }));
+  const actions = el("th", { scope: "col" });
+  actions.append(el("span", { className: "visually-hidden", textContent: "Actions" }));
+  hr.append(actions);
+  head.append(hr);
+  table.append(head, el("tbody", { id: "recording-link-rows" }));
+  const none = el("p", { id: "no-recording-links", textContent: "No active links." });
+  region.append(heading, off, form, fresh, table, none);
+  region.addEventListener("keydown", (ev) => {
+    if (ev.key === "Escape" && !ev.altKey && !ev.ctrlKey && !ev.metaKey) {
+      ev.preventDefault();
+      closeRecordingShare(true);
+    }
+  });
+  $("recordings").append(region);
+  return region;
+}
+
+function openRecordingShare(s, r, get, title) {
+  closePlayer(false);
+  const region = recordingShareRegion();
+  recShare = { s, r, get };
+  $("recording-share-title").textContent = title;
+  $("recording-share-new").hidden = true;
+  $("recording-share-url").value = "";
+  region.hidden = false;
+  region.scrollIntoView({ block: "nearest" });
+  refreshRecordingLinks().then(() => {
+    const first = $("recording-share-form").hidden ? region : $("recording-share-mode");
+    first.focus();
+  }).catch((e) => say(e.message, true));
+}
+
+function closeRecordingShare(restoreFocus) {
+  const shared = recShare;
+  recShare = null;
+  const region = $("recording-share");
+  if (region) region.hidden = true;
+  if (!restoreFocus || !shared) return;
+  const row = [...$("recording-rows").rows].find((tr) => tr.dataset.recording === shared.r.name);
+  const btn = row && [...row.querySelectorAll("button")].find((b) => b.textContent === "Share");
+  if (btn) btn.focus();
+}
+
+function linksPath(sh) {
+  return "/api/sessions/" + sh.s.id + "/recordings/" + encodeURIComponent(sh.r.name) + "/links";
+}
+
+async function refreshRecordingLinks() {
+  const sh = recShare;
+  if (!sh) return;
+  const data = await sh.get("GET", linksPath(sh));
+  if (recShare !== sh) return;
+  const mode = $("recording-share-mode");
+  const kept = mode.value;
+  mode.replaceChildren(...data.modes.map((m) => new Option(LINK_MODES[m] || m, m)));
+  if (data.modes.includes(kept)) mode.value = kept;
+  $("recording-share-form").hidden = data.modes.length === 0;
+  $("recording-share-off").hidden = data.modes.length > 0;
+  const rows = data.links.map((l) => {
+    const tr = document.createElement("tr");
+    tr.dataset.link = l.id;
+    const td = (t) => Object.assign(document.createElement("td"), { textContent: t });
+    const actions = document.createElement("td");
+    const revoke = document.createElement("button");
+    revoke.type = "button";
+    revoke.textContent = "Revoke";
+    revoke.setAttribute("aria-label", "Revoke link " + l.id);
+    revoke.addEventListener("click", () => revokeRecordingLink(sh, l.id));
+    actions.append(revoke);
+    tr.append(td(l.id), td(LINK_MODES[l.mode] || l.mode),
+      td(new Date(l.expires_at * 1000).toLocaleString()), actions);
+    return tr;
+  });
+  $("recording-link-rows").replaceChildren(...rows);
+  $("no-recording-links").hidden = rows.length > 0;
+}
+
+async function createRecordingLink(ev) {
+  ev.preventDefault();
+  const sh = recShare;
+  if (!sh) return;
+  const body = { mode: $("recording-share-mode").value, ttl_seconds: Number($("recording-share-ttl").value) };
+  try {
+    const link = await sh.get("POST", linksPath(sh), body);
+    $("recording-share-url").value = location.origin + link.url;
+    $("recording-share-new").hidden = false;
+    $("recording-share-url").select();
+    say("Link created; it is shown only now.");
+  } catch (e) {
+    say(e.message, true);
+  }
+  await refreshRecordingLinks().catch((e) => say(e.message, true));
+}
+
+async function revokeRecordingLink(sh, id) {
+  try {
+    await sh.get("DELETE", linksPath(sh) + "/" + id);
+    say("Link " + id + " revoked.");
+  } catch (e) {
+    say(e.message, true);
+  }
+  await refreshRecordingLinks().catch((e) => say(e.message, true));
+  const first = $("recording-link-rows").querySelector("button") || $("recording-share-create");
+  if (first) first.focus();
+}
+
+async function copyRecordingLink() {
+  try {
+    await navigator.clipboard.writeText($("recording-share-url").value);
+    say("Link copied.");
+  } catch (e) {
+    $("recording-share-url").select();
+    say("Select the link and copy it.");
+  }
 }

@@ -99,6 +99,38 @@ impl ControlClient {
         }
     }
 
+    /// Whether the recording link of `token` plays for `viewer` (a verified, unlocked
+    /// `sub`; `None`: anyone) — `GET /v1/recording-links/<token>/check`. The inner
+    /// error is control's refusal: the 404 of an unknown path, or 401 for a
+    /// `signed-in` link and no viewer.
+    pub async fn recording_link(
+        &self,
+        token: &policy::recording_link::RecordingToken,
+        viewer: Option<&str>,
+    ) -> Result<Result<(), policy::Refusal>, Unavailable> {
+        let mut req = Request::get(format!("{}/v1/recording-links/{token}/check", self.base))
+            .header(AUTHORIZATION, &self.bearer);
+        if let Some(v) = viewer {
+            req = req.header("X-Termgate-Viewer", v);
+        }
+        let req = req
+            .body(Full::default())
+            .map_err(|_| Unavailable("cannot build the recording link check".into()))?;
+        let (status, body) = self.send(req, self.timeout).await?;
+        match status {
+            StatusCode::OK => Ok(Ok(())),
+            StatusCode::NOT_FOUND => Ok(Err(policy::Refusal::PAGE_NOT_FOUND)),
+            StatusCode::UNAUTHORIZED => {
+                let message = serde_json::from_slice::<serde_json::Value>(&body)
+                    .ok()
+                    .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+                    .unwrap_or_else(|| "sign in to watch this recording".into());
+                Ok(Err(policy::Refusal::UNAUTHENTICATED.with_message(message)))
+            }
+            s => Err(Unavailable(format!("recording link check answered {s}"))),
+        }
+    }
+
     /// Records a sign-in this gateway just made (`POST /v1/signins`), presenting the
     /// sign-in's own token: control takes who and until when from it.
     pub async fn record_sign_in(

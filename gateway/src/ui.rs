@@ -42,6 +42,11 @@ const ASSETS: &[Asset] = &[
         body: include_bytes!("../assets/viewer.js"),
     },
     Asset {
+        name: "recording.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../assets/recording.js"),
+    },
+    Asset {
         name: "admin.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("../assets/admin.js"),
@@ -60,6 +65,13 @@ const VIEWER_PAGE: Asset = Asset {
     name: "viewer",
     content_type: "text/html; charset=utf-8",
     body: include_bytes!("../assets/viewer.html"),
+};
+
+/// A recording link's player page: served at `/r/<token>` once control says it plays.
+const RECORDING_PAGE: Asset = Asset {
+    name: "recording",
+    content_type: "text/html; charset=utf-8",
+    body: include_bytes!("../assets/recording.html"),
 };
 
 /// Content-Security-Policy of the page: no inline script, nothing from elsewhere.
@@ -125,6 +137,11 @@ pub async fn serve(session: &mut Session, name: &str, player: Option<&Player>) -
 /// Serves a share link's viewer page (the caller checked the link).
 pub async fn serve_viewer(session: &mut Session) -> Result<bool> {
     write(session, &VIEWER_PAGE).await
+}
+
+/// Serves a recording link's player page (control said the link plays).
+pub async fn serve_recording(session: &mut Session) -> Result<bool> {
+    write(session, &RECORDING_PAGE).await
 }
 
 /// Serves the admin console's page (the caller checked that the user is an admin).

@@ -20,6 +20,7 @@ pub mod oidc;
 pub mod origin;
 pub mod path;
 pub mod quota;
+pub mod recording_link;
 pub mod refusal;
 pub mod retention;
 pub mod revocation;

@@ -2,11 +2,13 @@
 //!
 //! Only these exist: `/healthz`, `/` and the UI's assets, `/auth/session`, `/api/*`,
 //! `/s/<id>/`, `/s/<id>/token`, `/s/<id>/ws`, and a share link's `/v/<token>`,
-//! `/v/<token>/`, `/v/<token>/token`, `/v/<token>/ws`. Percent-encodings, backslashes, control
+//! `/v/<token>/`, `/v/<token>/token`, `/v/<token>/ws`, and a recording link's `/r/<token>` and
+//! `/r/<token>/cast`. Percent-encodings, backslashes, control
 //! bytes and non-ASCII are refused outright (no route needs them, and decoding them is
 //! where path tricks live); empty and dot segments are refused; everything else that
 //! does not match exactly is not found. The query string is not part of the path.
 
+use crate::recording_link::RecordingToken;
 use crate::refusal::Refusal;
 use crate::session_id::SessionId;
 use crate::share::ShareToken;
@@ -64,6 +66,14 @@ pub enum PublicRoute<'a> {
         /// Which part of the read-only ttyd; `None`: the viewer's own page.
         part: Option<TerminalPart>,
     },
+    /// `/r/<token>` (the player's page, `cast` false) and `/r/<token>/cast` (the
+    /// recording itself): a recording link. A malformed token is not found.
+    Recording {
+        /// The link's token, parsed.
+        token: RecordingToken,
+        /// The recording's bytes rather than the page.
+        cast: bool,
+    },
 }
 
 /// A step of the sign-in through the identity provider.
@@ -115,6 +125,7 @@ pub const INTERNAL_API: &[&str] = &[
     "activity",
     "terminals",
     "recordings",
+    "recording-links",
 ];
 
 /// Classifies a raw request path (without the query string).
@@ -192,6 +203,15 @@ pub fn classify(raw: &[u8]) -> Result<PublicRoute<'_>, PathError> {
         };
         let token = ShareToken::parse(token).ok_or(PathError::NotFound)?;
         return Ok(PublicRoute::Share { token, part });
+    }
+    if let Some(rest) = path.strip_prefix("/r/") {
+        let (token, cast) = match rest.split_once('/') {
+            None => (rest, false),
+            Some((token, "cast")) => (token, true),
+            Some(_) => return Err(PathError::NotFound),
+        };
+        let token = RecordingToken::parse(token).ok_or(PathError::NotFound)?;
+        return Ok(PublicRoute::Recording { token, cast });
     }
     Err(PathError::NotFound)
 }
@@ -358,6 +378,52 @@ mod tests {
                 "{path}"
             );
         }
+    }
+
+    #[test]
+    fn recording_links_parse_strictly_and_a_malformed_token_is_not_found() {
+        let t = RecordingToken::from_random([0xa7; 32]);
+        assert_eq!(
+            classify(format!("/r/{t}").as_bytes()),
+            Ok(PublicRoute::Recording {
+                token: t,
+                cast: false
+            })
+        );
+        assert_eq!(
+            classify(format!("/r/{t}/cast").as_bytes()),
+            Ok(PublicRoute::Recording {
+                token: t,
+                cast: true
+            })
+        );
+        let upper = t.to_string().to_uppercase();
+        for p in [
+            format!("/r/{t}/"),
+            format!("/r/{t}/cast/"),
+            format!("/r/{t}/casts"),
+            format!("/r/{t}//cast"),
+            format!("/r/{t}/./cast"),
+            format!("/r/{t}0"),
+            format!("/r/{}", &t.to_string()[1..]),
+            format!("/r/{upper}"),
+            format!("/R/{t}"),
+            format!("/r//{t}"),
+            "/r/".into(),
+            "/r".into(),
+            "/r/../api/sessions".into(),
+        ] {
+            assert_eq!(classify(p.as_bytes()), Err(PathError::NotFound), "{p}");
+        }
+        assert!(matches!(
+            classify(format!("/r/{t}%2fcast").as_bytes()),
+            Err(PathError::BadRequest(_))
+        ));
+        assert_eq!(
+            classify(format!("/api/recording-links/{t}").as_bytes()),
+            Err(PathError::NotFound),
+            "control-internal"
+        );
     }
 
     #[test]

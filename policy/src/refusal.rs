@@ -234,6 +234,18 @@ impl Refusal {
         "shares_off",
         "this session's profile does not allow share links",
     );
+    /// The session's profile has `recording_links = "off"`.
+    pub const RECORDING_LINKS_OFF: Refusal = refusal(
+        403,
+        "recording_links_off",
+        "this session's profile does not allow links to its recordings",
+    );
+    /// A recording link's `ttl_seconds` or `mode` out of range.
+    pub const INVALID_RECORDING_LINK: Refusal = refusal(
+        400,
+        "invalid_recording_link",
+        "ttl_seconds must be 60-2592000 and mode \"anyone\" or \"signed-in\"",
+    );
     /// A share link's `ttl_seconds` or `max_viewers` out of range.
     pub const INVALID_SHARE: Refusal = refusal(
         400,

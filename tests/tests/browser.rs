@@ -619,6 +619,17 @@ fn the_admin_console_shows_every_session_ends_one_locks_a_user_and_searches_the_
                return cells[0] === 'alice' && cells[2] === 'local' && cells[3] === 'running'; }})()"
         ),
     );
+    // What the recordings hold and the rules that keep them (the defaults: none).
+    ok(
+        "the recordings kept",
+        b.wait_js(
+            "/^\\d+ recordings?, \\d+(\\.\\d)? (bytes|KiB|MiB|GiB)/.test(document.getElementById('kept-summary').textContent) \
+             && document.getElementById('kept-rules').textContent === \
+                'Rules: kept without an age limit, no cap per user, no cap in all.'",
+            T,
+            "the recordings' summary and rules",
+        ),
+    );
     // Gateways report even when no terminal is open: the console says 0, not "—".
     ok(
         "no terminal open on alice's row",
@@ -644,10 +655,11 @@ fn the_admin_console_shows_every_session_ends_one_locks_a_user_and_searches_the_
         b.wait_js(
             &format!(
                 "(() => {{ const r = document.querySelector('#active-rows tr[data-id=\"{bobs}\"]'); \
-                   return !!r && r.cells[6].textContent === '1' && r.cells[5].textContent.endsWith(' ago'); }})()"
+                   return !!r && r.cells[6].textContent === '1' && r.cells[5].textContent.endsWith(' ago') \
+                     && r.cells[7].textContent === '0' && r.cells[8].textContent === '—'; }})()"
             ),
             Duration::from_secs(30),
-            "Terminals 1 and a last input on bob's row",
+            "Terminals 1, a last input, Viewers 0 and Ends — on bob's row",
         ),
     );
     ok(
@@ -1375,6 +1387,278 @@ fn the_page_lists_sign_ins_signs_one_out_says_when_a_sign_out_failed_and_signs_o
             "!document.getElementById('sign-in').hidden",
             T,
             "the sign-in form",
+        ),
+    );
+}
+
+#[test]
+fn the_sessions_page_shows_open_terminals_viewers_last_input_and_when_a_session_ends() {
+    // A default profile that ends a session after an hour without input; the gateway
+    // reports its terminals every 300 ms, viewers go to a read-only pool.
+    let mut control = e2e::stack::ControlStack::prepare("");
+    control.set_env("TERMGATE__PROFILES__DEFAULT__IDLE_TIMEOUT_SECONDS", "3600");
+    control.spawn(&[]);
+    let ttyd = e2e::ttyd::TtydPool::start_for(&control.instance);
+    let counter = e2e::ttyd::CountingProxy::start(ttyd.target());
+    let mut stack = GatewayStack::assemble(control, ttyd, counter);
+    stack.viewers = Some(e2e::ttyd::TtydPool::start_viewers_for(
+        &stack.control.instance,
+    ));
+    stack.gateways.clear();
+    stack.spawn_gateway(&[("TERMGATE__GATEWAY__ACTIVITY_REPORT_MS", "300")]);
+
+    let mut b = launch();
+    ok("a laptop viewport", b.set_viewport(1280, 800, false));
+    sign_in_by_link(&mut b, &stack, "alice");
+    let id = create_in_page(&mut b, "glance");
+    let row = |cells: &str| {
+        format!(
+            "(() => {{ const r = document.querySelector('#session-rows tr[data-session=\"{id}\"]'); \
+               if (!r) return false; const c = [...r.cells].map((x) => x.textContent); return {cells}; }})()"
+        )
+    };
+    // Nothing open, nobody watching, never typed into; it ends after an hour idle.
+    ok(
+        "the row at rest",
+        b.wait_js(
+            &row("c[4] === '0' && c[5] === '0' && c[6] === '—' && c[7].endsWith(' (idle)')"),
+            Duration::from_secs(30),
+            "Terminals 0, Viewers 0, Last input —, Ends … (idle)",
+        ),
+    );
+    // Alice types in a terminal of her own (a ttyd client, not this page) and bob,
+    // signed in, watches through a share link.
+    let cookie = stack.sign_in("alice");
+    let t = stack
+        .open_as(0, &id, &cookie)
+        .expect("alice opens her terminal");
+    t.send_input(b"echo glance-$((2*4))\r").unwrap();
+    t.read_until("glance-8", T).unwrap();
+    let token = stack.control.token("alice", false);
+    let link = stack.control.call(
+        "POST",
+        &format!("/v1/sessions/{id}/shares"),
+        Some(&token),
+        Some(json!({ "ttl_seconds": 600 })),
+    );
+    assert_eq!(link.status, 201, "{}", link.text);
+    let url = link.body["url"].as_str().unwrap().to_owned();
+    let bob = stack.sign_in("bob");
+    let origin = stack.origin(0);
+    let viewer = e2e::stack::wait_for("bob watching", T, || {
+        stack
+            .open(
+                0,
+                &format!("{url}/ws"),
+                &[("Origin", origin.as_str()), ("Cookie", bob.as_str())],
+            )
+            .ok()
+    });
+    ok(
+        "the row while in use",
+        b.wait_js(
+            &row("c[4] === '1' && c[5] === '1 (bob)' && / s ago$/.test(c[6]) && c[7].endsWith(' (idle)')"),
+            Duration::from_secs(30),
+            "Terminals 1, Viewers 1 (bob), Last input … s ago",
+        ),
+    );
+    ok(
+        "sessions-glance.png",
+        b.screenshot(&artifact("sessions-glance.png")),
+    );
+    drop(viewer);
+    drop(t);
+    ok(
+        "the row once both closed",
+        b.wait_js(
+            &row("c[4] === '0' && c[5] === '0' && / ago$/.test(c[6])"),
+            Duration::from_secs(30),
+            "Terminals 0, Viewers 0, the last input kept",
+        ),
+    );
+}
+
+#[test]
+fn the_owner_shares_a_recording_from_the_page_and_a_fresh_browser_plays_it_until_revoked() {
+    if e2e::stack::player_dir().is_none() {
+        return e2e::skip_or_fail(
+            "TERMGATE_PLAYER_DIR is not set: deploy/lib/prereqs.sh (ensure_player) installs the recordings player and exports it",
+        );
+    }
+    let mut control = e2e::stack::ControlStack::prepare("");
+    control.set_env("TERMGATE__PROFILES__DEFAULT__RECORD", "true");
+    control.set_env("TERMGATE__PROFILES__DEFAULT__RECORDING_LINKS", "anyone");
+    control.spawn(&[]);
+    let ttyd = e2e::ttyd::TtydPool::start_for(&control.instance);
+    let counter = e2e::ttyd::CountingProxy::start(ttyd.target());
+    let stack = GatewayStack::assemble(control, ttyd, counter);
+    let mut b = launch();
+    ok("a laptop viewport", b.set_viewport(1280, 800, false));
+    sign_in_by_link(&mut b, &stack, "alice");
+    let id = create_in_page(&mut b, "linked");
+    click_row_button(&mut b, &id, "Open");
+    ok(
+        "the terminal connection",
+        b.wait_js(
+            "!document.getElementById('terminal').hidden \
+             && document.getElementById('terminal-frame').contentDocument.title === 'termgate'",
+            T,
+            "ttyd's window title (its websocket is open)",
+        ),
+    );
+    ok(
+        "focus the terminal",
+        b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
+    );
+    ok("type", b.insert_text("echo shared-$((6*7))"));
+    ok("press Enter", b.press_enter());
+    ok(
+        "the shell's answer",
+        b.wait_js(
+            &format!("(() => {{ const s = {TERMINAL_TEXT}; return s.includes('shared-42') ? s : ''; }})()"),
+            T,
+            "shared-42 in the terminal buffer",
+        ),
+    );
+    ok(
+        "Back to sessions",
+        b.eval("document.getElementById('close-terminal').click()"),
+    );
+    // The recording is listed with a Share button; Share opens its links' form.
+    ok(
+        "Share in the recordings table",
+        b.wait_js(
+            &format!(
+                "(() => {{ const r = document.querySelector('#session-rows tr[data-session=\"{id}\"]'); \
+                 const btn = r && [...r.querySelectorAll('button')].find((x) => x.textContent === 'Recordings'); \
+                 if (btn) btn.click(); \
+                 const share = [...document.querySelectorAll('#recording-rows button')].find((x) => x.textContent === 'Share'); \
+                 if (!share) return false; share.click(); return true; }})()"
+            ),
+            Duration::from_secs(30),
+            "a Share button in the recordings table",
+        ),
+    );
+    ok(
+        "the link form, its mode limited to the profile's, focused",
+        b.wait_js(
+            "(() => { const region = document.getElementById('recording-share'); \
+             const mode = document.getElementById('recording-share-mode'); \
+             return !!region && !region.hidden && mode.options.length === 2 \
+               && document.activeElement === mode \
+               && document.querySelector('label[for=\"recording-share-mode\"]') !== null \
+               && document.querySelector('label[for=\"recording-share-ttl\"]') !== null; })()",
+            T,
+            "the link form with two modes",
+        ),
+    );
+    ok(
+        "create an anyone link for an hour",
+        b.eval(
+            "document.getElementById('recording-share-mode').value = 'anyone'; \
+             document.getElementById('recording-share-ttl').value = '3600'; \
+             document.getElementById('recording-share-create').click(); true",
+        ),
+    );
+    let url = ok(
+        "the new link, and it in the list",
+        b.wait_js(
+            "(() => { const u = document.getElementById('recording-share-url').value; \
+             return u && !document.getElementById('recording-share-new').hidden \
+               && document.querySelectorAll('#recording-link-rows tr').length === 1 \
+               && !!document.getElementById('recording-share-copy') ? u : null; })()",
+            T,
+            "the link's URL and one row of links",
+        ),
+    );
+    let url = url.as_str().expect("a URL").to_owned();
+    assert!(url.starts_with(&stack.url(0, "/r/")), "{url}");
+
+    // A fresh browser, no cookies: the link plays, and at its end shows what was typed.
+    let mut fresh = launch();
+    ok("no cookies", fresh.clear_cookies());
+    ok("a laptop viewport", fresh.set_viewport(1280, 800, false));
+    ok("open the link", fresh.navigate(&url));
+    ok(
+        "the player of the link's page",
+        fresh.wait_js(
+            &format!(
+                "!!window.termgatePlayer && !!document.querySelector('#player-view .ap-terminal') && {PLAYER_TEXT} !== null"
+            ),
+            T,
+            "the player on /r/<token>",
+        ),
+    );
+    ok(
+        "seek to the end",
+        fresh.eval("(async () => { await window.termgatePlayer.seek('100%'); return true; })()"),
+    );
+    ok(
+        "the typed text in the player",
+        fresh.wait_js(
+            &format!("(() => {{ const s = {PLAYER_TEXT}; return s && s.includes('shared-42') ? s : ''; }})()"),
+            T,
+            "shared-42 in the player's terminal",
+        ),
+    );
+    let png_path = artifact("recording-link.png");
+    ok("recording-link.png", fresh.screenshot(&png_path));
+    let png = std::fs::read(&png_path).expect("the screenshot");
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    use base64::Engine as _;
+    let data = base64::engine::general_purpose::STANDARD.encode(&png);
+    let pixels = ok(
+        "the terminal's pixels in the screenshot",
+        fresh.eval(&format!(
+            "(async () => {{ const img = new Image(); img.src = 'data:image/png;base64,{data}'; await img.decode(); \
+             const r = document.querySelector('#player-view .ap-terminal').getBoundingClientRect(); \
+             const k = img.naturalWidth / window.innerWidth; \
+             const x0 = Math.max(0, r.left), y0 = Math.max(0, r.top); \
+             const w = Math.floor(Math.min(r.right, window.innerWidth) - x0), h = Math.floor(Math.min(r.bottom, window.innerHeight) - y0); \
+             const c = document.createElement('canvas'); c.width = w; c.height = h; \
+             const g = c.getContext('2d'); g.drawImage(img, x0 * k, y0 * k, w * k, h * k, 0, 0, w, h); \
+             const d = g.getImageData(0, 0, w, h).data; const count = new Map(); \
+             for (let i = 0; i < d.length; i += 4) {{ const v = (d[i] << 16) | (d[i + 1] << 8) | d[i + 2]; count.set(v, (count.get(v) || 0) + 1); }} \
+             const most = Math.max(...count.values()); \
+             return {{ width: w, height: h, colours: count.size, other: 1 - most / (w * h) }}; }})()"
+        )),
+    );
+    let (w, h) = (
+        pixels["width"].as_u64().unwrap_or(0),
+        pixels["height"].as_u64().unwrap_or(0),
+    );
+    assert!(w >= 200 && h >= 100, "the terminal is in view: {pixels}");
+    assert!(
+        pixels["colours"].as_u64().unwrap_or(0) >= 3
+            && pixels["other"].as_f64().unwrap_or(0.0) > 0.002,
+        "the player's terminal shows text, not one colour: {pixels}"
+    );
+
+    // Revoked in the owner's page: the fresh browser gets the 404 page.
+    ok(
+        "Revoke",
+        b.eval(
+            "(() => { const btn = [...document.querySelectorAll('#recording-link-rows button')].find((x) => x.textContent === 'Revoke'); \
+             btn.click(); return true; })()",
+        ),
+    );
+    ok(
+        "no links left",
+        b.wait_js(
+            "document.querySelectorAll('#recording-link-rows tr').length === 0 \
+             && !document.getElementById('no-recording-links').hidden",
+            T,
+            "the list of links empty",
+        ),
+    );
+    ok("open the link again", fresh.navigate(&url));
+    ok(
+        "the 404 page",
+        fresh.wait_js(
+            "(() => { const m = document.querySelector('meta[name=\"termgate-error\"]'); \
+             return m && m.content === 'not_found' && !window.termgatePlayer; })()",
+            T,
+            "the not-found page instead of the player",
         ),
     );
 }

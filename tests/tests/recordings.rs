@@ -543,3 +543,169 @@ fn a_recording_control_cannot_take_stays_in_the_spool_until_it_can() {
     assert_eq!(std::fs::read_to_string(cast).unwrap(), text);
     assert!(!waiting.exists());
 }
+
+/// Stores a recording of `bytes` bytes the way a gateway hands one over (the service
+/// token's `PUT`), then dates it `age` back (`touch -d`), as if stored then.
+fn store_aged(
+    control: &e2e::stack::ControlStack,
+    session: &str,
+    name: &str,
+    bytes: usize,
+    age: &str,
+) {
+    let header = "{\"version\": 2, \"width\": 80, \"height\": 24, \"timestamp\": 1700000000}\n";
+    let line = "[0.5, \"o\", \"retention\"]\n";
+    let mut text = header.to_string();
+    while text.len() + line.len() <= bytes {
+        text.push_str(line);
+    }
+    text.push_str(&" ".repeat(bytes - text.len() - 1));
+    text.push('\n');
+    let url = format!("{}/v1/recordings/{session}/{name}", control.api);
+    let status = e2e::stack::agent()
+        .put(&url)
+        .header(
+            "Authorization",
+            &format!("Bearer {}", control.service_token()),
+        )
+        .send(text.as_bytes())
+        .unwrap_or_else(|e| panic!("PUT {url}: {e}"))
+        .status()
+        .as_u16();
+    assert_eq!(status, 204, "PUT {name}");
+    let path = control
+        .dir
+        .dir
+        .path()
+        .join("recordings")
+        .join(session)
+        .join(format!("{name}.cast"));
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), bytes as u64);
+    let touched = Command::new("touch")
+        .arg("-d")
+        .arg(age)
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(touched.success(), "touch -d {age} {}", path.display());
+}
+
+#[test]
+fn retention_removes_old_recordings_then_the_oldest_over_a_users_cap_then_over_the_deployments() {
+    let mut control = e2e::stack::ControlStack::start("");
+    let alice = control.token("alice", false);
+    let bob = control.token("bob", false);
+    let admin = control.token("root-admin", true);
+    let a = control.create(&alice)["id"].as_str().unwrap().to_string();
+    let b = control.create(&bob)["id"].as_str().unwrap().to_string();
+    // Stored while no rule is set: nothing goes.
+    const KB5: usize = 5000;
+    store_aged(&control, &a, "a1", KB5, "40 days ago");
+    store_aged(&control, &a, "a2", KB5, "3 hours ago");
+    store_aged(&control, &a, "a3", KB5, "2 hours ago");
+    store_aged(&control, &a, "a4", KB5, "1 hour ago");
+    store_aged(&control, &b, "b1", KB5, "5 hours ago");
+    store_aged(&control, &b, "b2", KB5, "now");
+    let names = |control: &e2e::stack::ControlStack, id: &str, token: &str| -> Vec<String> {
+        let l = control.call(
+            "GET",
+            &format!("/v1/sessions/{id}/recordings"),
+            Some(token),
+            None,
+        );
+        assert_eq!(l.status, 200, "{}", l.text);
+        let mut n: Vec<String> = l.body["recordings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap().to_string())
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(&control, &a, &alice), ["a1", "a2", "a3", "a4"]);
+    let usage = control.call("GET", "/v1/retention", Some(&admin), None);
+    assert_eq!(usage.status, 200, "{}", usage.text);
+    assert_eq!(usage.body["files"], 6);
+    assert_eq!(usage.body["bytes"], 6 * KB5);
+    assert_eq!(usage.body["keep_days"], 0);
+    assert_eq!(usage.body["users"][0]["sub"], "alice");
+    assert_eq!(usage.body["users"][0]["bytes"], 4 * KB5);
+    let refused = control.call("GET", "/v1/retention", Some(&alice), None);
+    assert_eq!(
+        refused.status, 403,
+        "only an admin sees every user's recordings"
+    );
+    assert_eq!(refused.body["error"]["code"], "admin_required");
+
+    // Control again, now with the three rules: 30 days, 12,000 bytes a user, 15,000 in all.
+    control.terminate();
+    control.spawn(&[
+        ("TERMGATE__CONTROL__RECORDINGS_KEEP_DAYS", "30"),
+        ("TERMGATE__CONTROL__RECORDINGS_MAX_USER_BYTES", "12000"),
+        ("TERMGATE__CONTROL__RECORDINGS_MAX_TOTAL_BYTES", "15000"),
+        ("TERMGATE__CONTROL__RECORDINGS_PRUNE_MS", "200"),
+    ]);
+    // a1 is 40 days old; alice's a2..a4 are 15,000 bytes: a2, her oldest, goes; then
+    // a3, a4, b1, b2 are 20,000 in all: b1, the oldest of anyone's, goes.
+    wait_for("the pruned recordings gone", T, || {
+        (names(&control, &a, &alice) == ["a3", "a4"] && names(&control, &b, &bob) == ["b2"])
+            .then_some(())
+    });
+    let usage = control.call("GET", "/v1/retention", Some(&admin), None);
+    assert_eq!(usage.body["files"], 3, "{}", usage.text);
+    assert_eq!(usage.body["bytes"], 3 * KB5);
+    assert_eq!(usage.body["keep_days"], 30);
+    assert_eq!(usage.body["max_user_bytes"], 12000);
+    assert_eq!(usage.body["max_total_bytes"], 15000);
+
+    // Each removal is in the audit trail, with its owner and the rule that decided.
+    let pruned = |session: &str| -> Vec<(String, String)> {
+        let q = control.call(
+            "GET",
+            &format!("/v1/audit?session={session}"),
+            Some(&admin),
+            None,
+        );
+        assert_eq!(q.status, 200, "{}", q.text);
+        let mut found: Vec<(String, String)> = q.body["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["message"] == "recording pruned")
+            .map(|l| {
+                assert_eq!(l["fields"]["bytes"], KB5.to_string(), "{l}");
+                (
+                    l["fields"]["recording"].as_str().unwrap().to_string(),
+                    format!(
+                        "{} {}",
+                        l["fields"]["sub"].as_str().unwrap(),
+                        l["fields"]["reason"].as_str().unwrap()
+                    ),
+                )
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    let owned = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        pruned(&a),
+        owned(&[
+            ("a1", "alice recordings_keep_days"),
+            ("a2", "alice recordings_max_user_bytes")
+        ])
+    );
+    assert_eq!(
+        pruned(&b),
+        owned(&[("b1", "bob recordings_max_total_bytes")])
+    );
+    // What is left stays: a later pass removes nothing more.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(names(&control, &a, &alice), ["a3", "a4"]);
+    assert_eq!(names(&control, &b, &bob), ["b2"]);
+}

@@ -154,6 +154,9 @@ pub fn ttyd_viewer_socket() -> PathBuf {
 pub fn shares() -> String {
     "signed-in".into()
 }
+pub fn recording_links() -> String {
+    "signed-in".into()
+}
 pub fn ttyd_socket() -> PathBuf {
     "ttyd/ttyd.sock".into()
 }

@@ -137,4 +137,5 @@ pub const KEYS: &[(&str, &str)] = &[
     ("profiles.<name>.record", "false"),
     ("profiles.<name>.record_input", "false"),
     ("profiles.<name>.shares", "\"signed-in\""),
+    ("profiles.<name>.recording_links", "\"signed-in\""),
 ];

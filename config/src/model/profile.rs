@@ -106,6 +106,10 @@ pub struct Profile {
     /// `off`.
     #[serde(default = "defaults::shares")]
     pub shares: String,
+    /// Who may open links to one of its sessions' recordings: `anyone`, `signed-in`
+    /// or `off`.
+    #[serde(default = "defaults::recording_links")]
+    pub recording_links: String,
 }
 
 /// One `[[profiles.<name>.mounts]]` entry.

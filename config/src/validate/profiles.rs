@@ -77,6 +77,15 @@ fn validate_profile(name: &str, p: &Profile, err: &mut impl FnMut(&str, String))
             ),
         );
     }
+    if policy::share::ShareMode::parse(&p.recording_links).is_none() {
+        err(
+            &format!("{key}.recording_links"),
+            format!(
+                "must be \"anyone\", \"signed-in\" or \"off\", got {:?}",
+                p.recording_links
+            ),
+        );
+    }
     for (k, v) in [
         ("idle_timeout_seconds", p.idle_timeout_seconds),
         ("max_lifetime_seconds", p.max_lifetime_seconds),
@@ -210,6 +219,13 @@ impl Profile {
     /// unknown spelling, impossible after validation, reads as `off`).
     pub fn share_mode(&self) -> policy::share::ShareMode {
         policy::share::ShareMode::parse(&self.shares).unwrap_or(policy::share::ShareMode::Off)
+    }
+
+    /// Who may open links to this profile's sessions' recordings (validated at load;
+    /// an unknown spelling reads as `off`).
+    pub fn recording_link_mode(&self) -> policy::share::ShareMode {
+        policy::share::ShareMode::parse(&self.recording_links)
+            .unwrap_or(policy::share::ShareMode::Off)
     }
 
     /// When this profile's sessions end by themselves.

@@ -2,9 +2,10 @@
 //! parameters, bounded JSON bodies, session ids from paths and the common refusals.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
+use futures_util::TryStreamExt;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{HeaderValue, AUTHORIZATION, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 use policy::{Principal, SessionId};
 use serde::Serialize;
@@ -13,6 +14,42 @@ use crate::error::ApiError;
 use crate::service::Control;
 
 pub(super) type Reply = Response<Full<Bytes>>;
+
+/// An answer whose body may stream from a file.
+pub(super) type Streamed =
+    Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>;
+
+/// Bytes read from a recording's file per frame.
+const CHUNK: usize = 64 * 1024;
+
+/// A whole-body answer as a streamed one.
+pub(super) fn boxed(r: Reply) -> Streamed {
+    r.map(|b| b.map_err(|never| match never {}).boxed_unsync())
+}
+
+/// A recording's file as a 200 answer, streamed a frame at a time: never read whole.
+pub(super) fn cast_file(file: tokio::fs::File, size: u64) -> Streamed {
+    let chunks = futures_util::stream::try_unfold(file, |mut file| async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; CHUNK];
+        let n = file.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.truncate(n);
+        Ok(Some((Bytes::from(buf), file)))
+    });
+    let body = StreamBody::new(chunks.map_ok(Frame::data));
+    let mut r = Response::new(BodyExt::boxed_unsync(body));
+    let headers = r.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/x-asciicast"),
+    );
+    headers.insert(CONTENT_LENGTH, HeaderValue::from(size));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
 
 pub(super) fn json<T: Serialize>(status: u16, value: &T) -> Reply {
     let body = serde_json::to_vec(value).unwrap_or_default();

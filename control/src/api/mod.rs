@@ -23,26 +23,30 @@ use tokio::net::TcpListener;
 
 use crate::error::ApiError;
 use crate::service::Control;
-use http::{error, json, no_such_endpoint, Reply};
+use http::{boxed, error, json, no_such_endpoint, Reply, Streamed};
 use wire::Health;
 
 pub mod authz;
 mod http;
 mod internal;
+mod recording_links;
 mod sessions;
 mod users;
 pub mod wire;
 
+/// A `/v1/` path's segments (none for any other path).
+fn path_segments(path: &str) -> Vec<&str> {
+    path.strip_prefix("/v1/")
+        .map(|p| p.split('/').collect())
+        .unwrap_or_default()
+}
+
 /// Answers a request on the API listener: the path picks the handler of its group.
 async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, ApiError> {
     let path = req.uri().path().to_owned();
-    let segments: Vec<&str> = path
-        .strip_prefix("/v1/")
-        .map(|p| p.split('/').collect())
-        .unwrap_or_default();
     let method = req.method().clone();
     let limit = control.max_body_bytes();
-    match segments.as_slice() {
+    match path_segments(&path).as_slice() {
         ["healthz"] => Ok(json(
             200,
             &Health {
@@ -53,6 +57,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
         ["routes", rest @ ..] => internal::routes(control, req, rest).await,
         ["activity"] => internal::activity(control, req, limit).await,
         ["terminals"] => internal::terminals(control, req, limit).await,
+        ["retention"] => users::recordings_usage(control, req),
         ["recordings", rest @ ..] => internal::recordings(control, req, rest).await,
         ["audit"] if method == Method::POST => internal::audit_report(control, req, limit).await,
         ["authz", rest @ ..] => authz::handle(control, req, rest),
@@ -69,9 +74,27 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
     }
 }
 
-async fn handle(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, Infallible> {
+async fn handle(control: Arc<Control>, req: Request<Incoming>) -> Result<Streamed, Infallible> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    if path.starts_with("/v1/recording-links/") {
+        // The path holds a recording link's token: it is never logged.
+        let reply = recording_links::play(control, req)
+            .await
+            .unwrap_or_else(|e| boxed(error(&e)));
+        tracing::debug!(%method, path = "/v1/recording-links/<token>", status = reply.status().as_u16(), "request");
+        return Ok(reply);
+    }
+    if let ["sessions", id, "recordings", name] = path_segments(&path).as_slice() {
+        if method == Method::GET {
+            // A recording streams from its file, never read whole.
+            let reply = sessions::download(control, req, id, name)
+                .await
+                .unwrap_or_else(|e| boxed(error(&e)));
+            tracing::debug!(%method, %path, status = reply.status().as_u16(), "request");
+            return Ok(reply);
+        }
+    }
     let reply = match route(control, req).await {
         Ok(r) => r,
         Err(e) => {
@@ -86,7 +109,7 @@ async fn handle(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, 
         }
     };
     tracing::debug!(%method, %path, status = reply.status().as_u16(), "request");
-    Ok(reply)
+    Ok(boxed(reply))
 }
 
 async fn handle_admin(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, Infallible> {
@@ -148,7 +171,7 @@ pub async fn serve(
             async move {
                 match which {
                     Listener::Api => handle(control, req).await,
-                    Listener::Admin => handle_admin(control, req).await,
+                    Listener::Admin => handle_admin(control, req).await.map(boxed),
                 }
             }
         });

@@ -4,14 +4,13 @@
 
 use std::sync::Arc;
 
-use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_TYPE};
-use hyper::{Method, Request, Response};
+use hyper::header::HeaderValue;
+use hyper::{Method, Request};
 
 use super::http::{
-    authenticate, empty, json, no_such_endpoint, not_allowed, query_param, read_json, session_id,
-    Reply,
+    authenticate, cast_file, empty, json, no_such_endpoint, not_allowed, query_param, read_json,
+    session_id, Reply, Streamed,
 };
 use super::wire::{
     CreateRequest, Listed, ListedTarget, RecordingList, RedrawRequest, Sessions, ShareRequest,
@@ -117,25 +116,18 @@ pub(super) async fn sessions(
             let list = control.recordings().list(&id);
             Ok(json(200, &RecordingList { recordings: list }))
         }
-        [id, "recordings", name] => {
-            let who = authenticate(&control, &req)?;
+        [_, "recordings", _] => {
+            // A GET is answered by `download`, streamed, before the routes.
+            authenticate(&control, &req)?;
+            Err(not_allowed())
+        }
+        [id, "recordings", name, "links"] => {
             let id = session_id(id)?;
-            if method != Method::GET {
-                return Err(not_allowed());
-            }
-            control.get(&who, &id)?;
-            let bytes = control.recordings().read(&id, name).await?;
-            tracing::info!(target: "audit", sub = %who.sub, session = %id, recording = %name, "recording read");
-            let mut r = Response::new(Full::new(bytes));
-            let headers = r.headers_mut();
-            headers.insert(
-                CONTENT_TYPE,
-                HeaderValue::from_static("application/x-asciicast"),
-            );
-            if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}.cast\"")) {
-                headers.insert(hyper::header::CONTENT_DISPOSITION, v);
-            }
-            Ok(r)
+            super::recording_links::manage(control, req, id, name, None, limit).await
+        }
+        [id, "recordings", name, "links", link] => {
+            let id = session_id(id)?;
+            super::recording_links::manage(control, req, id, name, Some(link), limit).await
         }
         [id, "shares"] => {
             let who = authenticate(&control, &req)?;
@@ -244,4 +236,25 @@ pub(super) async fn targets(
         }
         _ => Err(no_such_endpoint()),
     }
+}
+
+/// `GET /v1/sessions/<id>/recordings/<name>`: the owner's or an admin's download, as
+/// an attachment, streamed from the file.
+pub(super) async fn download(
+    control: Arc<Control>,
+    req: Request<Incoming>,
+    id: &str,
+    name: &str,
+) -> Result<Streamed, ApiError> {
+    let who = authenticate(&control, &req)?;
+    let id = session_id(id)?;
+    control.get(&who, &id)?;
+    let (file, size) = control.recordings().open_file(&id, name).await?;
+    tracing::info!(target: "audit", sub = %who.sub, session = %id, recording = %name, bytes = size, "recording read");
+    let mut r = cast_file(file, size);
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}.cast\"")) {
+        r.headers_mut()
+            .insert(hyper::header::CONTENT_DISPOSITION, v);
+    }
+    Ok(r)
 }

@@ -11,8 +11,9 @@ use policy::Sub;
 use super::http::{
     authenticate, bearer, empty, json, no_such_endpoint, not_allowed, query_param, read_json, Reply,
 };
-use super::wire::{AuditLines, ProfileView, Profiles, Users};
+use super::wire::{AuditLines, ProfileView, Profiles, RecordingsOfUser, RecordingsUsage, Users};
 use crate::error::ApiError;
+use crate::retention;
 use crate::service::{may_lock, Control, RevocationRequest, SignInReport, SignInView};
 use crate::store::AuditQuery;
 
@@ -108,6 +109,40 @@ pub(super) async fn revocations(
         }
         _ => Err(not_allowed()),
     }
+}
+
+/// `GET /v1/retention`: what the recordings hold and the rules that keep them, for an
+/// admin's console.
+pub(super) fn recordings_usage(
+    control: Arc<Control>,
+    req: Request<Incoming>,
+) -> Result<Reply, ApiError> {
+    let method = req.method().clone();
+    let who = authenticate(&control, &req)?;
+    if method != Method::GET {
+        return Err(not_allowed());
+    }
+    if !who.admin {
+        return Err(ApiError::ADMIN_REQUIRED.with_message("only an admin may see all recordings"));
+    }
+    let u = retention::usage(&control);
+    let users = u.users.into_iter().map(|o| RecordingsOfUser {
+        sub: o.sub,
+        files: o.files,
+        bytes: o.bytes,
+    });
+    Ok(json(
+        200,
+        &RecordingsUsage {
+            files: u.files,
+            bytes: u.bytes,
+            oldest_stored_at: u.oldest_stored_at,
+            keep_days: u.keep_days,
+            max_total_bytes: u.max_total_bytes,
+            max_user_bytes: u.max_user_bytes,
+            users: users.collect(),
+        },
+    ))
 }
 
 /// `GET /v1/audit`: an admin's search of the audit trail.

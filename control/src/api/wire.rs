@@ -8,7 +8,6 @@ use policy::{SessionId, Sub};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Session, SessionState, Target, TargetCredential};
-use crate::recordings::RecordingView;
 
 // Sessions.
 
@@ -69,6 +68,13 @@ pub struct SessionView<'a> {
     /// has reported lately).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) terminals: Option<u32>,
+    /// Share-link viewers watching it now, over every gateway that reports (absent:
+    /// no gateway has reported lately).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) viewers: Option<u32>,
+    /// The signed-in viewers among them (`sub`s; anonymous viewers only count).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) viewer_subs: Vec<String>,
 }
 
 impl<'a> From<&'a Session> for SessionView<'a> {
@@ -91,6 +97,8 @@ impl<'a> From<&'a Session> for SessionView<'a> {
             ends_at: None,
             ends_because: None,
             terminals: None,
+            viewers: None,
+            viewer_subs: Vec::new(),
         }
     }
 }
@@ -151,6 +159,61 @@ pub struct ShareView {
     pub(crate) viewers: u32,
     /// The signed-in viewers' `sub`s.
     pub(crate) subs: Vec<String>,
+}
+
+// Recording links.
+
+/// Body of `POST /v1/sessions/<id>/recordings/<name>/links`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordingLinkRequest {
+    /// How long the link plays the recording, seconds (60 s to 30 days; absent: 7 days).
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
+    /// `anyone` or `signed-in` (absent: `signed-in`), no wider than the profile's
+    /// `recording_links`.
+    #[serde(default)]
+    pub mode: Option<String>,
+}
+
+/// A recording link just made: the only time its token is seen.
+#[derive(Debug, Serialize)]
+pub struct CreatedRecordingLink {
+    pub(crate) id: String,
+    /// The secret: 64 hex digits, kept nowhere.
+    pub(crate) token: String,
+    /// The link, as a path on the gateway (`/r/<token>`).
+    pub(crate) url: String,
+    pub(crate) expires_at: u64,
+    pub(crate) mode: String,
+}
+
+/// A link of a recording as its owner sees it: never its token.
+#[derive(Debug, Serialize)]
+pub struct RecordingLinkView {
+    pub(crate) id: String,
+    pub(crate) mode: String,
+    pub(crate) created_at: u64,
+    pub(crate) expires_at: u64,
+    pub(crate) created_by: String,
+}
+
+/// `GET /v1/sessions/<id>/recordings/<name>/links`: the live links, oldest first.
+#[derive(Debug, Serialize)]
+pub struct RecordingLinks {
+    pub(crate) links: Vec<RecordingLinkView>,
+    /// The modes a new link may have, narrowest first (empty: the profile's
+    /// `recording_links` is `off`).
+    pub(crate) modes: Vec<&'static str>,
+}
+
+/// `GET /v1/recording-links/<token>/check`: a link that plays, for the gateway's page.
+#[derive(Debug, Serialize)]
+pub struct RecordingLinkCheck {
+    pub(crate) id: String,
+    pub(crate) session: SessionId,
+    pub(crate) recording: String,
+    pub(crate) expires_at: u64,
 }
 
 // Targets.
@@ -376,7 +439,7 @@ pub(super) struct TerminalsReport {
     pub(super) users: Option<Vec<UserTerminals>>,
     /// The share-link viewers it has open, all of them.
     #[serde(default)]
-    pub(super) viewers: Vec<crate::live::Viewers>,
+    pub(super) viewers: Vec<Viewers>,
 }
 
 #[derive(serde::Deserialize)]
@@ -458,4 +521,98 @@ mod tests {
             serde_json::json!({"status": "ok"}).to_string()
         );
     }
+}
+
+/// `GET /v1/retention`: what the recordings hold, and the rules that keep them.
+#[derive(Debug, Serialize)]
+pub struct RecordingsUsage {
+    pub(super) files: usize,
+    pub(super) bytes: u64,
+    pub(super) oldest_stored_at: Option<u64>,
+    pub(super) keep_days: u64,
+    pub(super) max_total_bytes: u64,
+    pub(super) max_user_bytes: u64,
+    /// Per owner, the largest first (`-`: sessions no record is left of).
+    pub(super) users: Vec<RecordingsOfUser>,
+}
+
+/// One owner's part of [`RecordingsUsage`].
+#[derive(Debug, Serialize)]
+pub struct RecordingsOfUser {
+    pub(super) sub: String,
+    pub(super) files: usize,
+    pub(super) bytes: u64,
+}
+
+// The gateways' live terminal reports (`POST /v1/terminals`) and control's answer,
+// kept by `crate::live`.
+
+/// The viewers one gateway has open on one share link.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Viewers {
+    /// The session watched.
+    pub session: SessionId,
+    /// The share's id.
+    pub share: String,
+    /// Viewers open.
+    pub open: u32,
+    /// The `sub`s of the signed-in ones.
+    #[serde(default)]
+    pub subs: Vec<String>,
+}
+
+/// What the other live gateways have open: the answer to a gateway's report. Only
+/// entries with something open are listed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Elsewhere {
+    /// Terminals open per user (share-link viewers not counted).
+    pub users: Vec<UserOpen>,
+    /// Terminals open per session (viewers not counted).
+    pub sessions: Vec<SessionOpen>,
+    /// Viewers open per share link.
+    pub viewers: Vec<ShareOpen>,
+}
+
+/// One user's terminals open elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UserOpen {
+    /// The user.
+    pub sub: Sub,
+    /// Terminals open.
+    pub open: u32,
+}
+
+/// One session's terminals open elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SessionOpen {
+    /// The session.
+    pub session: SessionId,
+    /// Terminals open.
+    pub open: u32,
+}
+
+/// One share link's viewers open elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ShareOpen {
+    /// The session watched.
+    pub session: SessionId,
+    /// The share's id.
+    pub share: String,
+    /// Viewers open.
+    pub open: u32,
+}
+
+/// One recording as the API lists it.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct RecordingView {
+    /// Its name (`GET /v1/sessions/<id>/recordings/<name>`).
+    pub name: String,
+    /// Bytes.
+    pub size: u64,
+    /// When the terminal opened, seconds since the Unix epoch (the header's
+    /// `timestamp`).
+    pub started: u64,
+    /// Time of its last event, seconds.
+    pub duration: f64,
 }

@@ -28,6 +28,8 @@ pub(super) const TARGETS: &str = "targets";
 pub(super) const SIGN_INS: &str = "sign_ins";
 /// [`policy::revocation::Revocation::key`] → a revocation in force.
 pub(super) const REVOKED: &str = "revoked";
+/// `h/<token hash>` → a recording link; `i/<session>/<recording>/<link id>` → its hash.
+pub(super) const RECORDING_LINKS: &str = "recording_links";
 /// `at_ms sequence` (big-endian) → an audit line (JSON).
 pub(super) const AUDIT: &str = "audit";
 

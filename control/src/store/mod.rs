@@ -1,6 +1,6 @@
 //! The control service's books, kept in sled. This is the only module that touches sled.
 //!
-//! Layout (one sled database, eleven trees):
+//! Layout (one sled database, twelve trees):
 //!
 //! | tree               | key                                         | value              |
 //! |--------------------|---------------------------------------------|--------------------|
@@ -15,6 +15,7 @@
 //! | `targets`          | target id                                   | [`Target`] JSON    |
 //! | `sign_ins`         | token fingerprint (hex)                     | [`SignIn`] JSON    |
 //! | `revoked`          | `f/<fingerprint>`, `j/<jti>`, `b/<sub>`     | [`Revocation`] JSON |
+//! | `recording_links`  | `h/<token sha256 hex>`; `i/<session>/<recording>/<link id>` | [`RecordingLink`] JSON; the hash |
 //!
 //! Every write holds one process-wide mutex and runs as one multi-tree transaction:
 //! the mutex serialises quota check, insert, counting and the revision bump (sled's
@@ -43,12 +44,14 @@
 //! [`Target`]: crate::model::Target
 //! [`SignIn`]: crate::model::SignIn
 //! [`Revocation`]: policy::revocation::Revocation
+//! [`RecordingLink`]: crate::model::RecordingLink
 
 mod audit;
 mod error;
 mod feed;
 mod keys;
 mod meta;
+mod recording_links;
 mod sessions;
 mod sign_ins;
 mod targets;
@@ -71,8 +74,8 @@ use tokio::sync::watch;
 
 use crate::model::{Pools, Route, Session};
 use keys::{
-    decode_u64, AUDIT, CHANGES, COUNTS, HISTORY, HISTORY_BY_OWNER, LOCKS, META, OWNERS, REVOKED,
-    REV_KEY, SESSIONS, SIGN_INS, TARGETS,
+    decode_u64, AUDIT, CHANGES, COUNTS, HISTORY, HISTORY_BY_OWNER, LOCKS, META, OWNERS,
+    RECORDING_LINKS, REVOKED, REV_KEY, SESSIONS, SIGN_INS, TARGETS,
 };
 
 /// The control service's persistent state: sessions, history, quotas, locks and the
@@ -110,6 +113,7 @@ struct Opened {
     targets: Tree,
     sign_ins: Tree,
     revoked: Tree,
+    recording_links: Tree,
     audit: Tree,
     /// This opening's feed epoch (see [`FeedPage::epoch`](crate::model::FeedPage::epoch)).
     epoch: String,
@@ -147,6 +151,7 @@ impl Opened {
             targets: open(TARGETS)?,
             sign_ins: open(SIGN_INS)?,
             revoked: open(REVOKED)?,
+            recording_links: open(RECORDING_LINKS)?,
             audit: open(AUDIT)?,
             epoch: new_epoch()?,
             log: std::fs::File::open(path.join("db")).map_err(StoreError::Unavailable)?,

@@ -42,6 +42,7 @@ impl Store {
             &t.targets,
             &t.sign_ins,
             &t.revoked,
+            &t.recording_links,
         );
         let out = self.note(
             trees
@@ -58,6 +59,7 @@ impl Store {
                         targets,
                         sign_ins,
                         revoked,
+                        recording_links,
                     )| {
                         f(&Tx {
                             sessions,
@@ -71,6 +73,7 @@ impl Store {
                             targets,
                             sign_ins,
                             revoked,
+                            recording_links,
                             change_log_len: self.change_log_len,
                             pools: &self.pools,
                             viewer_pools: &self.viewer_pools,
@@ -96,6 +99,7 @@ pub(super) struct Tx<'a> {
     pub(super) targets: &'a TransactionalTree,
     pub(super) sign_ins: &'a TransactionalTree,
     pub(super) revoked: &'a TransactionalTree,
+    pub(super) recording_links: &'a TransactionalTree,
     change_log_len: u64,
     pools: &'a Pools,
     viewer_pools: &'a Pools,

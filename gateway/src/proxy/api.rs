@@ -52,6 +52,7 @@ pub(super) async fn api(g: &Gateway, session: &mut Session, rest: &str) -> Resul
         path: format!("/v1/{rest}{query}"),
         timeout,
         answer_within: timeout + docker_wait(&g.config.control, req.method.as_str(), rest),
+        viewer: None,
     };
     Ok(Allowed {
         principal: Some(verified.principal),

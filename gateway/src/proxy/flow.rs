@@ -18,7 +18,7 @@ use super::parts::Proxy;
 use super::reply::{self, Json};
 use super::request_log::{log, RequestLine};
 use super::upstream::{no_upstream, TtydRequest, Upstream};
-use super::{admission, api, sign_in, terminal};
+use super::{admission, api, recording_link, sign_in, terminal};
 use crate::ui;
 
 /// Answers a failure to proxy with the refusal it amounts to; whether the connection
@@ -104,6 +104,9 @@ impl Proxy {
                 }
                 admission::share(g, session, token, part).await
             }
+            PublicRoute::Recording { token, cast } => {
+                recording_link::recording(g, session, token, cast).await
+            }
         }
     }
 
@@ -127,6 +130,9 @@ impl Proxy {
             Next::Redirect(to) => reply::redirect(session, to).await?,
             Next::ViewerPage => {
                 ui::serve_viewer(session).await?;
+            }
+            Next::RecordingPage => {
+                ui::serve_recording(session).await?;
             }
         }
         Ok(true)

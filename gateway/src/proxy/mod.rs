@@ -22,6 +22,7 @@ mod headers;
 pub(crate) mod mounted;
 mod outcome;
 mod parts;
+mod recording_link;
 mod reply;
 mod request_log;
 mod sign_in;
@@ -145,6 +146,21 @@ impl ProxyHttp for Proxy {
     /// Answers a failure to proxy with the refusal it amounts to, in the JSON shape.
     async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
         answer_failure(session, e, ctx).await
+    }
+
+    /// What Pingora's own error lines say of a request: a share or recording link's
+    /// path is its token, so those name the route only.
+    fn request_summary(&self, session: &Session, _ctx: &Ctx) -> String {
+        let req = session.req_header();
+        let path = req.uri.path();
+        let shown = if path.starts_with("/v/") {
+            "/v/<token>"
+        } else if path.starts_with("/r/") {
+            "/r/<token>"
+        } else {
+            return session.as_ref().request_summary();
+        };
+        format!("{} {shown}", req.method)
     }
 
     /// Writes the access log line, and for terminals the audit line and metrics.

@@ -83,4 +83,6 @@ pub(super) enum Next {
     Redirect(Redirect),
     /// Is answered with a share link's viewer page.
     ViewerPage,
+    /// Is answered with a recording link's player page.
+    RecordingPage,
 }

@@ -149,6 +149,7 @@ mod tests {
             path: "/v1/sessions".into(),
             timeout: std::time::Duration::from_secs(2),
             answer_within: std::time::Duration::from_secs(12),
+            viewer: None,
         });
         let ttyd = Upstream::Ttyd(super::super::TtydRequest {
             part: policy::TerminalPart::Ws,

@@ -30,11 +30,25 @@ pub(super) fn log(metrics: &Metrics, line: &RequestLine, error: Option<&str>, ct
         .map(|r| r.as_str())
         .unwrap_or("");
     let decision = ctx.decision.as_str();
-    // A share link's path is its token: the access line names the share instead.
-    let path = match (&ctx.share, line.path.starts_with("/v/")) {
-        (Some(share), true) => format!("/v/<share {share}>"),
-        (None, true) => "/v/<token>".to_owned(),
-        (_, false) => line.path.clone(),
+    // A share link's path is its token: the access line names the share instead; a
+    // recording link's, the link.
+    let path = if line.path.starts_with("/v/") {
+        match &ctx.share {
+            Some(share) => format!("/v/<share {share}>"),
+            None => "/v/<token>".to_owned(),
+        }
+    } else if line.path.starts_with("/r/") {
+        let cast = if line.path.ends_with("/cast") {
+            "/cast"
+        } else {
+            ""
+        };
+        match &ctx.share {
+            Some(link) => format!("/r/<link {link}>{cast}"),
+            None => "/r/<token>".to_owned(),
+        }
+    } else {
+        line.path.clone()
     };
     tracing::info!(
         target: "access",

@@ -42,6 +42,9 @@ pub struct ControlCall {
     /// what the call waits for in Docker, so that a slow Docker is not cut short while
     /// a hung control still answers 504.
     pub answer_within: Duration,
+    /// For a recording link's play: the viewer the gateway verified, sent as
+    /// `X-Termgate-Viewer` (the call carries the service token).
+    pub viewer: Option<String>,
 }
 
 /// What goes to a terminal's ttyd.
@@ -160,6 +163,9 @@ impl Upstream {
                 if let Some(t) = token {
                     up.insert_header("Authorization", format!("Bearer {t}"))?;
                 }
+                if let Some(v) = &call.viewer {
+                    up.insert_header("X-Termgate-Viewer", v.as_str())?;
+                }
             }
         }
         Ok(())
@@ -179,9 +185,6 @@ const CLAIMED_USER_HEADERS: [&str; 8] = [
     "x-webauth-user",
 ];
 
-/// Removes every header through which a client could claim an identity: nothing the
-/// client says about who it is reaches an upstream. (A target's own credential header,
-/// whatever its name, is replaced in [`Upstream::rewrite`].)
 /// Makes `up` the head an upstream gets: no identity of the client's
 /// ([`strip_identity`]), then the upstream's own rewrite (path, `arg`, the verified
 /// user, a target's credential). The one place both paths to an upstream — Pingora's
@@ -196,6 +199,9 @@ pub(super) fn prepare(
     upstream.rewrite(up, principal, token)
 }
 
+/// Removes every header through which a client could claim an identity: nothing the
+/// client says about who it is reaches an upstream. (A target's own credential header,
+/// whatever its name, is replaced in [`Upstream::rewrite`].)
 pub(super) fn strip_identity(up: &mut RequestHeader) {
     let claimed: Vec<_> = up
         .headers
