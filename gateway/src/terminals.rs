@@ -41,54 +41,7 @@ pub enum LimitHit {
     Viewers,
 }
 
-/// Why a live terminal was closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseReason {
-    /// The session ended or changed owner.
-    RouteRemoved,
-    /// The user was locked.
-    UserLocked,
-    /// The token expired.
-    TokenExpired,
-    /// The browser that opened it signed out (here, on another gateway, or from
-    /// another browser's "sign out everywhere").
-    SignedOut,
-    /// An admin revoked the token that opened it.
-    TokenRevoked,
-    /// The target no longer allows its user.
-    AccessRemoved,
-    /// The share link a viewer watched through was revoked or expired, or its owner
-    /// was locked.
-    ShareEnded,
-}
-
-impl CloseReason {
-    /// What the browser is told in the close frame.
-    pub fn message(&self) -> &'static str {
-        match self {
-            CloseReason::RouteRemoved => "termgate: this session was ended",
-            CloseReason::UserLocked => "termgate: your account was locked",
-            CloseReason::TokenExpired => "termgate: your sign-in expired",
-            CloseReason::SignedOut => "termgate: signed out",
-            CloseReason::TokenRevoked => "termgate: your sign-in was revoked",
-            CloseReason::AccessRemoved => "termgate: your access to this terminal was removed",
-            CloseReason::ShareEnded => "termgate: this share link was revoked or expired",
-        }
-    }
-
-    /// Stable name for logs and metrics.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            CloseReason::RouteRemoved => "route_removed",
-            CloseReason::UserLocked => "user_locked",
-            CloseReason::TokenExpired => "token_expired",
-            CloseReason::SignedOut => "signed_out",
-            CloseReason::TokenRevoked => "token_revoked",
-            CloseReason::AccessRemoved => "access_removed",
-            CloseReason::ShareEnded => "share_ended",
-        }
-    }
-}
+pub use policy::close::CloseReason;
 
 struct Live {
     session: SessionId,

@@ -7,7 +7,7 @@
 //! pool (as a second `arg`, or in the header the pool's `-H` names); the pool's
 //! `ttyd-attach` exchanges it with control for the grant before it attaches and then
 //! keeps asking about the grant (`GET /v1/grant`, long-polled); when the answer is a
-//! [`Lapse`] it ends its `docker attach`, ttyd closes the websocket and the proxy the
+//! [`CloseReason`] it ends its `docker attach`, ttyd closes the websocket and the proxy the
 //! browser's connection.
 //!
 //! A grant is `g1.<container>.<seal>`: the container in the clear (the pool attaches to
@@ -21,6 +21,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
 use crate::access::{decide_terminal, Decision};
+use crate::close::CloseReason;
 use crate::feed::Route;
 use crate::identity::{KeyError, Principal, Sub};
 use crate::revocation::{CredentialId, Fingerprint, RevocationSet, RevokedWhy};
@@ -89,49 +90,6 @@ impl Grant {
     }
 }
 
-/// Why a grant's terminal must close now. The names are the gateway's close reasons.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lapse {
-    /// The session ended, or its container or owner changed.
-    RouteRemoved,
-    /// The user was locked.
-    UserLocked,
-    /// The credential expired (with `gateway.close_on_token_expiry`).
-    TokenExpired,
-    /// The sign-in that opened it was signed out.
-    SignedOut,
-    /// An admin revoked the credential.
-    TokenRevoked,
-    /// The user may no longer open it.
-    AccessRemoved,
-}
-
-impl Lapse {
-    /// Stable name, as the gateway's close reasons.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Lapse::RouteRemoved => "route_removed",
-            Lapse::UserLocked => "user_locked",
-            Lapse::TokenExpired => "token_expired",
-            Lapse::SignedOut => "signed_out",
-            Lapse::TokenRevoked => "token_revoked",
-            Lapse::AccessRemoved => "access_removed",
-        }
-    }
-
-    /// What the user is told, as the gateway's close frame says it.
-    pub fn message(&self) -> &'static str {
-        match self {
-            Lapse::RouteRemoved => "this session was ended",
-            Lapse::UserLocked => "your account was locked",
-            Lapse::TokenExpired => "your sign-in expired",
-            Lapse::SignedOut => "signed out",
-            Lapse::TokenRevoked => "your sign-in was revoked",
-            Lapse::AccessRemoved => "your access to this terminal was removed",
-        }
-    }
-}
-
 /// Judges a grant's terminal again, now: `route` is the session's route (`None`: not
 /// running), `locked` whether its user is locked, `revoked` the revocations in force.
 /// The order is the gateway's: the credential, the user, the session.
@@ -142,7 +100,7 @@ pub fn recheck(
     revoked: &RevocationSet,
     now: u64,
     close_on_expiry: bool,
-) -> Result<(), Lapse> {
+) -> Result<(), CloseReason> {
     let id = CredentialId {
         fingerprint: grant.fingerprint,
         sub: &grant.sub,
@@ -150,24 +108,24 @@ pub fn recheck(
         issued_at: grant.issued_at,
     };
     match revoked.check(&id) {
-        Some(RevokedWhy::SignedOut) => return Err(Lapse::SignedOut),
-        Some(RevokedWhy::Revoked) => return Err(Lapse::TokenRevoked),
+        Some(RevokedWhy::SignedOut) => return Err(CloseReason::SignedOut),
+        Some(RevokedWhy::Revoked) => return Err(CloseReason::TokenRevoked),
         None => {}
     }
     if locked {
-        return Err(Lapse::UserLocked);
+        return Err(CloseReason::UserLocked);
     }
     if close_on_expiry && now >= grant.expires_at {
-        return Err(Lapse::TokenExpired);
+        return Err(CloseReason::TokenExpired);
     }
     let route = route
         .filter(|r| r.session == grant.session && r.arg() == Some(grant.container.as_str()))
-        .ok_or(Lapse::RouteRemoved)?;
-    let who = grant.principal().ok_or(Lapse::AccessRemoved)?;
+        .ok_or(CloseReason::RouteRemoved)?;
+    let who = grant.principal().ok_or(CloseReason::AccessRemoved)?;
     match decide_terminal(&who, Some(route), false) {
         Decision::Allow { .. } => Ok(()),
         // Not the owner (any more) and not an admin: the session is not theirs.
-        Decision::Deny(_) => Err(Lapse::RouteRemoved),
+        Decision::Deny(_) => Err(CloseReason::RouteRemoved),
     }
 }
 
@@ -309,25 +267,25 @@ mod tests {
         assert_eq!(recheck(&g, Some(&route), false, &none, 1_500, true), Ok(()));
         assert_eq!(
             recheck(&g, None, false, &none, 1_500, true),
-            Err(Lapse::RouteRemoved)
+            Err(CloseReason::RouteRemoved)
         );
         let recreated = Route::container(id(), "alice", "e".repeat(64));
         assert_eq!(
             recheck(&g, Some(&recreated), false, &none, 1_500, true),
-            Err(Lapse::RouteRemoved)
+            Err(CloseReason::RouteRemoved)
         );
         let given_away = Route::container(id(), "bob", C);
         assert_eq!(
             recheck(&g, Some(&given_away), false, &none, 1_500, true),
-            Err(Lapse::RouteRemoved)
+            Err(CloseReason::RouteRemoved)
         );
         assert_eq!(
             recheck(&g, Some(&route), true, &none, 1_500, true),
-            Err(Lapse::UserLocked)
+            Err(CloseReason::UserLocked)
         );
         assert_eq!(
             recheck(&g, Some(&route), false, &none, 2_000, true),
-            Err(Lapse::TokenExpired)
+            Err(CloseReason::TokenExpired)
         );
         assert_eq!(
             recheck(&g, Some(&route), false, &none, 2_000, false),
@@ -342,7 +300,7 @@ mod tests {
         });
         assert_eq!(
             recheck(&g, Some(&route), false, &signed_out, 1_500, true),
-            Err(Lapse::SignedOut)
+            Err(CloseReason::SignedOut)
         );
         let other_sign_in = Grant::new(id(), C, &who("alice", false), b"other");
         assert_eq!(
@@ -364,7 +322,7 @@ mod tests {
         });
         assert_eq!(
             recheck(&g, Some(&route), false, &by_jti, 1_500, true),
-            Err(Lapse::TokenRevoked)
+            Err(CloseReason::TokenRevoked)
         );
         let mut before = RevocationSet::new();
         before.insert(&Revocation::IssuedBefore {
@@ -374,7 +332,7 @@ mod tests {
         });
         assert_eq!(
             recheck(&g, Some(&route), false, &before, 1_500, true),
-            Err(Lapse::TokenRevoked)
+            Err(CloseReason::TokenRevoked)
         );
     }
 
@@ -396,7 +354,7 @@ mod tests {
         });
         assert_eq!(
             recheck(&grant("alice"), Some(&target), false, &none, 1, true),
-            Err(Lapse::RouteRemoved)
+            Err(CloseReason::RouteRemoved)
         );
     }
 }

@@ -10,6 +10,7 @@
 pub mod access;
 pub mod audit;
 pub mod client_addr;
+pub mod close;
 pub mod dockgate;
 pub mod error;
 pub mod feed;

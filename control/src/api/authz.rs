@@ -390,7 +390,7 @@ pub(super) async fn grant(
         Some(lapse) => Err(Refusal {
             status: 410,
             code: lapse.as_str(),
-            message: lapse.message().into(),
+            message: lapse.sentence().into(),
         }),
     }
 }

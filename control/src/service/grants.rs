@@ -5,7 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use policy::grant::{Grant, GrantSealer, Lapse};
+use policy::close::CloseReason;
+use policy::grant::{Grant, GrantSealer};
 use policy::{Principal, Refusal, SessionId, Sub};
 
 use super::clock::now;
@@ -63,7 +64,7 @@ impl Control {
     }
 
     /// Judges a grant's terminal now.
-    fn recheck(&self, grant: &Grant) -> Result<Result<(), Lapse>, ApiError> {
+    fn recheck(&self, grant: &Grant) -> Result<Result<(), CloseReason>, ApiError> {
         let locked = match Sub::parse(&grant.sub) {
             Some(sub) => self.is_locked(&sub)?,
             None => false,
@@ -84,7 +85,11 @@ impl Control {
     /// `wait` for a change that ends it (a store revision, a revocation applied, the
     /// credential's expiry) and answers at once when one does: `Ok(None)` still open,
     /// `Ok(Some(lapse))` close it.
-    pub async fn watch_grant(&self, text: &str, wait: Duration) -> Result<Option<Lapse>, ApiError> {
+    pub async fn watch_grant(
+        &self,
+        text: &str,
+        wait: Duration,
+    ) -> Result<Option<CloseReason>, ApiError> {
         let grant = self.open_grant(text)?;
         let deadline = Instant::now() + wait;
         let mut revs = self.store.subscribe();
