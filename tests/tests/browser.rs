@@ -1134,38 +1134,7 @@ fn a_recording_plays_in_the_page_and_shows_the_typed_text_at_a_seek_point() {
         "the player in view",
         b.eval("document.getElementById('player').scrollIntoView({block: 'start'})"),
     );
-    let png_path = artifact("recording-player.png");
-    ok("recording-player.png", b.screenshot(&png_path));
-    let png = std::fs::read(&png_path).expect("the screenshot");
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
-    use base64::Engine as _;
-    let data = base64::engine::general_purpose::STANDARD.encode(&png);
-    let pixels = ok(
-        "the terminal's pixels in the screenshot",
-        b.eval(&format!(
-            "(async () => {{ const img = new Image(); img.src = 'data:image/png;base64,{data}'; await img.decode(); \
-             const r = document.querySelector('#player-view .ap-terminal').getBoundingClientRect(); \
-             const k = img.naturalWidth / window.innerWidth; \
-             const x0 = Math.max(0, r.left), y0 = Math.max(0, r.top); \
-             const w = Math.floor(Math.min(r.right, window.innerWidth) - x0), h = Math.floor(Math.min(r.bottom, window.innerHeight) - y0); \
-             const c = document.createElement('canvas'); c.width = w; c.height = h; \
-             const g = c.getContext('2d'); g.drawImage(img, x0 * k, y0 * k, w * k, h * k, 0, 0, w, h); \
-             const d = g.getImageData(0, 0, w, h).data; const count = new Map(); \
-             for (let i = 0; i < d.length; i += 4) {{ const v = (d[i] << 16) | (d[i + 1] << 8) | d[i + 2]; count.set(v, (count.get(v) || 0) + 1); }} \
-             const most = Math.max(...count.values()); \
-             return {{ width: w, height: h, colours: count.size, other: 1 - most / (w * h) }}; }})()"
-        )),
-    );
-    let (w, h) = (
-        pixels["width"].as_u64().unwrap_or(0),
-        pixels["height"].as_u64().unwrap_or(0),
-    );
-    assert!(w >= 200 && h >= 100, "the terminal is in view: {pixels}");
-    assert!(
-        pixels["colours"].as_u64().unwrap_or(0) >= 3
-            && pixels["other"].as_f64().unwrap_or(0.0) > 0.002,
-        "the player's terminal shows text, not one colour: {pixels}"
-    );
+    screenshot_shows_the_players_text(&mut b, "recording-player.png");
 
     // Another speed: the player is made again at that speed, where it was.
     ok(
@@ -1601,38 +1570,7 @@ fn the_owner_shares_a_recording_from_the_page_and_a_fresh_browser_plays_it_until
             "shared-42 in the player's terminal",
         ),
     );
-    let png_path = artifact("recording-link.png");
-    ok("recording-link.png", fresh.screenshot(&png_path));
-    let png = std::fs::read(&png_path).expect("the screenshot");
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
-    use base64::Engine as _;
-    let data = base64::engine::general_purpose::STANDARD.encode(&png);
-    let pixels = ok(
-        "the terminal's pixels in the screenshot",
-        fresh.eval(&format!(
-            "(async () => {{ const img = new Image(); img.src = 'data:image/png;base64,{data}'; await img.decode(); \
-             const r = document.querySelector('#player-view .ap-terminal').getBoundingClientRect(); \
-             const k = img.naturalWidth / window.innerWidth; \
-             const x0 = Math.max(0, r.left), y0 = Math.max(0, r.top); \
-             const w = Math.floor(Math.min(r.right, window.innerWidth) - x0), h = Math.floor(Math.min(r.bottom, window.innerHeight) - y0); \
-             const c = document.createElement('canvas'); c.width = w; c.height = h; \
-             const g = c.getContext('2d'); g.drawImage(img, x0 * k, y0 * k, w * k, h * k, 0, 0, w, h); \
-             const d = g.getImageData(0, 0, w, h).data; const count = new Map(); \
-             for (let i = 0; i < d.length; i += 4) {{ const v = (d[i] << 16) | (d[i + 1] << 8) | d[i + 2]; count.set(v, (count.get(v) || 0) + 1); }} \
-             const most = Math.max(...count.values()); \
-             return {{ width: w, height: h, colours: count.size, other: 1 - most / (w * h) }}; }})()"
-        )),
-    );
-    let (w, h) = (
-        pixels["width"].as_u64().unwrap_or(0),
-        pixels["height"].as_u64().unwrap_or(0),
-    );
-    assert!(w >= 200 && h >= 100, "the terminal is in view: {pixels}");
-    assert!(
-        pixels["colours"].as_u64().unwrap_or(0) >= 3
-            && pixels["other"].as_f64().unwrap_or(0.0) > 0.002,
-        "the player's terminal shows text, not one colour: {pixels}"
-    );
+    screenshot_shows_the_players_text(&mut fresh, "recording-link.png");
 
     // Revoked in the owner's page: the fresh browser gets the 404 page.
     ok(
@@ -1660,5 +1598,43 @@ fn the_owner_shares_a_recording_from_the_page_and_a_fresh_browser_plays_it_until
             T,
             "the not-found page instead of the player",
         ),
+    );
+}
+
+/// Screenshots the page as `name` and checks, by decoding the PNG in the page itself,
+/// that the player's terminal in it shows text over its background: a blank player,
+/// or one out of view, fails.
+fn screenshot_shows_the_players_text(b: &mut Browser, name: &str) {
+    let png_path = artifact(name);
+    ok(name, b.screenshot(&png_path));
+    let png = std::fs::read(&png_path).expect("the screenshot");
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    use base64::Engine as _;
+    let data = base64::engine::general_purpose::STANDARD.encode(&png);
+    let pixels = ok(
+        "the terminal's pixels in the screenshot",
+        b.eval(&format!(
+            "(async () => {{ const img = new Image(); img.src = 'data:image/png;base64,{data}'; await img.decode(); \
+             const r = document.querySelector('#player-view .ap-terminal').getBoundingClientRect(); \
+             const k = img.naturalWidth / window.innerWidth; \
+             const x0 = Math.max(0, r.left), y0 = Math.max(0, r.top); \
+             const w = Math.floor(Math.min(r.right, window.innerWidth) - x0), h = Math.floor(Math.min(r.bottom, window.innerHeight) - y0); \
+             const c = document.createElement('canvas'); c.width = w; c.height = h; \
+             const g = c.getContext('2d'); g.drawImage(img, x0 * k, y0 * k, w * k, h * k, 0, 0, w, h); \
+             const d = g.getImageData(0, 0, w, h).data; const count = new Map(); \
+             for (let i = 0; i < d.length; i += 4) {{ const v = (d[i] << 16) | (d[i + 1] << 8) | d[i + 2]; count.set(v, (count.get(v) || 0) + 1); }} \
+             const most = Math.max(...count.values()); \
+             return {{ width: w, height: h, colours: count.size, other: 1 - most / (w * h) }}; }})()"
+        )),
+    );
+    let (w, h) = (
+        pixels["width"].as_u64().unwrap_or(0),
+        pixels["height"].as_u64().unwrap_or(0),
+    );
+    assert!(w >= 200 && h >= 100, "the terminal is in view: {pixels}");
+    assert!(
+        pixels["colours"].as_u64().unwrap_or(0) >= 3
+            && pixels["other"].as_f64().unwrap_or(0.0) > 0.002,
+        "the player's terminal shows text, not one colour: {pixels}"
     );
 }
