@@ -915,30 +915,7 @@ fn a_recorded_session_types_in_the_browser_and_its_recording_downloads_from_the_
     let mut b = launch();
     sign_in_by_link(&mut b, &stack, "alice");
     let id = create_in_page(&mut b, "recorded");
-    click_row_button(&mut b, &id, "Open");
-    ok(
-        "the terminal connection",
-        b.wait_js(
-            "!document.getElementById('terminal').hidden \
-             && document.getElementById('terminal-frame').contentDocument.title === 'termgate'",
-            T,
-            "ttyd's window title (its websocket is open)",
-        ),
-    );
-    ok(
-        "focus the terminal",
-        b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
-    );
-    ok("type", b.insert_text("echo recorded-$((6*7))"));
-    ok("press Enter", b.press_enter());
-    ok(
-        "the shell's answer",
-        b.wait_js(
-            &format!("(() => {{ const s = {TERMINAL_TEXT}; return s.includes('recorded-42') ? s : ''; }})()"),
-            T,
-            "recorded-42 in the terminal buffer",
-        ),
-    );
+    open_in_page_and_type(&mut b, &id, &["echo recorded-$((6*7))"], &["recorded-42"]);
     ok(
         "Back to sessions",
         b.eval("document.getElementById('close-terminal').click()"),
@@ -1022,35 +999,15 @@ fn a_recording_plays_in_the_page_and_shows_the_typed_text_at_a_seek_point() {
         "typeof window.AsciinemaPlayer === 'object' && typeof AsciinemaPlayer.create === 'function'",
     );
     let id = create_in_page(&mut b, "played");
-    click_row_button(&mut b, &id, "Open");
-    ok(
-        "the terminal connection",
-        b.wait_js(
-            "!document.getElementById('terminal').hidden \
-             && document.getElementById('terminal-frame').contentDocument.title === 'termgate'",
-            T,
-            "ttyd's window title (its websocket is open)",
-        ),
-    );
-    ok(
-        "focus the terminal",
-        b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
-    );
-    for line in [
-        "echo played-$((6*7))",
-        "echo second-$((2+3))",
-        "echo last-$((9*9))",
-    ] {
-        ok("type", b.insert_text(line));
-        ok("press Enter", b.press_enter());
-    }
-    ok(
-        "the shell's answers",
-        b.wait_js(
-            &format!("(() => {{ const s = {TERMINAL_TEXT}; return s.includes('played-42') && s.includes('last-81') ? s : ''; }})()"),
-            T,
-            "played-42 and last-81 in the terminal buffer",
-        ),
+    open_in_page_and_type(
+        &mut b,
+        &id,
+        &[
+            "echo played-$((6*7))",
+            "echo second-$((2+3))",
+            "echo last-$((9*9))",
+        ],
+        &["played-42", "last-81"],
     );
     ok(
         "Back to sessions",
@@ -1465,30 +1422,7 @@ fn the_owner_shares_a_recording_from_the_page_and_a_fresh_browser_plays_it_until
     ok("a laptop viewport", b.set_viewport(1280, 800, false));
     sign_in_by_link(&mut b, &stack, "alice");
     let id = create_in_page(&mut b, "linked");
-    click_row_button(&mut b, &id, "Open");
-    ok(
-        "the terminal connection",
-        b.wait_js(
-            "!document.getElementById('terminal').hidden \
-             && document.getElementById('terminal-frame').contentDocument.title === 'termgate'",
-            T,
-            "ttyd's window title (its websocket is open)",
-        ),
-    );
-    ok(
-        "focus the terminal",
-        b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
-    );
-    ok("type", b.insert_text("echo shared-$((6*7))"));
-    ok("press Enter", b.press_enter());
-    ok(
-        "the shell's answer",
-        b.wait_js(
-            &format!("(() => {{ const s = {TERMINAL_TEXT}; return s.includes('shared-42') ? s : ''; }})()"),
-            T,
-            "shared-42 in the terminal buffer",
-        ),
-    );
+    open_in_page_and_type(&mut b, &id, &["echo shared-$((6*7))"], &["shared-42"]);
     ok(
         "Back to sessions",
         b.eval("document.getElementById('close-terminal').click()"),
@@ -1636,5 +1570,39 @@ fn screenshot_shows_the_players_text(b: &mut Browser, name: &str) {
         pixels["colours"].as_u64().unwrap_or(0) >= 3
             && pixels["other"].as_f64().unwrap_or(0.0) > 0.002,
         "the player's terminal shows text, not one colour: {pixels}"
+    );
+}
+
+/// Opens the terminal of the session `id` from its row, types each of `lines` with
+/// Enter, and waits until the terminal's buffer holds every one of `answers`.
+fn open_in_page_and_type(b: &mut Browser, id: &str, lines: &[&str], answers: &[&str]) {
+    click_row_button(b, id, "Open");
+    ok(
+        "the terminal connection",
+        b.wait_js(
+            "!document.getElementById('terminal').hidden \
+             && document.getElementById('terminal-frame').contentDocument.title === 'termgate'",
+            T,
+            "ttyd's window title (its websocket is open)",
+        ),
+    );
+    ok(
+        "focus the terminal",
+        b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
+    );
+    for line in lines {
+        ok("type", b.insert_text(line));
+        ok("press Enter", b.press_enter());
+    }
+    let wanted = serde_json::to_string(answers).expect("answers as JSON");
+    ok(
+        "the shell's answers",
+        b.wait_js(
+            &format!(
+                "(() => {{ const s = {TERMINAL_TEXT}; return {wanted}.every((a) => s.includes(a)) ? s : ''; }})()"
+            ),
+            T,
+            &format!("{} in the terminal buffer", answers.join(" and ")),
+        ),
     );
 }
