@@ -906,12 +906,7 @@ fn a_dropped_connection_is_shown_in_the_bar_and_the_terminal_comes_back_by_itsel
 #[test]
 fn a_recorded_session_types_in_the_browser_and_its_recording_downloads_from_the_page() {
     // Chromium offers permessage-deflate: the gateway strips it on a recorded terminal.
-    let mut control = e2e::stack::ControlStack::prepare("");
-    control.set_env("TERMGATE__PROFILES__DEFAULT__RECORD", "true");
-    control.spawn(&[]);
-    let ttyd = e2e::ttyd::TtydPool::start_for(&control.instance);
-    let counter = e2e::ttyd::CountingProxy::start(ttyd.target());
-    let stack = GatewayStack::assemble(control, ttyd, counter);
+    let stack = recorded_stack(&[]);
     let mut b = launch();
     sign_in_by_link(&mut b, &stack, "alice");
     let id = create_in_page(&mut b, "recorded");
@@ -984,12 +979,7 @@ fn a_recording_plays_in_the_page_and_shows_the_typed_text_at_a_seek_point() {
             "TERMGATE_PLAYER_DIR is not set: deploy/lib/prereqs.sh (ensure_player) installs the recordings player and exports it",
         );
     }
-    let mut control = e2e::stack::ControlStack::prepare("");
-    control.set_env("TERMGATE__PROFILES__DEFAULT__RECORD", "true");
-    control.spawn(&[]);
-    let ttyd = e2e::ttyd::TtydPool::start_for(&control.instance);
-    let counter = e2e::ttyd::CountingProxy::start(ttyd.target());
-    let stack = GatewayStack::assemble(control, ttyd, counter);
+    let stack = recorded_stack(&[]);
     let mut b = launch();
     ok("a laptop viewport", b.set_viewport(1280, 800, false));
     sign_in_by_link(&mut b, &stack, "alice");
@@ -1411,13 +1401,7 @@ fn the_owner_shares_a_recording_from_the_page_and_a_fresh_browser_plays_it_until
             "TERMGATE_PLAYER_DIR is not set: deploy/lib/prereqs.sh (ensure_player) installs the recordings player and exports it",
         );
     }
-    let mut control = e2e::stack::ControlStack::prepare("");
-    control.set_env("TERMGATE__PROFILES__DEFAULT__RECORD", "true");
-    control.set_env("TERMGATE__PROFILES__DEFAULT__RECORDING_LINKS", "anyone");
-    control.spawn(&[]);
-    let ttyd = e2e::ttyd::TtydPool::start_for(&control.instance);
-    let counter = e2e::ttyd::CountingProxy::start(ttyd.target());
-    let stack = GatewayStack::assemble(control, ttyd, counter);
+    let stack = recorded_stack(&[("TERMGATE__PROFILES__DEFAULT__RECORDING_LINKS", "anyone")]);
     let mut b = launch();
     ok("a laptop viewport", b.set_viewport(1280, 800, false));
     sign_in_by_link(&mut b, &stack, "alice");
@@ -1605,4 +1589,17 @@ fn open_in_page_and_type(b: &mut Browser, id: &str, lines: &[&str], answers: &[&
             &format!("{} in the terminal buffer", answers.join(" and ")),
         ),
     );
+}
+
+/// A stack whose default profile records its terminals, with `env` set for control.
+fn recorded_stack(env: &[(&str, &str)]) -> GatewayStack {
+    let mut control = e2e::stack::ControlStack::prepare("");
+    control.set_env("TERMGATE__PROFILES__DEFAULT__RECORD", "true");
+    for (k, v) in env {
+        control.set_env(k, v);
+    }
+    control.spawn(&[]);
+    let ttyd = e2e::ttyd::TtydPool::start_for(&control.instance);
+    let counter = e2e::ttyd::CountingProxy::start(ttyd.target());
+    GatewayStack::assemble(control, ttyd, counter)
 }
