@@ -545,7 +545,7 @@ pub struct RecordingsOfUser {
 }
 
 // The gateways' live terminal reports (`POST /v1/terminals`) and control's answer,
-// kept by `crate::live`.
+// kept by the `live` module.
 
 /// The viewers one gateway has open on one share link.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
