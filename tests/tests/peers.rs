@@ -17,7 +17,17 @@ const REMOVED: &str = "\"termgate: your access to this session was removed\"";
 /// A stack whose default profile has `peers = enabled`; invitations may be as short
 /// as one second.
 fn start(enabled: bool) -> GatewayStack {
+    start_recording(enabled, false)
+}
+
+/// [`start`], with the default profile's `record` and `record_input` set to `record`.
+fn start_recording(enabled: bool, record: bool) -> GatewayStack {
     let mut control = e2e::stack::ControlStack::prepare("");
+    control.set_env("TERMGATE__PROFILES__DEFAULT__RECORD", &record.to_string());
+    control.set_env(
+        "TERMGATE__PROFILES__DEFAULT__RECORD_INPUT",
+        &record.to_string(),
+    );
     control.set_env(
         "TERMGATE__PROFILES__DEFAULT__PEERS",
         if enabled { "true" } else { "false" },
@@ -310,4 +320,38 @@ fn an_invitation_that_ends_closes_the_peer_and_a_profile_can_forbid_peers() {
         "{}",
         a.text
     );
+}
+
+#[test]
+fn a_peers_terminal_is_recorded_apart_and_its_header_names_the_peer() {
+    let stack = start_recording(true, true);
+    let alice = stack.control.token("alice", false);
+    let id = stack.control.create(&alice)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(invite(&stack, "alice", &id, "bob", 600).status, 201);
+    let peer = open_as_peer(&stack, &id, "bob");
+    peer.send_input(b"echo bob-typed-$((6*7))\r").unwrap();
+    peer.read_until("bob-typed-42", T).unwrap();
+    peer.close();
+    let dir = stack.control.dir.dir.path().join("recordings").join(&id);
+    let cast = wait_for("the peer's recording reaches control", T, || {
+        std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "cast"))
+    });
+    let text = std::fs::read_to_string(cast).unwrap();
+    let mut lines = text.lines();
+    let header: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(header["termgate"]["user"], "peer:bob", "{header}");
+    let typed: String = lines
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e[1] == "i")
+        .map(|e| e[2].as_str().unwrap().to_owned())
+        .collect();
+    assert!(typed.contains("echo bob-typed-$((6*7))"), "{typed:?}");
 }
