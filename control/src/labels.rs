@@ -184,6 +184,7 @@ mod tests {
             last_input: None,
             record: Default::default(),
             shares: Vec::new(),
+            peers: Vec::new(),
         }
     }
 

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 pub use policy::feed::{
-    Change, FeedPage, Recording, Route, RouteLookup, ShareGrant, TargetAccess, TargetCredential,
-    TtydAddress,
+    Change, FeedPage, PeerGrant, Recording, Route, RouteLookup, ShareGrant, TargetAccess,
+    TargetCredential, TtydAddress,
 };
 use policy::{SessionId, Sub};
 use serde::{Deserialize, Serialize};
@@ -105,6 +105,10 @@ pub struct Session {
     /// route; they end with it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shares: Vec<ShareGrant>,
+    /// The users its owner invited to co-drive it, fed to gateways on its route; they
+    /// end with it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<PeerGrant>,
 }
 
 fn local_host() -> String {
@@ -143,6 +147,7 @@ impl Session {
         route.upstream = pools.get(&self.host).cloned();
         route.unreachable = unreachable;
         route.record = self.record;
+        route.peers.clone_from(&self.peers);
         Some(route)
     }
 }

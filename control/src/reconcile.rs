@@ -158,6 +158,7 @@ impl Reconciler {
                             last_input: Some(rebuilt_at),
                             record,
                             shares: Vec::new(),
+                            peers: Vec::new(),
                         })
                     }),
             );

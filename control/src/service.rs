@@ -32,6 +32,7 @@ mod handle;
 mod in_flight;
 mod locks;
 mod names;
+mod peers;
 mod recording_links;
 mod shares;
 mod sign_ins;

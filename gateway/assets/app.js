@@ -120,7 +120,11 @@ async function signInByLink(token) {
   }
 }
 
+// The signed-in user's name: a peer leaves a session under it.
+let mySub = null;
+
 async function showSessions(me) {
+  mySub = me.sub;
   closeFrame();
   // Never show the previous user's rows under the new name while the lists load.
   $("session-rows").replaceChildren();
@@ -237,7 +241,15 @@ async function refresh() {
     tr.dataset.session = s.id;
     const actions = document.createElement("td");
     if (s.state === "running") actions.append(button("Open", () => openTerminal(s), "Open terminal of " + s.name));
+    if (s.role === "peer") {
+      // Another user's session this user was invited to co-drive: open it, or leave it.
+      actions.append(button("Leave", () => leavePeer(s), "Leave session " + s.name + " of " + s.owner));
+      const state = cell(s.state + " (peer of " + s.owner + ", until " + when(s.peer_until) + ")");
+      tr.append(cell(s.name), cell(s.profile), state, cell(when(s.created_at)), ...glance(s), actions);
+      return tr;
+    }
     if (s.state === "running" && s.kind !== "external") actions.append(button("Share", () => openShare(s), "Share " + s.name + " read-only"));
+    if (s.state === "running" && s.kind !== "external") actions.append(button("Peers", () => openPeers(s), "Peers of " + s.name));
     // A target is a ttyd that runs elsewhere: it can be opened, not ended, from here. A
     // `stopping` session's end is decided already.
     if (s.kind !== "external" && s.state !== "stopping") actions.append(button("End", () => endSession(s), "End session " + s.name));
@@ -367,6 +379,72 @@ async function copyShare() {
     $("share-url").select();
     say("Select the link and copy it.");
   }
+}
+
+// Peers of one running session: users invited to type in it, for a while.
+let peering = null;
+
+function openPeers(s) {
+  peering = s;
+  $("peers-title").textContent = "Peers of " + s.name;
+  $("sessions").hidden = true;
+  $("peers").hidden = false;
+  refreshPeers().catch((e) => say(e.message, true));
+}
+
+function closePeers() {
+  peering = null;
+  $("peers").hidden = true;
+  $("sessions").hidden = false;
+}
+
+async function refreshPeers() {
+  if (!peering) return;
+  const s = peering;
+  const data = await call("GET", "/api/sessions/" + s.id + "/peers");
+  if (peering !== s) return;
+  $("no-peers").hidden = data.peers.length > 0;
+  $("peer-rows").replaceChildren(...data.peers.map((p) => {
+    const tr = document.createElement("tr");
+    const actions = document.createElement("td");
+    actions.append(button("Revoke", () => revokePeer(s, p.sub), "Revoke " + p.sub + "'s access"));
+    tr.append(cell(p.sub), cell(when(p.expires_at)), actions);
+    return tr;
+  }));
+}
+
+async function invitePeer(ev) {
+  ev.preventDefault();
+  if (!peering) return;
+  const body = { sub: $("peer-sub").value.trim(), ttl_seconds: Number($("peer-ttl").value) };
+  try {
+    await call("POST", "/api/sessions/" + peering.id + "/peers", body);
+    say(body.sub + " may now type in " + peering.name + ".");
+    $("peer-sub").value = "";
+  } catch (e) {
+    say(e.message, true);
+  }
+  await refreshPeers().catch((e) => say(e.message, true));
+}
+
+async function revokePeer(s, sub) {
+  try {
+    await call("DELETE", "/api/sessions/" + s.id + "/peers/" + encodeURIComponent(sub));
+    say(sub + "'s access was removed; their terminals were closed.");
+  } catch (e) {
+    say(e.message, true);
+  }
+  await refreshPeers().catch((e) => say(e.message, true));
+}
+
+async function leavePeer(s) {
+  try {
+    await call("DELETE", "/api/sessions/" + s.id + "/peers/" + encodeURIComponent(mySub));
+    say("You left " + s.name + ".");
+  } catch (e) {
+    say(e.message, true);
+  }
+  await refresh().catch((e) => say(e.message, true));
 }
 
 async function endSession(s) {
@@ -687,6 +765,8 @@ async function start() {
   $("share-form").addEventListener("submit", createShare);
   $("share-close").addEventListener("click", closeShare);
   $("share-copy").addEventListener("click", copyShare);
+  $("peer-form").addEventListener("submit", invitePeer);
+  $("peers-close").addEventListener("click", closePeers);
   // Who watches changes by itself: the list follows every few seconds while shown.
   setInterval(() => { if (sharing) refreshShares().catch(() => {}); }, 3000);
   // The list's terminals, viewers and last input move: read again every 10 s while it

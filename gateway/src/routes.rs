@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use policy::feed::{Change, FeedPage, Route, RouteLookup, TargetAccess};
+use policy::feed::{Change, FeedPage, PeerGrant, Route, RouteLookup, TargetAccess};
 use policy::revocation::{CredentialId, Revocation, RevocationSet, RevokedWhy};
 use policy::SessionId;
 
@@ -33,6 +33,9 @@ pub struct Revocations {
     pub users: Vec<String>,
     /// Share links revoked (gone from their session's route): their viewers close.
     pub shares: Vec<(SessionId, String)>,
+    /// Sessions whose peers changed, with their peers now: each peer terminal is judged
+    /// again.
+    pub peers: Vec<(SessionId, Vec<PeerGrant>)>,
     /// Credentials revoked (sign-outs, an admin's revocations): what they opened closes.
     pub credentials: Vec<Revocation>,
 }
@@ -48,6 +51,9 @@ impl Revocations {
         }
         self.shares
             .extend(old.shares_gone(new).into_iter().map(|s| (new.session, s)));
+        if old.peers != new.peers {
+            self.peers.push((new.session, new.peers.clone()));
+        }
         if let (Some(before), Some(after)) = (&old.target, &new.target) {
             if before != after {
                 self.narrowed.push((new.session, after.clone()));
@@ -61,6 +67,7 @@ impl Revocations {
             && self.users.is_empty()
             && self.narrowed.is_empty()
             && self.shares.is_empty()
+            && self.peers.is_empty()
             && self.credentials.is_empty()
     }
 }

@@ -138,6 +138,13 @@ impl Gateway {
                 self.count_closed(CloseReason::ShareEnded, n);
             }
         }
+        for (id, peers) in &revoked.peers {
+            let n = self.terminals.sync_peers(id, peers, crate::clock::now());
+            if n > 0 {
+                tracing::info!(target: "audit", session = %id, closed = n, reason = "peer_removed", "peer terminals closed");
+                self.count_closed(CloseReason::PeerRemoved, n);
+            }
+        }
         for r in &revoked.credentials {
             let n = self.terminals.close_revoked(r);
             if n > 0 {

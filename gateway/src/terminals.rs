@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use policy::feed::PeerGrant;
 use policy::revocation::{CredentialId, Fingerprint, Revocation, RevokedWhy};
 use policy::{Principal, SessionId};
 use tokio::sync::Notify;
@@ -67,6 +68,16 @@ struct Live {
     closed: Option<CloseReason>,
     /// Set for a share-link viewer: what it watches through.
     view: Option<View>,
+    /// Set for a peer's terminal on another user's session.
+    peer: Option<Peer>,
+}
+
+/// What a peer's terminal is open through.
+struct Peer {
+    /// The session's owner: locking them closes their peers' terminals too.
+    owner: String,
+    /// When the invitation lapses (moved by a new one, see [`Terminals::sync_peers`]).
+    until: u64,
 }
 
 /// What a share-link viewer watches through.
@@ -269,6 +280,7 @@ impl Terminals {
                 tunnel: None,
                 closed: None,
                 view: None,
+                peer: None,
             },
         );
         Ok(Ticket {
@@ -334,11 +346,61 @@ impl Terminals {
                     owner: req.owner.to_owned(),
                     share_expires_at: req.share_expires_at,
                 }),
+                peer: None,
             },
         );
         Ok(Ticket {
             registry: Arc::clone(self),
             id,
+        })
+    }
+
+    /// Takes a slot for a peer's terminal on `session` (owned by `owner`), counted like
+    /// any terminal of theirs and of the session's ([`Terminals::admit`]); it closes
+    /// when their invitation lapses at `peer_until`.
+    pub fn admit_peer(
+        self: &Arc<Self>,
+        session: SessionId,
+        who: &Principal,
+        expires_at: Option<u64>,
+        credential: Fingerprint,
+        owner: &str,
+        peer_until: u64,
+    ) -> Result<Ticket, LimitHit> {
+        let ticket = self.admit(session, who, expires_at, credential)?;
+        if let Some(live) = self.lock().live.get_mut(&ticket.id) {
+            live.peer = Some(Peer {
+                owner: owner.to_owned(),
+                until: peer_until,
+            });
+        }
+        Ok(ticket)
+    }
+
+    /// Judges the peer terminals of `session` again on its peers now (`peers`, from its
+    /// new route) at `now`: a peer without an unexpired grant is closed; the others
+    /// keep their terminals until their grant's (possibly new) end. The owner's
+    /// terminals are not peers' and stay. Returns how many closed.
+    pub fn sync_peers(&self, session: &SessionId, peers: &[PeerGrant], now: u64) -> usize {
+        {
+            let mut inner = self.lock();
+            for l in inner.live.values_mut().filter(|l| l.session == *session) {
+                let sub = &l.sub;
+                if let Some(p) = l.peer.as_mut() {
+                    p.until = peers
+                        .iter()
+                        .find(|g| g.sub == *sub && g.expires_at > now)
+                        .map_or(0, |g| g.expires_at);
+                }
+            }
+        }
+        self.close_expired_peers(now)
+    }
+
+    /// Closes peer terminals whose invitation lapsed at `now`.
+    pub fn close_expired_peers(&self, now: u64) -> usize {
+        self.close_where(CloseReason::PeerRemoved, |l| {
+            l.peer.as_ref().is_some_and(|p| now >= p.until)
         })
     }
 
@@ -476,10 +538,12 @@ impl Terminals {
         })
     }
 
-    /// Closes every terminal of a user, and every viewer of their sessions.
+    /// Closes every terminal of a user, and every viewer and peer of their sessions.
     pub fn close_user(&self, sub: &str, reason: CloseReason) -> usize {
         self.close_where(reason, |l| {
-            l.sub == sub || l.view.as_ref().is_some_and(|v| v.owner == sub)
+            l.sub == sub
+                || l.view.as_ref().is_some_and(|v| v.owner == sub)
+                || l.peer.as_ref().is_some_and(|p| p.owner == sub)
         })
     }
 

@@ -20,6 +20,8 @@ pub enum Action {
     Redraw,
     /// Create, list or revoke its read-only share links.
     Share,
+    /// Invite, list or remove its peers (users who co-drive it).
+    Invite,
     /// Create a new session (no owner yet).
     Create,
 }
@@ -102,12 +104,13 @@ mod tests {
         }
     }
 
-    const ALL: [Action; 5] = [
+    const ALL: [Action; 6] = [
         Action::OpenTerminal,
         Action::Read,
         Action::End,
         Action::Redraw,
         Action::Share,
+        Action::Invite,
     ];
 
     #[test]

@@ -21,6 +21,9 @@ pub enum CloseReason {
     /// The share link a viewer watched through was revoked or expired, or its owner
     /// was locked.
     ShareEnded,
+    /// A peer's invitation to a session was revoked or expired, they left, or the
+    /// session's owner was locked.
+    PeerRemoved,
 }
 
 impl CloseReason {
@@ -34,6 +37,7 @@ impl CloseReason {
             CloseReason::TokenRevoked => "token_revoked",
             CloseReason::AccessRemoved => "access_removed",
             CloseReason::ShareEnded => "share_ended",
+            CloseReason::PeerRemoved => "peer_removed",
         }
     }
 
@@ -54,6 +58,7 @@ impl CloseReason {
             CloseReason::TokenRevoked => "termgate: your sign-in was revoked",
             CloseReason::AccessRemoved => "termgate: your access to this terminal was removed",
             CloseReason::ShareEnded => "termgate: this share link was revoked or expired",
+            CloseReason::PeerRemoved => "termgate: your access to this session was removed",
         }
     }
 }
@@ -72,6 +77,7 @@ mod tests {
             CloseReason::TokenRevoked,
             CloseReason::AccessRemoved,
             CloseReason::ShareEnded,
+            CloseReason::PeerRemoved,
         ] {
             assert!(r.message().starts_with("termgate: "), "{r:?}");
             assert_eq!(format!("termgate: {}", r.sentence()), r.message());

@@ -47,6 +47,9 @@ pub struct Route {
     /// `None`: the gateway's own read-only pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub viewer_upstream: Option<TtydAddress>,
+    /// The users invited to co-drive a Docker session (see the `peer` module).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<PeerGrant>,
 }
 
 /// What of a terminal the gateway records as asciicast v2 (profiles' `record` and
@@ -97,6 +100,17 @@ pub struct ShareGrant {
     pub signed_in: bool,
 }
 
+/// One user invited to co-drive a Docker session: they may open its writable terminal
+/// until `expires_at`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerGrant {
+    /// The peer's `sub`.
+    pub sub: String,
+    /// When the invitation lapses and the peer's terminals close, seconds since the
+    /// epoch.
+    pub expires_at: u64,
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -119,6 +133,7 @@ impl Route {
             record: Recording::Off,
             shares: Vec::new(),
             viewer_upstream: None,
+            peers: Vec::new(),
         }
     }
 

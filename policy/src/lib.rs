@@ -20,6 +20,7 @@ pub mod lifetime;
 pub mod oidc;
 pub mod origin;
 pub mod path;
+pub mod peer;
 pub mod quota;
 pub mod recording_link;
 pub mod refusal;

@@ -234,6 +234,19 @@ impl Refusal {
         "shares_off",
         "this session's profile does not allow share links",
     );
+    /// The session's profile has `peers = false`.
+    pub const PEERS_OFF: Refusal = refusal(
+        403,
+        "peers_off",
+        "this session's profile does not allow peers",
+    );
+    /// A peer invitation's `sub` (the owner, or not a user name) or `ttl_seconds` out
+    /// of range.
+    pub const INVALID_PEER: Refusal = refusal(
+        400,
+        "invalid_peer",
+        "sub must be another user's name and ttl_seconds 60-86400",
+    );
     /// The session's profile has `recording_links = "off"`.
     pub const RECORDING_LINKS_OFF: Refusal = refusal(
         403,

@@ -1603,3 +1603,104 @@ fn recorded_stack(env: &[(&str, &str)]) -> GatewayStack {
     let counter = e2e::ttyd::CountingProxy::start(ttyd.target());
     GatewayStack::assemble(control, ttyd, counter)
 }
+
+#[test]
+fn the_owner_invites_a_peer_from_the_page_and_the_peer_opens_and_types_from_theirs() {
+    let mut control = e2e::stack::ControlStack::prepare("");
+    control.set_env("TERMGATE__PROFILES__DEFAULT__PEERS", "true");
+    control.spawn(&[]);
+    let ttyd = e2e::ttyd::TtydPool::start_for(&control.instance);
+    let counter = e2e::ttyd::CountingProxy::start(ttyd.target());
+    let stack = GatewayStack::assemble(control, ttyd, counter);
+    let alice = stack.control.token("alice", false);
+    let id = stack.control.create(&alice)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let owner = stack.open_as(0, &id, &stack.sign_in("alice")).unwrap();
+    owner.send_input(b"echo owner-up\r").unwrap();
+    owner.read_until("owner-up", T).unwrap();
+
+    // Alice invites bob from her page: Peers, a name, Invite; bob is listed.
+    let mut b = launch();
+    sign_in_by_link(&mut b, &stack, "alice");
+    ok(
+        "alice's row",
+        b.wait_js(
+            &format!("!!document.querySelector('#session-rows tr[data-session=\"{id}\"]')"),
+            T,
+            "the session's row",
+        ),
+    );
+    click_row_button(&mut b, &id, "Peers");
+    ok(
+        "the peers view",
+        b.wait_js(
+            "!document.getElementById('peers').hidden",
+            T,
+            "the Peers section",
+        ),
+    );
+    check_js(
+        &mut b,
+        "the invite form's fields are labelled",
+        "document.querySelector('label[for=peer-sub]').textContent === 'User name' \
+         && !!document.querySelector('label[for=peer-ttl]')",
+    );
+    ok(
+        "invite bob",
+        b.eval(
+            "document.getElementById('peer-sub').value = 'bob'; \
+             document.querySelector('#peer-form button[type=submit]').click()",
+        ),
+    );
+    ok(
+        "bob listed",
+        b.wait_js(
+            "[...document.querySelectorAll('#peer-rows tr')].some((r) => r.cells[0].textContent === 'bob' \
+               && [...r.querySelectorAll('button')].some((x) => x.getAttribute('aria-label') === \"Revoke bob's access\"))",
+            T,
+            "bob's row with a Revoke button",
+        ),
+    );
+    drop(b);
+
+    // Bob's page lists alice's session with Open and Leave, without End or Share.
+    let mut b = launch();
+    sign_in_by_link(&mut b, &stack, "bob");
+    ok(
+        "bob's row of alice's session",
+        b.wait_js(
+            &format!("!!document.querySelector('#session-rows tr[data-session=\"{id}\"]')"),
+            T,
+            "the shared session's row",
+        ),
+    );
+    let labels = ok(
+        "the row's buttons",
+        b.eval(&format!(
+            "[...document.querySelectorAll('#session-rows tr[data-session=\"{id}\"] button')].map((x) => x.textContent)"
+        )),
+    );
+    assert_eq!(labels, json!(["Open", "Leave"]), "a peer's actions");
+    click_row_button(&mut b, &id, "Open");
+    ok(
+        "the terminal connection",
+        b.wait_js(
+            "!!document.getElementById('terminal-frame').contentDocument \
+             && document.getElementById('terminal-frame').contentDocument.title === 'termgate'",
+            T,
+            "ttyd's window title (its websocket is open)",
+        ),
+    );
+    ok(
+        "focus the terminal",
+        b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
+    );
+    ok("type", b.insert_text("echo from-bob-$((6*7))"));
+    ok("press Enter", b.press_enter());
+    owner
+        .read_until("from-bob-42", T)
+        .unwrap_or_else(|e| panic!("bob's typing in alice's terminal: {e}"));
+    ok("peer.png", b.screenshot(&artifact("peer.png")));
+}

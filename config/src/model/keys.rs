@@ -138,4 +138,5 @@ pub const KEYS: &[(&str, &str)] = &[
     ("profiles.<name>.record_input", "false"),
     ("profiles.<name>.shares", "\"signed-in\""),
     ("profiles.<name>.recording_links", "\"signed-in\""),
+    ("profiles.<name>.peers", "false"),
 ];

@@ -110,6 +110,10 @@ pub struct Profile {
     /// or `off`.
     #[serde(default = "defaults::recording_links")]
     pub recording_links: String,
+    /// Whether its sessions' owners may invite other users to co-drive them (write
+    /// access to the owner's terminal, for a bounded time).
+    #[serde(default)]
+    pub peers: bool,
 }
 
 /// One `[[profiles.<name>.mounts]]` entry.

@@ -13,8 +13,8 @@ use super::http::{
     session_id, Reply, Streamed,
 };
 use super::wire::{
-    CreateRequest, Listed, ListedTarget, RecordingList, RedrawRequest, Sessions, ShareRequest,
-    TargetPatch, TargetRequest, TargetView, Targets,
+    CreateRequest, Listed, ListedTarget, PeerRequest, RecordingList, RedrawRequest, Sessions,
+    ShareRequest, TargetPatch, TargetRequest, TargetView, Targets,
 };
 use crate::error::ApiError;
 use crate::service::{Control, Whose};
@@ -40,15 +40,22 @@ pub(super) async fn sessions(
                     let list = control.list(&who, &whose)?;
                     // Targets that allow the caller are listed with their own sessions
                     // (not in an admin's listing of someone else's).
-                    let targets = if whose == Whose::Own {
-                        control.targets_for(&who)?
+                    // So are the sessions the caller was invited to co-drive, marked.
+                    let (targets, peer_of) = if whose == Whose::Own {
+                        (control.targets_for(&who)?, control.peer_sessions(&who.sub)?)
                     } else {
-                        Vec::new()
+                        (Vec::new(), Vec::new())
                     };
                     let mut sessions: Vec<Listed<'_>> = list
                         .iter()
                         .map(|s| Listed::Session(control.view(s)))
                         .collect();
+                    sessions.extend(peer_of.iter().map(|(s, until)| {
+                        let mut v = control.view(s);
+                        v.role = Some("peer");
+                        v.peer_until = Some(*until);
+                        Listed::Session(v)
+                    }));
                     sessions.extend(
                         targets
                             .iter()
@@ -143,6 +150,30 @@ pub(super) async fn sessions(
                 }
                 _ => Err(not_allowed()),
             }
+        }
+        [id, "peers"] => {
+            let who = authenticate(&control, &req)?;
+            let id = session_id(id)?;
+            match method {
+                Method::GET => {
+                    let peers = control.list_peers(&who, &id)?;
+                    Ok(json(200, &serde_json::json!({ "peers": peers })))
+                }
+                Method::POST => {
+                    let body: PeerRequest = read_json(req, limit).await?;
+                    Ok(json(201, &control.invite_peer(&who, &id, &body)?))
+                }
+                _ => Err(not_allowed()),
+            }
+        }
+        [id, "peers", sub] => {
+            let who = authenticate(&control, &req)?;
+            let id = session_id(id)?;
+            if method != Method::DELETE {
+                return Err(not_allowed());
+            }
+            control.remove_peer(&who, &id, sub)?;
+            Ok(empty(204))
         }
         [id, "shares", share] => {
             let who = authenticate(&control, &req)?;

@@ -75,6 +75,13 @@ pub struct SessionView<'a> {
     /// The signed-in viewers among them (`sub`s; anonymous viewers only count).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) viewer_subs: Vec<String>,
+    /// `peer` in the list of a user its owner invited to co-drive it (absent: the
+    /// caller owns it, or lists as an admin).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) role: Option<&'static str>,
+    /// For a peer: when their invitation lapses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) peer_until: Option<u64>,
 }
 
 impl<'a> From<&'a Session> for SessionView<'a> {
@@ -99,6 +106,8 @@ impl<'a> From<&'a Session> for SessionView<'a> {
             terminals: None,
             viewers: None,
             viewer_subs: Vec::new(),
+            role: None,
+            peer_until: None,
         }
     }
 }
@@ -159,6 +168,25 @@ pub struct ShareView {
     pub(crate) viewers: u32,
     /// The signed-in viewers' `sub`s.
     pub(crate) subs: Vec<String>,
+}
+
+// Peers.
+
+/// Body of `POST /v1/sessions/<id>/peers`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerRequest {
+    /// The user invited to co-drive the session.
+    pub sub: String,
+    /// How long the invitation lasts, seconds (60 s to 24 h).
+    pub ttl_seconds: u64,
+}
+
+/// One peer of a session, as its owner (or an admin) sees it.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct PeerView {
+    pub(crate) sub: String,
+    pub(crate) expires_at: u64,
 }
 
 // Recording links.

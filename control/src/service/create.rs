@@ -91,6 +91,7 @@ impl Control {
             last_input: None,
             record: crate::model::Recording::of(profile.record, profile.record_input),
             shares: Vec::new(),
+            peers: Vec::new(),
         };
         // Marked before the record exists, so no reconcile pass ever sees this record
         // without the mark while this process works on it.

@@ -58,17 +58,34 @@ async fn terminal_of(
     }
     let sub = principal.sub.as_str();
     let route = route(g, &id, sub).await?;
-    let as_admin =
-        match policy::decide_terminal(principal, route.as_deref(), g.routes.is_locked(sub)) {
-            Decision::Allow { as_admin } => as_admin,
-            Decision::Deny(refusal) => return Err(refusal),
-        };
+    let locked = g.routes.is_locked(sub);
+    // A user the owner invited opens it as a peer (`policy::peer`); to anyone else it
+    // stays unknown.
+    let mut peer_until = None;
+    let as_admin = match policy::decide_terminal(principal, route.as_deref(), locked) {
+        Decision::Allow { as_admin } => as_admin,
+        Decision::Deny(refusal) => {
+            let owner_locked = route.as_ref().is_some_and(|r| g.routes.is_locked(&r.owner));
+            let now = now();
+            match policy::peer::decide_peer(principal, route.as_deref(), locked, owner_locked, now)
+            {
+                Ok(grant) => peer_until = Some(grant.expires_at),
+                Err(_) => return Err(refusal),
+            }
+            false
+        }
+    };
     let route = route.ok_or(Refusal::NOT_FOUND)?;
     if route.unreachable {
         return Err(Refusal::HOST_UNAVAILABLE);
     }
     let mut auth_token = None;
     let credential = match route.target.as_ref().and_then(|t| t.credential.as_ref()) {
+        // ttyd (`-H`) is told who types: the peer, never the owner.
+        None if peer_until.is_some() => Some((
+            "X-Termgate-User".to_owned(),
+            policy::peer::terminal_user(sub),
+        )),
         None => None,
         Some(TargetCredential::Header { name }) => Some((name.clone(), sub.to_owned())),
         Some(TargetCredential::BasicFile { path }) => {
@@ -90,7 +107,14 @@ async fn terminal_of(
     };
     let mut ticket = None;
     if part == TerminalPart::Ws {
-        match slot(g, verified.token.as_deref(), principal, id, &route) {
+        match slot(
+            g,
+            verified.token.as_deref(),
+            principal,
+            id,
+            &route,
+            peer_until,
+        ) {
             Ok(taken) => ticket = Some(taken),
             Err(refusal) => {
                 if refusal.code == Refusal::TOO_MANY_TERMINALS.code {
@@ -103,10 +127,11 @@ async fn terminal_of(
             }
         }
     }
-    let reason = match (as_admin, route.target.is_some()) {
-        (true, _) => "admin",
-        (false, true) => "allowed",
-        (false, false) => "owner",
+    let reason = match (as_admin, route.target.is_some(), peer_until.is_some()) {
+        (true, _, _) => "admin",
+        (false, true, _) => "allowed",
+        (false, false, true) => "peer",
+        (false, false, false) => "owner",
     };
     Ok(Allowed {
         ticket,
@@ -350,6 +375,7 @@ fn slot(
     principal: &Principal,
     id: SessionId,
     route: &Route,
+    peer_until: Option<u64>,
 ) -> Result<Ticket, Refusal> {
     let sub = principal.sub.as_str();
     let expires = g
@@ -358,21 +384,29 @@ fn slot(
         .close_on_token_expiry
         .then_some(principal.expires_at);
     let credential = g.credential_key(token.unwrap_or_default().as_bytes());
-    let ticket =
-        g.terminals
-            .admit(id, principal, expires, credential)
-            .map_err(|hit| match hit {
-                LimitHit::User => Refusal::TOO_MANY_TERMINALS,
-                LimitHit::Session => Refusal::TOO_MANY_TERMINALS
-                    .with_message("this session has too many open terminals"),
-                LimitHit::Viewers => Refusal::TOO_MANY_VIEWERS,
-            })?;
+    let taken = match peer_until {
+        None => g.terminals.admit(id, principal, expires, credential),
+        Some(until) => {
+            g.terminals
+                .admit_peer(id, principal, expires, credential, &route.owner, until)
+        }
+    };
+    let ticket = taken.map_err(|hit| match hit {
+        LimitHit::User => Refusal::TOO_MANY_TERMINALS,
+        LimitHit::Session => {
+            Refusal::TOO_MANY_TERMINALS.with_message("this session has too many open terminals")
+        }
+        LimitHit::Viewers => Refusal::TOO_MANY_VIEWERS,
+    })?;
     let still = matches!(g.routes.get(&id), Lookup::Hit(r) if *r == *route);
     if !still {
         return Err(Refusal::NOT_FOUND);
     }
     if g.routes.is_locked(sub) {
         return Err(Refusal::LOCKED);
+    }
+    if peer_until.is_some() && g.routes.is_locked(&route.owner) {
+        return Err(Refusal::NOT_FOUND);
     }
     Ok(ticket)
 }

@@ -111,9 +111,15 @@ impl Spool {
         &self.dir
     }
 
-    /// Starts recording a terminal of `session`: its file is made by the writer thread
-    /// (a failure there makes the recording full, so the terminal closes).
-    pub fn start(&self, session: SessionId, input: bool) -> io::Result<Recorder> {
+    /// Starts recording a terminal of `session` where `user` types (named in the
+    /// header): its file is made by the writer thread (a failure there makes the
+    /// recording full, so the terminal closes).
+    pub fn start(
+        &self,
+        session: SessionId,
+        input: bool,
+        user: Option<&str>,
+    ) -> io::Result<Recorder> {
         let started_at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
@@ -129,6 +135,7 @@ impl Spool {
             part: dir.join(format!("{name}.cast.part")),
             done: dir.join(format!("{name}.cast")),
             timestamp: started_at.as_secs(),
+            user: user.map(str::to_owned),
             spare: spare_tx,
             waiting: Arc::clone(&waiting),
         })
@@ -228,7 +235,7 @@ mod tests {
         for chunk in [1, 2, 3, 5, 7, 64, 4096] {
             for input in [false, true] {
                 let (_dir, spool) = spool(1024);
-                let mut r = spool.start(id(), input).unwrap();
+                let mut r = spool.start(id(), input, Some("peer:bob")).unwrap();
                 for c in up.chunks(chunk) {
                     r.upward(c).unwrap();
                 }
@@ -239,6 +246,7 @@ mod tests {
                 let lines = finished(&spool, id());
                 let header = &lines[0];
                 assert_eq!(header["version"], 2);
+                assert_eq!(header["termgate"]["user"], "peer:bob", "who typed");
                 assert_eq!(
                     (header["width"].as_u64(), header["height"].as_u64()),
                     (Some(100), Some(30)),
@@ -269,7 +277,7 @@ mod tests {
     #[test]
     fn a_utf8_sequence_split_across_reads_is_carried_to_the_next_event() {
         let (_dir, spool) = spool(64);
-        let mut r = spool.start(id(), false).unwrap();
+        let mut r = spool.start(id(), false, None).unwrap();
         r.upward(&framed(0x82, br#"{"columns":80,"rows":24}"#, true))
             .unwrap();
         // "€" is three bytes; the first frame ends after two of them.
@@ -353,7 +361,7 @@ mod tests {
     #[test]
     fn frames_without_ttyd_output_queue_nothing() {
         let (_dir, spool) = spool(4);
-        let mut r = spool.start(id(), false).unwrap();
+        let mut r = spool.start(id(), false, None).unwrap();
         for _ in 0..100 {
             r.downward(&framed(0x89, b"0ping", false)).unwrap();
             r.downward(&framed(0x82, b"1title", false)).unwrap();

@@ -25,6 +25,8 @@ pub(super) enum Msg {
         part: PathBuf,
         done: PathBuf,
         timestamp: u64,
+        /// Who types in the terminal (its `X-Termgate-User`: a `sub`, or `peer:<sub>`).
+        user: Option<String>,
         spare: SyncSender<Vec<u8>>,
         waiting: Arc<AtomicUsize>,
     },

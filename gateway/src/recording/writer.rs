@@ -25,9 +25,10 @@ pub(super) fn write_recordings(rx: Receiver<Msg>, wake: &Notify, delay: Option<D
                 part,
                 done,
                 timestamp,
+                user,
                 spare,
                 waiting,
-            } => match Writer::create(part, done, timestamp, spare, Arc::clone(&waiting)) {
+            } => match Writer::create(part, done, timestamp, user, spare, Arc::clone(&waiting)) {
                 Ok(w) => {
                     open.insert(id, w);
                 }
@@ -72,6 +73,8 @@ struct Writer {
     /// The line being written.
     out: Vec<u8>,
     timestamp: u64,
+    /// Who types in it, named in the header (`"termgate": {"user": …}`).
+    user: Option<String>,
     header_written: bool,
     /// The start of a UTF-8 sequence the last output event ended inside.
     output_carry: Vec<u8>,
@@ -87,6 +90,7 @@ impl Writer {
         part: PathBuf,
         done: PathBuf,
         timestamp: u64,
+        user: Option<String>,
         spare: SyncSender<Vec<u8>>,
         waiting: Arc<AtomicUsize>,
     ) -> io::Result<Writer> {
@@ -110,6 +114,7 @@ impl Writer {
             done,
             out: Vec::new(),
             timestamp,
+            user,
             header_written: false,
             output_carry: Vec::new(),
             input_carry: Vec::new(),
@@ -174,9 +179,16 @@ impl Writer {
             return Ok(());
         }
         self.header_written = true;
+        // The terminal's typist: every `i` event of this file is theirs (a peer's
+        // terminal is its own recording, named `peer:<sub>`).
+        let user = self
+            .user
+            .as_deref()
+            .map(|u| format!(", \"termgate\": {{\"user\": {}}}", json_string(u)))
+            .unwrap_or_default();
         writeln!(
             self.out,
-            "{{\"version\": 2, \"width\": {cols}, \"height\": {rows}, \"timestamp\": {}, \"env\": {{\"TERM\": \"xterm-256color\"}}}}",
+            "{{\"version\": 2, \"width\": {cols}, \"height\": {rows}, \"timestamp\": {}, \"env\": {{\"TERM\": \"xterm-256color\"}}{user}}}",
             self.timestamp
         )
     }

@@ -90,6 +90,11 @@ impl BackgroundService for ExpirySweeper {
                         tracing::info!(target: "audit", closed = n, reason = "share_expired", "share viewers closed");
                         g.count_closed(crate::terminals::CloseReason::ShareEnded, n);
                     }
+                    let n = g.terminals.close_expired_peers(now());
+                    if n > 0 {
+                        tracing::info!(target: "audit", closed = n, reason = "peer_expired", "peer terminals closed");
+                        g.count_closed(crate::terminals::CloseReason::PeerRemoved, n);
+                    }
                     g.metrics.open_terminals.set(i64::try_from(g.terminals.open()).unwrap_or(i64::MAX));
                     ticks = ticks.wrapping_add(1);
                     if ticks.is_multiple_of(240) {

@@ -308,3 +308,36 @@ fn a_terminal_revoked_before_connecting_is_shut_on_attach() {
     let mut buf = [0u8; 1];
     assert_eq!(peer.read(&mut buf).unwrap(), 0);
 }
+
+#[test]
+fn a_peer_closes_when_dropped_from_the_route_or_expired_and_the_owner_stays() {
+    let t = Terminals::new(8, 8);
+    let owner = t.admit(id(1), &who("alice"), None, fp(0)).unwrap();
+    let bob = t
+        .admit_peer(id(1), &who("bob"), None, fp(1), "alice", 100)
+        .unwrap();
+    let carol = t
+        .admit_peer(id(1), &who("carol"), None, fp(2), "alice", 100)
+        .unwrap();
+    let grant = |sub: &str, expires_at| PeerGrant {
+        sub: sub.into(),
+        expires_at,
+    };
+    // Carol's invitation is moved later; bob's is gone.
+    assert_eq!(t.sync_peers(&id(1), &[grant("carol", 300)], 10), 1);
+    assert_eq!(
+        (owner.closed(), bob.closed(), carol.closed()),
+        (None, Some(CloseReason::PeerRemoved), None)
+    );
+    assert_eq!(t.close_expired_peers(299), 0, "the new lifetime holds");
+    assert_eq!(t.close_expired_peers(300), 1);
+    assert_eq!(carol.closed(), Some(CloseReason::PeerRemoved));
+    assert_eq!(owner.closed(), None);
+    // Peers count against their own limits; the owner's lock closes them too.
+    let dave = t
+        .admit_peer(id(1), &who("dave"), None, fp(3), "alice", 500)
+        .unwrap();
+    assert_eq!(t.per_user().get("dave"), Some(&1));
+    assert_eq!(t.close_user("alice", CloseReason::UserLocked), 2);
+    assert_eq!(dave.closed(), Some(CloseReason::UserLocked));
+}

@@ -260,3 +260,38 @@ fn share_links_ride_the_route_to_the_hosts_read_only_pool_and_a_revoke_is_an_ups
         other => panic!("expected one upsert, got {other:?}"),
     }
 }
+
+#[test]
+fn peers_ride_the_route_and_a_removal_is_an_upsert_without_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store.insert_creating(&session(1, "a"), ROOMY).unwrap();
+    run(&store, 1, "c1");
+    let grant = crate::model::PeerGrant {
+        sub: "b".into(),
+        expires_at: 100,
+    };
+    let rev = store.rev();
+    store
+        .update(&id(1), |s| s.peers.push(grant.clone()))
+        .unwrap();
+    let route = match store.feed(rev).unwrap().changes.as_slice() {
+        [Change::Upsert { route, .. }] => route.clone(),
+        other => panic!("expected one upsert, got {other:?}"),
+    };
+    assert_eq!(route.peers, vec![grant.clone()]);
+    assert_eq!(
+        store.lookup(&id(1)).unwrap().unwrap().route.peers,
+        vec![grant]
+    );
+    // The same terminal: the owner's stay open; only the peer's are judged again.
+    let rev = store.rev();
+    store.update(&id(1), |s| s.peers.clear()).unwrap();
+    match store.feed(rev).unwrap().changes.as_slice() {
+        [Change::Upsert { route: after, .. }] => {
+            assert!(after.peers.is_empty());
+            assert!(route.same_terminal(after));
+        }
+        other => panic!("expected one upsert, got {other:?}"),
+    }
+}

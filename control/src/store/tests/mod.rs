@@ -48,6 +48,7 @@ fn session(n: u32, owner: &str) -> Session {
         last_input: None,
         record: Default::default(),
         shares: Vec::new(),
+        peers: Vec::new(),
     }
 }
 

@@ -116,7 +116,12 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
     let mut recorder = match (record.is_off(), ctx.session) {
         (false, Some(id)) => {
             let input = record == policy::feed::Recording::OutputAndInput;
-            let r = p.g.recordings.start(id, input).map_err(|e| {
+            // Who types here, as ttyd was told: the owner's `sub`, or `peer:<sub>`.
+            let user = head
+                .headers
+                .get("X-Termgate-User")
+                .and_then(|v| v.to_str().ok());
+            let r = p.g.recordings.start(id, input, user).map_err(|e| {
                 Error::because(ErrorType::InternalError, "starting the recording", e)
             })?;
             Some(r)

@@ -1,0 +1,154 @@
+//! Peers of a running Docker session: users its owner (or an admin) invites to
+//! co-drive it — the owner's writable terminal — for a bounded time. An invitation
+//! lives on the session's record ([`PeerGrant`]); every change is a route change, so
+//! gateways learn it through the route feed and admit, or close, the peer's terminals
+//! locally. A peer may open the session and leave it; nothing else of the owner's.
+
+use policy::peer;
+use policy::{Action, Principal, Refusal, SessionId, Sub};
+
+use super::clock::now;
+use super::handle::Control;
+use crate::api::wire::{PeerRequest, PeerView};
+use crate::error::ApiError;
+use crate::model::{PeerGrant, Session, SessionState};
+
+/// The shortest invitation: [`peer::TTL_RANGE`]'s start; in debug builds,
+/// `TERMGATE_TEST_PEER_MIN_TTL` (seconds) lowers it, so tests see an invitation expire
+/// without waiting a minute.
+fn min_ttl() -> u64 {
+    let min = *peer::TTL_RANGE.start();
+    cfg!(debug_assertions)
+        .then(|| std::env::var("TERMGATE_TEST_PEER_MIN_TTL").ok())
+        .flatten()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|m| *m >= 1)
+        .map_or(min, |m| m.min(min))
+}
+
+impl Control {
+    /// Invites `req.sub` to co-drive session `id` for `req.ttl_seconds`, if its profile
+    /// allows peers and it runs. Inviting a peer again replaces their lifetime.
+    pub fn invite_peer(
+        &self,
+        who: &Principal,
+        id: &SessionId,
+        req: &PeerRequest,
+    ) -> Result<PeerView, ApiError> {
+        let s = self.authorized(who, id, Action::Invite)?;
+        let enabled = self
+            .config
+            .profiles
+            .get(&s.profile)
+            .is_some_and(|p| p.peers);
+        let sub = peer::check_request(
+            enabled,
+            s.owner.as_str(),
+            &req.sub,
+            req.ttl_seconds,
+            min_ttl(),
+        )?;
+        if s.state != SessionState::Running {
+            return Err(Refusal::NOT_RUNNING);
+        }
+        let at = now();
+        let expires_at = at.saturating_add(req.ttl_seconds);
+        let mut full = false;
+        self.store.update(id, |s| {
+            s.peers
+                .retain(|g| g.expires_at > at && g.sub != sub.as_str());
+            if s.peers.len() >= peer::MAX_PEERS {
+                full = true;
+            } else {
+                s.peers.push(PeerGrant {
+                    sub: sub.to_string(),
+                    expires_at,
+                });
+            }
+        })?;
+        if full {
+            return Err(Refusal::INVALID_PEER.with_message(format!(
+                "a session holds at most {} peers; remove one",
+                peer::MAX_PEERS
+            )));
+        }
+        tracing::info!(target: "audit", session = %id, sub = %who.sub, peer = %sub, expires_at, "peer invited");
+        Ok(PeerView {
+            sub: sub.to_string(),
+            expires_at,
+        })
+    }
+
+    /// The peers of session `id` whose invitation has not lapsed.
+    pub fn list_peers(&self, who: &Principal, id: &SessionId) -> Result<Vec<PeerView>, ApiError> {
+        let s = self.authorized(who, id, Action::Invite)?;
+        let at = now();
+        Ok(s.peers
+            .iter()
+            .filter(|g| g.expires_at > at)
+            .map(|g| PeerView {
+                sub: g.sub.clone(),
+                expires_at: g.expires_at,
+            })
+            .collect())
+    }
+
+    /// Removes peer `sub` of session `id`: by its owner or an admin, or by the peer
+    /// leaving. Gone from the route, so gateways close the peer's terminals as soon as
+    /// the feed brings the change. To anyone else the session is unknown.
+    pub fn remove_peer(&self, who: &Principal, id: &SessionId, sub: &str) -> Result<(), ApiError> {
+        let s = if who.sub.as_str() == sub {
+            self.peer_session(who, id)?
+        } else {
+            self.authorized(who, id, Action::Invite)?
+        };
+        if !s.peers.iter().any(|g| g.sub == sub) {
+            return Err(Refusal::NOT_FOUND.with_message("no such peer"));
+        }
+        self.store
+            .update(id, |s| s.peers.retain(|g| g.sub != sub))?;
+        let how = if who.sub.as_str() == sub {
+            "peer left"
+        } else {
+            "peer removed"
+        };
+        tracing::info!(target: "audit", session = %id, sub = %who.sub, peer = sub, "{how}");
+        Ok(())
+    }
+
+    /// Session `id` if `who` (not locked) holds an unexpired invitation to it; else the
+    /// same refusal as an unknown session.
+    fn peer_session(&self, who: &Principal, id: &SessionId) -> Result<Session, ApiError> {
+        if self.is_locked(&who.sub)? {
+            return Err(Refusal::LOCKED);
+        }
+        let at = now();
+        self.store
+            .get(id)?
+            .filter(|s| {
+                s.peers
+                    .iter()
+                    .any(|g| g.sub == who.sub.as_str() && g.expires_at > at)
+            })
+            .ok_or(Refusal::NOT_FOUND)
+    }
+
+    /// The active sessions `sub` is an unexpired peer of, with when each invitation
+    /// lapses.
+    pub fn peer_sessions(&self, sub: &Sub) -> Result<Vec<(Session, u64)>, ApiError> {
+        let at = now();
+        Ok(self
+            .store
+            .list_active(None)?
+            .into_iter()
+            .filter_map(|s| {
+                let until = s
+                    .peers
+                    .iter()
+                    .find(|g| g.sub == sub.as_str() && g.expires_at > at)?
+                    .expires_at;
+                (s.owner != *sub).then_some((s, until))
+            })
+            .collect())
+    }
+}
