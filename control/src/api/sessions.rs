@@ -13,8 +13,8 @@ use super::http::{
     session_id, Reply, Streamed,
 };
 use super::wire::{
-    CreateRequest, Listed, ListedTarget, PeerRequest, RecordingList, RedrawRequest, Sessions,
-    ShareRequest, TargetPatch, TargetRequest, TargetView, Targets,
+    CreateRequest, Listed, ListedTarget, PeerRequest, Peers, RecordingList, RedrawRequest,
+    Sessions, ShareRequest, TargetPatch, TargetRequest, TargetView, Targets,
 };
 use crate::error::ApiError;
 use crate::service::{Control, Whose};
@@ -157,7 +157,7 @@ pub(super) async fn sessions(
             match method {
                 Method::GET => {
                     let peers = control.list_peers(&who, &id)?;
-                    Ok(json(200, &serde_json::json!({ "peers": peers })))
+                    Ok(json(200, &Peers { peers }))
                 }
                 Method::POST => {
                     let body: PeerRequest = read_json(req, limit).await?;

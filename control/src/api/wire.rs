@@ -182,6 +182,12 @@ pub struct PeerRequest {
     pub ttl_seconds: u64,
 }
 
+/// `GET /v1/sessions/<id>/peers`.
+#[derive(Debug, Serialize)]
+pub struct Peers {
+    pub(super) peers: Vec<PeerView>,
+}
+
 /// One peer of a session, as its owner (or an admin) sees it.
 #[derive(Debug, Serialize, PartialEq, Eq)]
 pub struct PeerView {
