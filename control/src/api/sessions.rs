@@ -14,7 +14,7 @@ use super::http::{
 };
 use super::wire::{
     CreateRequest, Listed, ListedTarget, PeerRequest, Peers, RecordingList, RedrawRequest,
-    Sessions, ShareRequest, TargetPatch, TargetRequest, TargetView, Targets,
+    Sessions, ShareRequest, Shares, TargetPatch, TargetRequest, TargetView, Targets,
 };
 use crate::error::ApiError;
 use crate::service::{Control, Whose};
@@ -142,7 +142,7 @@ pub(super) async fn sessions(
             match method {
                 Method::GET => {
                     let shares = control.list_shares(&who, &id)?;
-                    Ok(json(200, &serde_json::json!({ "shares": shares })))
+                    Ok(json(200, &Shares { shares }))
                 }
                 Method::POST => {
                     let body: ShareRequest = read_json(req, limit).await?;

@@ -11,7 +11,10 @@ use policy::Sub;
 use super::http::{
     authenticate, bearer, empty, json, no_such_endpoint, not_allowed, query_param, read_json, Reply,
 };
-use super::wire::{AuditLines, ProfileView, Profiles, RecordingsOfUser, RecordingsUsage, Users};
+use super::wire::{
+    AuditLines, ProfileView, Profiles, RecordingsOfUser, RecordingsUsage, Revocations, SignIns,
+    SignedOut, Users,
+};
 use crate::error::ApiError;
 use crate::retention;
 use crate::service::{may_lock, Control, RevocationRequest, SignInReport, SignInView};
@@ -61,7 +64,7 @@ pub(super) async fn sign_ins(
                 .iter()
                 .map(|s| control.sign_in_view(s, &current))
                 .collect();
-            Ok(json(200, &serde_json::json!({ "signins": views })))
+            Ok(json(200, &SignIns { signins: views }))
         }
         ([], Method::POST) => {
             let report: SignInReport = read_json(req, limit).await?;
@@ -70,7 +73,7 @@ pub(super) async fn sign_ins(
         }
         ([], Method::DELETE) => {
             let n = control.sign_out_all(&who, whose.as_ref())?;
-            Ok(json(200, &serde_json::json!({ "signed_out": n })))
+            Ok(json(200, &SignedOut { signed_out: n }))
         }
         (["current"], Method::DELETE) => {
             control.sign_out_current(&who, &token)?;
@@ -96,7 +99,9 @@ pub(super) async fn revocations(
     match method {
         Method::GET => Ok(json(
             200,
-            &serde_json::json!({ "revocations": control.revocations(&who)? }),
+            &Revocations {
+                revocations: control.revocations(&who)?,
+            },
         )),
         Method::POST => {
             if !who.admin {

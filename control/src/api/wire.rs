@@ -182,6 +182,30 @@ pub struct PeerRequest {
     pub ttl_seconds: u64,
 }
 
+/// `GET /v1/sessions/<id>/shares`.
+#[derive(Debug, Serialize)]
+pub struct Shares {
+    pub(super) shares: Vec<ShareView>,
+}
+
+/// `GET /v1/signins`: the caller's (or, for an admin, a user's) sign-ins.
+#[derive(Debug, Serialize)]
+pub struct SignIns<'a> {
+    pub(super) signins: Vec<SignInView<'a>>,
+}
+
+/// `DELETE /v1/signins`: how many sign-ins were signed out.
+#[derive(Debug, Serialize)]
+pub struct SignedOut {
+    pub(super) signed_out: usize,
+}
+
+/// `GET /v1/revocations`: the revocations in force.
+#[derive(Debug, Serialize)]
+pub struct Revocations {
+    pub(super) revocations: Vec<policy::revocation::Revocation>,
+}
+
 /// `GET /v1/sessions/<id>/peers`.
 #[derive(Debug, Serialize)]
 pub struct Peers {
