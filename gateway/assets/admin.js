@@ -44,6 +44,7 @@ async function loadActive() {
       cell(s.viewers === undefined ? "—"
         : s.viewers + (s.viewer_subs && s.viewer_subs.length ? " (" + s.viewer_subs.join(", ") + ")" : "")),
       cell(s.ends_at ? when(s.ends_at) + (s.ends_because === "max_lifetime" ? " (maximum lifetime)" : " (idle)") : "—"),
+      cell((s.peers || []).filter((p) => p.expires_at > Date.now() / 1000).map((p) => p.sub).join(", ") || "—"),
     );
     const actions = document.createElement("td");
     // A `stopping` session's end is decided already; its container goes in the background.

@@ -462,7 +462,7 @@ async function endSession(s) {
 // over every gateway (— when no gateway has reported lately), when it was last typed
 // into, and when and why it ends by itself. Targets have none of these.
 function glance(s) {
-  if (s.kind === "external") return ["", "", "", ""].map(cell);
+  if (s.kind === "external") return ["", "", "", "", ""].map(cell);
   const known = (n) => (n === undefined ? "—" : String(n));
   const viewers = s.viewers === undefined ? "—"
     : s.viewers + (s.viewer_subs && s.viewer_subs.length ? " (" + s.viewer_subs.join(", ") + ")" : "");
@@ -470,7 +470,14 @@ function glance(s) {
   const ends = s.ends_at
     ? when(s.ends_at) + (s.ends_because === "max_lifetime" ? " (maximum lifetime)" : " (idle)")
     : "—";
-  return [known(s.terminals), viewers, last, ends].map(cell);
+  return [known(s.terminals), viewers, last, ends, peersOf(s)].map(cell);
+}
+
+// Who the owner invited to co-drive, while their invitations last ("—": nobody).
+function peersOf(s) {
+  const now = Date.now() / 1000;
+  const live = (s.peers || []).filter((p) => p.expires_at > now);
+  return live.length ? live.map((p) => p.sub + " (until " + when(p.expires_at) + ")").join(", ") : "—";
 }
 
 function ago(ts) {

@@ -1308,11 +1308,12 @@ fn the_page_lists_sign_ins_signs_one_out_says_when_a_sign_out_failed_and_signs_o
 }
 
 #[test]
-fn the_sessions_page_shows_open_terminals_viewers_last_input_and_when_a_session_ends() {
+fn the_sessions_page_shows_open_terminals_viewers_peers_last_input_and_when_a_session_ends() {
     // A default profile that ends a session after an hour without input; the gateway
     // reports its terminals every 300 ms, viewers go to a read-only pool.
     let mut control = e2e::stack::ControlStack::prepare("");
     control.set_env("TERMGATE__PROFILES__DEFAULT__IDLE_TIMEOUT_SECONDS", "3600");
+    control.set_env("TERMGATE__PROFILES__DEFAULT__PEERS", "true");
     control.spawn(&[]);
     let ttyd = e2e::ttyd::TtydPool::start_for(&control.instance);
     let counter = e2e::ttyd::CountingProxy::start(ttyd.target());
@@ -1337,7 +1338,7 @@ fn the_sessions_page_shows_open_terminals_viewers_last_input_and_when_a_session_
     ok(
         "the row at rest",
         b.wait_js(
-            &row("c[4] === '0' && c[5] === '0' && c[6] === '—' && c[7].endsWith(' (idle)')"),
+            &row("c[4] === '0' && c[5] === '0' && c[6] === '—' && c[7].endsWith(' (idle)') && c[8] === '—'"),
             Duration::from_secs(30),
             "Terminals 0, Viewers 0, Last input —, Ends … (idle)",
         ),
@@ -1359,6 +1360,13 @@ fn the_sessions_page_shows_open_terminals_viewers_last_input_and_when_a_session_
     );
     assert_eq!(link.status, 201, "{}", link.text);
     let url = link.body["url"].as_str().unwrap().to_owned();
+    let invited = stack.control.call(
+        "POST",
+        &format!("/v1/sessions/{id}/peers"),
+        Some(&token),
+        Some(json!({ "sub": "carol", "ttl_seconds": 3600 })),
+    );
+    assert_eq!(invited.status, 201, "{}", invited.text);
     let bob = stack.sign_in("bob");
     let origin = stack.origin(0);
     let viewer = e2e::stack::wait_for("bob watching", T, || {
@@ -1373,9 +1381,10 @@ fn the_sessions_page_shows_open_terminals_viewers_last_input_and_when_a_session_
     ok(
         "the row while in use",
         b.wait_js(
-            &row("c[4] === '1' && c[5] === '1 (bob)' && / s ago$/.test(c[6]) && c[7].endsWith(' (idle)')"),
+            &row("c[4] === '1' && c[5] === '1 (bob)' && / s ago$/.test(c[6]) && c[7].endsWith(' (idle)') \
+                 && c[8].startsWith('carol (until ')"),
             Duration::from_secs(30),
-            "Terminals 1, Viewers 1 (bob), Last input … s ago",
+            "Terminals 1, Viewers 1 (bob), Last input … s ago, Peers carol",
         ),
     );
     ok(

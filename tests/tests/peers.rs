@@ -180,8 +180,21 @@ fn a_peer_types_into_the_owners_shell_and_revoke_closes_only_the_peer() {
     assert_eq!(listed.len(), 1, "{}", a.text);
     assert_eq!(listed[0]["role"], "peer");
     assert_eq!(listed[0]["owner"], "alice");
-    // Alice's own list does not mark it.
+    assert!(
+        listed[0].get("peers").is_none(),
+        "who else co-drives is the owner's to know: {}",
+        a.text
+    );
+    // Alice's own list does not mark it, and names her peer.
     let a = call(&stack, "alice", "GET", "/v1/sessions", None);
+    let mine = a.body["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id.as_str())
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(mine["peers"][0]["sub"], "bob", "{}", a.text);
     assert!(
         a.body["sessions"]
             .as_array()

@@ -48,13 +48,16 @@ pub(super) async fn sessions(
                     };
                     let mut sessions: Vec<Listed<'_>> = list
                         .iter()
-                        .map(|s| Listed::Session(control.view(s)))
+                        .map(|s| Listed::Session(Box::new(control.view(s))))
                         .collect();
                     sessions.extend(peer_of.iter().map(|(s, until)| {
                         let mut v = control.view(s);
                         v.role = Some("peer");
                         v.peer_until = Some(*until);
-                        Listed::Session(v)
+                        // Who else watches or co-drives is the owner's to know.
+                        v.peers = &[];
+                        v.viewer_subs.clear();
+                        Listed::Session(Box::new(v))
                     }));
                     sessions.extend(
                         targets

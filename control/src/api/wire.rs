@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use policy::audit::AuditEntry;
+use policy::feed::PeerGrant;
 use policy::{SessionId, Sub};
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +83,9 @@ pub struct SessionView<'a> {
     /// For a peer: when their invitation lapses.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) peer_until: Option<u64>,
+    /// Who the owner invited to co-drive it, and until when (to its owner and admins).
+    #[serde(skip_serializing_if = "<[PeerGrant]>::is_empty")]
+    pub(crate) peers: &'a [PeerGrant],
 }
 
 impl<'a> From<&'a Session> for SessionView<'a> {
@@ -108,6 +112,7 @@ impl<'a> From<&'a Session> for SessionView<'a> {
             viewer_subs: Vec::new(),
             role: None,
             peer_until: None,
+            peers: &s.peers,
         }
     }
 }
@@ -121,7 +126,7 @@ pub(super) struct Sessions<T> {
 #[derive(Serialize)]
 #[serde(untagged)]
 pub(super) enum Listed<'a> {
-    Session(SessionView<'a>),
+    Session(Box<SessionView<'a>>),
     Target(ListedTarget<'a>),
 }
 
