@@ -243,6 +243,19 @@ impl Terminals {
         expires_at: Option<u64>,
         credential: Fingerprint,
     ) -> Result<Ticket, LimitHit> {
+        self.admit_as(session, who, expires_at, credential, None)
+    }
+
+    /// [`Terminals::admit`], marked a peer's from its first moment when `peer` is
+    /// given: a route change can never find it unmarked.
+    fn admit_as(
+        self: &Arc<Self>,
+        session: SessionId,
+        who: &Principal,
+        expires_at: Option<u64>,
+        credential: Fingerprint,
+        peer: Option<Peer>,
+    ) -> Result<Ticket, LimitHit> {
         let sub = who.sub.as_str();
         let now = Instant::now();
         let mut inner = self.lock();
@@ -280,7 +293,7 @@ impl Terminals {
                 tunnel: None,
                 closed: None,
                 view: None,
-                peer: None,
+                peer,
             },
         );
         Ok(Ticket {
@@ -367,14 +380,11 @@ impl Terminals {
         owner: &str,
         peer_until: u64,
     ) -> Result<Ticket, LimitHit> {
-        let ticket = self.admit(session, who, expires_at, credential)?;
-        if let Some(live) = self.lock().live.get_mut(&ticket.id) {
-            live.peer = Some(Peer {
-                owner: owner.to_owned(),
-                until: peer_until,
-            });
-        }
-        Ok(ticket)
+        let peer = Peer {
+            owner: owner.to_owned(),
+            until: peer_until,
+        };
+        self.admit_as(session, who, expires_at, credential, Some(peer))
     }
 
     /// Judges the peer terminals of `session` again on its peers now (`peers`, from its
