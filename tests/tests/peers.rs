@@ -124,9 +124,8 @@ fn owner_still_types(owner: &Terminal, word: &str) {
         .unwrap_or_else(|e| panic!("the owner's terminal after {word}: {e}"));
 }
 
-#[test]
-fn a_peer_types_into_the_owners_shell_and_revoke_closes_only_the_peer() {
-    let stack = start(true);
+/// A session of alice's with her own terminal open on it and answering.
+fn alices_open_session(stack: &GatewayStack) -> (String, Terminal) {
     let alice = stack.control.token("alice", false);
     let id = stack.control.create(&alice)["id"]
         .as_str()
@@ -135,6 +134,13 @@ fn a_peer_types_into_the_owners_shell_and_revoke_closes_only_the_peer() {
     let owner = stack.open_as(0, &id, &stack.sign_in("alice")).unwrap();
     owner.send_input(b"echo owner-up\r").unwrap();
     owner.read_until("owner-up", T).unwrap();
+    (id, owner)
+}
+
+#[test]
+fn a_peer_types_into_the_owners_shell_and_revoke_closes_only_the_peer() {
+    let stack = start(true);
+    let (id, owner) = alices_open_session(&stack);
 
     // Not oneself, not a malformed name, not past a day.
     for (sub, ttl) in [("alice", 600), ("no such user!", 600), ("bob", 86_401)] {
@@ -287,14 +293,7 @@ fn a_peer_types_into_the_owners_shell_and_revoke_closes_only_the_peer() {
 #[test]
 fn an_invitation_that_ends_closes_the_peer_and_a_profile_can_forbid_peers() {
     let stack = start(true);
-    let alice = stack.control.token("alice", false);
-    let id = stack.control.create(&alice)["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let owner = stack.open_as(0, &id, &stack.sign_in("alice")).unwrap();
-    owner.send_input(b"echo owner-up\r").unwrap();
-    owner.read_until("owner-up", T).unwrap();
+    let (id, owner) = alices_open_session(&stack);
 
     let a = invite(&stack, "alice", &id, "bob", 4);
     assert_eq!(a.status, 201, "{}", a.text);
