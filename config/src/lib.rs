@@ -14,6 +14,6 @@ pub mod telemetry;
 mod validate;
 
 pub use error::{ConfigError, ConfigErrors};
-pub use load::{load, load_from_str, ENV_PREFIX};
+pub use load::{load, load_for, load_from_str, load_from_str_for, ENV_PREFIX};
 pub use model::*;
 pub use secret::{Secret, Secrets};

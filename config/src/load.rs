@@ -5,7 +5,7 @@ use std::path::Path;
 use toml::Value;
 
 use crate::error::{ConfigError, ConfigErrors};
-use crate::model::Config;
+use crate::model::{Config, Part};
 use crate::validate;
 
 /// Environment variables starting with this override config keys:
@@ -14,6 +14,11 @@ pub const ENV_PREFIX: &str = "TERMGATE__";
 
 /// Loads, overrides from the process environment, validates and reads secrets.
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    load_for(path, Part::All)
+}
+
+/// [`load`] for one part: only the files `part` reads are read and checked.
+pub fn load_for(path: &Path, part: Part) -> Result<Config, ConfigErrors> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         ConfigErrors(vec![ConfigError::new(
             "<file>",
@@ -31,7 +36,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
         })
         .unwrap_or(Path::new("."));
     let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
-    load_from_str(&text, &base, std::env::vars())
+    load_from_str_for(&text, &base, std::env::vars(), part)
 }
 
 /// Like [`load`], from text, with relative paths resolved against `base_dir` and the
@@ -40,6 +45,16 @@ pub fn load_from_str(
     text: &str,
     base_dir: &Path,
     env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Config, ConfigErrors> {
+    load_from_str_for(text, base_dir, env, Part::All)
+}
+
+/// [`load_from_str`] for one part (see [`load_for`]).
+pub fn load_from_str_for(
+    text: &str,
+    base_dir: &Path,
+    env: impl IntoIterator<Item = (String, String)>,
+    part: Part,
 ) -> Result<Config, ConfigErrors> {
     let mut errors = Vec::new();
     let mut tree: Value = match text.parse::<toml::Table>() {
@@ -75,6 +90,7 @@ pub fn load_from_str(
     let mut config = deserialize_collecting(tree, &from_env, &mut errors);
     if let Some(c) = config.as_mut() {
         c.base_dir = base_dir.to_path_buf();
+        c.part = part;
         validate::validate(c, &mut errors);
     }
     match config {

@@ -19,10 +19,11 @@ use prometheus_client::registry::{Metric, Registry};
 
 use crate::model::Config;
 
-/// Loads the configuration of `binary`, or prints why it cannot and gives the exit
-/// status for a bad configuration (2), so both binaries refuse a mistake the same way.
-pub fn load_or_refuse(binary: &str, path: &Path) -> Result<Config, ExitCode> {
-    crate::load(path).map_err(|e| {
+/// Loads the configuration of `binary` (reading the files `part` reads), or prints why
+/// it cannot and gives the exit status for a bad configuration (2), so every binary
+/// refuses a mistake the same way.
+pub fn load_or_refuse(binary: &str, path: &Path, part: crate::Part) -> Result<Config, ExitCode> {
+    crate::load_for(path, part).map_err(|e| {
         eprintln!("{binary}: {}: {e}", path.display());
         ExitCode::from(2)
     })

@@ -273,6 +273,8 @@ fn namespace_modes_outside_the_known_ones_are_refused_naming_the_key() {
         std::collections::BTreeMap::from([
             (policy::Namespace::Pid, policy::NamespaceMode::Private),
             (policy::Namespace::Uts, policy::NamespaceMode::Default),
+            // Always, whatever the profile says.
+            (policy::Namespace::Cgroup, policy::NamespaceMode::Private),
         ])
     );
 }
@@ -1084,4 +1086,38 @@ fn with_dockgate_control_dials_each_hosts_dockgate_and_endpoints_must_be_local_s
     )
     .unwrap_err();
     assert!(e.mentions("docker.hosts[0].endpoint", "dockgate"), "{e}");
+}
+
+#[test]
+fn each_part_reads_only_its_own_files() {
+    use config::{load_from_str_for, Part};
+    // A gateway key file that only the gateway's user may read (here: missing).
+    let text = format!("{EXAMPLE}\n",).replace(
+        "[gateway]\n",
+        "[gateway]\ntls_cert_file = \"secrets/gw.crt\"\ntls_key_file = \"secrets/gw.key\"\n",
+    );
+    assert!(
+        text.contains("tls_key_file = \"secrets/gw.key\""),
+        "the example has [gateway]"
+    );
+    let dir = secrets_dir();
+    let all = load_from_str_for(&text, dir.path(), env(&[]), Part::All).unwrap_err();
+    assert!(all.to_string().contains("gateway.tls_key_file"), "{all}");
+    let gateway = load_from_str_for(&text, dir.path(), env(&[]), Part::Gateway).unwrap_err();
+    assert!(
+        gateway.to_string().contains("gateway.tls_key_file"),
+        "{gateway}"
+    );
+    // Control never reads the gateway's key: it loads.
+    let control = load_from_str_for(&text, dir.path(), env(&[]), Part::Control).unwrap();
+    assert!(control.secrets.is_some());
+    // dockgate reads no secret at all: without any secret file it loads, with no secrets.
+    let empty = tempfile::tempdir().unwrap();
+    let dockgate = load_from_str_for(&text, empty.path(), env(&[]), Part::Dockgate).unwrap();
+    assert!(dockgate.secrets.is_none());
+    assert!(dockgate.profiles.contains_key("default"));
+    // Its profiles' mistakes are still refused, naming the key.
+    let bad = format!("{text}\n[profiles.evil]\nimage = \"x\"\nprivileged = true\n");
+    let e = load_from_str_for(&bad, empty.path(), env(&[]), Part::Dockgate).unwrap_err();
+    assert!(e.to_string().contains("profiles.evil"), "{e}");
 }

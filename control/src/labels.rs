@@ -12,22 +12,22 @@ use policy::{SessionId, Sub};
 use crate::model::Session;
 
 /// What the object is: [`Managed::Session`] on containers, [`Managed::Home`] on volumes.
-pub const MANAGED: &str = "termgate.managed";
+pub const MANAGED: &str = policy::declared::MANAGED_LABEL;
 /// The deployment's `instance`.
-pub const INSTANCE: &str = "termgate.instance";
+pub const INSTANCE: &str = policy::declared::INSTANCE_LABEL;
 /// The session id.
-pub const SESSION: &str = "termgate.session";
+pub const SESSION: &str = policy::declared::SESSION_LABEL;
 /// The owner `sub`.
-pub const OWNER: &str = "termgate.owner";
+pub const OWNER: &str = policy::declared::OWNER_LABEL;
 /// Profile name (for rebuilding the store).
-pub const PROFILE: &str = "termgate.profile";
+pub const PROFILE: &str = policy::declared::PROFILE_LABEL;
 /// Display name (for rebuilding the store).
-pub const NAME: &str = "termgate.name";
+pub const NAME: &str = policy::declared::NAME_LABEL;
 /// Creation time, Unix seconds (for rebuilding the store).
-pub const CREATED: &str = "termgate.created";
+pub const CREATED: &str = policy::declared::CREATED_LABEL;
 /// The Docker host the session was placed on (design §7): a container found on a
 /// host whose name it does not carry is another host's to judge.
-pub const HOST: &str = "termgate.host";
+pub const HOST: &str = policy::declared::HOST_LABEL;
 
 /// The kinds of object termgate creates, as the [`MANAGED`] label names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +60,7 @@ impl Managed {
 /// A label set, as Docker reports it and as requests carry it.
 pub type Labels = BTreeMap<String, String>;
 
+#[cfg(test)]
 fn label(key: &str, value: impl Into<String>) -> (String, String) {
     (key.to_owned(), value.into())
 }
@@ -67,26 +68,27 @@ fn label(key: &str, value: impl Into<String>) -> (String, String) {
 /// The labels of session `s`'s container in deployment `instance`: enough to tell it
 /// is termgate's and to rebuild the session's record from it.
 pub fn session_container(instance: &str, s: &Session) -> Labels {
-    Labels::from([
-        label(MANAGED, Managed::Session.as_str()),
-        label(INSTANCE, instance),
-        label(SESSION, s.id.to_string()),
-        label(OWNER, s.owner.as_str()),
-        label(PROFILE, s.profile.as_str()),
-        label(NAME, s.name.as_str()),
-        label(CREATED, s.created_at.to_string()),
-        label(HOST, s.host.as_str()),
-    ])
+    policy::declared::session_labels(&facts(instance, s))
+}
+
+/// What session `s` brings to its container's declared body.
+pub fn facts<'a>(instance: &'a str, s: &'a Session) -> policy::declared::SessionFacts<'a> {
+    policy::declared::SessionFacts {
+        instance,
+        host: &s.host,
+        session: &s.id,
+        owner: &s.owner,
+        profile: &s.profile,
+        name: &s.name,
+        created: s.created_at,
+        options: &s.options,
+    }
 }
 
 /// The labels of `owner`'s home volume in deployment `instance`: exactly these three,
 /// so an existing volume is adopted only when it carries exactly them.
 pub fn home_volume(instance: &str, owner: &Sub) -> Labels {
-    Labels::from([
-        label(MANAGED, Managed::Home.as_str()),
-        label(OWNER, owner.as_str()),
-        label(INSTANCE, instance),
-    ])
+    policy::declared::home_volume_labels(instance, owner)
 }
 
 /// Whether labels `l` mark a session container of deployment `instance`: the one test

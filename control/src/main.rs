@@ -51,7 +51,11 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let config = match config::telemetry::load_or_refuse("termgate-control", &cli.config) {
+    let config = match config::telemetry::load_or_refuse(
+        "termgate-control",
+        &cli.config,
+        config::Part::Control,
+    ) {
         Ok(c) => c,
         Err(status) => return status,
     };

@@ -113,10 +113,11 @@ impl ProxyHttp for TeamProxy {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let config = match config::telemetry::load_or_refuse("own_proxy", &cli.config) {
-        Ok(c) => c,
-        Err(status) => return status,
-    };
+    let config =
+        match config::telemetry::load_or_refuse("own_proxy", &cli.config, config::Part::Gateway) {
+            Ok(c) => c,
+            Err(status) => return status,
+        };
     // termgate's audit lines (terminal access, terminals closed) also go to control's
     // trail, sent by the module's reporter.
     config::telemetry::init_tracing_with(gateway::audit::layer());

@@ -35,7 +35,11 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let config = match config::telemetry::load_or_refuse("termgate-gateway", &cli.config) {
+    let config = match config::telemetry::load_or_refuse(
+        "termgate-gateway",
+        &cli.config,
+        config::Part::Gateway,
+    ) {
         Ok(c) => c,
         Err(status) => return status,
     };

@@ -11,6 +11,7 @@ pub mod access;
 pub mod audit;
 pub mod client_addr;
 pub mod close;
+pub mod declared;
 pub mod dockgate;
 pub mod error;
 pub mod feed;

@@ -263,7 +263,7 @@ const DAEMON_PATHS: &[&str] = &[
 ];
 
 /// Normalises an absolute path lexically. `None` for relative paths, `..`, NUL.
-fn normalise(path: &str) -> Option<String> {
+pub(crate) fn normalise(path: &str) -> Option<String> {
     if !path.starts_with('/') || path.contains('\0') {
         return None;
     }
@@ -283,7 +283,7 @@ fn is_same_or_ancestor(a: &str, b: &str) -> bool {
     a == "/" || a == b || (b.starts_with(a) && b.as_bytes().get(a.len()) == Some(&b'/'))
 }
 
-fn is_daemon_path(p: &str) -> bool {
+pub(crate) fn is_daemon_path(p: &str) -> bool {
     p.ends_with(".sock")
         || DAEMON_PATHS
             .iter()
@@ -368,6 +368,14 @@ pub fn check(spec: &ContainerSpec) -> Vec<Violation> {
                 format!("{kind} {:?} shares a namespace", mode.as_str()),
             );
         }
+    }
+    // Explicitly: a cgroup v1 daemon (`default-cgroupns-mode=host`) gives a container
+    // without it the host's cgroup namespace at every API version.
+    if spec.namespace_modes.get(&Namespace::Cgroup) != Some(&NamespaceMode::Private) {
+        add(
+            Rule::NoHostNamespaces,
+            "CgroupnsMode must be private, explicitly".into(),
+        );
     }
     if !spec.devices.is_empty() {
         add(

@@ -3,9 +3,10 @@
 //! - **bulk**: an attach stream (the pool's path) carrying `BENCH_DOCKGATE_MB` MiB
 //!   (default 256) of a container's output (no TTY, no log driver: the daemon's fastest), through dockgate's attach socket and
 //!   straight from the daemon's socket, `BENCH_DOCKGATE_ROUNDS` rounds each (default 5);
-//! - **create**: control's container create (the same hardened, labelled body), through
-//!   dockgate's control socket and straight, `BENCH_DOCKGATE_CREATES` each (default 40);
-//!   each container is removed after it is timed.
+//! - **create**: control's container create (the body the configuration declares, so
+//!   dockgate's comparison is in the figure), through dockgate's control socket and
+//!   straight, `BENCH_DOCKGATE_CREATES` each (default 40); each container is removed
+//!   after it is timed.
 //!
 //! `TERMGATE_BIN_DIR=target/release target/release/examples/bench_dockgate`
 //! (`cargo build --release --workspace --bins --examples` first). Prints a Markdown table.
@@ -15,7 +16,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use e2e::dockgate::{session_create_body, Dockgate};
+use e2e::dockgate::DeclaredGate;
 use e2e::random_hex;
 use e2e::stack::docker;
 use serde_json::{json, Value};
@@ -61,15 +62,26 @@ fn request(socket: &Path, method: &str, target: &str, body: Option<&[u8]>) -> (u
     (status, body)
 }
 
-/// Control's create body for a session, with this command and TTY, and room to write.
+/// A labelled container with this command and TTY, and room to write, made on the
+/// daemon directly: the attach streams are what is measured.
 fn create_body(instance: &str, cmd: &[&str], tty: bool) -> Value {
-    let mut body = session_create_body(instance);
-    body["Tty"] = json!(tty);
-    body["Cmd"] = json!(cmd);
-    body["HostConfig"]["Memory"] = json!(268_435_456);
-    body["HostConfig"]["MemorySwap"] = json!(268_435_456);
-    body["HostConfig"]["NanoCpus"] = json!(1_000_000_000);
-    body
+    json!({
+        "Image": std::env::var("TERMGATE_SESSION_IMAGE")
+            .unwrap_or_else(|_| "termgate/session:dev".into()),
+        "User": "1000:1000",
+        "Tty": tty,
+        "OpenStdin": true,
+        "Cmd": cmd,
+        "Labels": {"termgate.managed": "session", "termgate.instance": instance},
+        "HostConfig": {
+            "Memory": 268_435_456,
+            "MemorySwap": 268_435_456,
+            "NanoCpus": 1_000_000_000,
+            "CapDrop": ["ALL"],
+            "SecurityOpt": ["no-new-privileges:true"],
+            "NetworkMode": "none"
+        }
+    })
 }
 
 fn create(socket: &Path, name: &str, body: &Value) -> String {
@@ -151,7 +163,8 @@ fn main() {
     let rounds = env_num("BENCH_DOCKGATE_ROUNDS", 5);
     let creates = env_num("BENCH_DOCKGATE_CREATES", 40);
     let instance = format!("bench{}", random_hex(4));
-    let gate = Dockgate::start(&instance);
+    let declared = DeclaredGate::start(&instance, "");
+    let gate = &declared.gate;
     let daemon = daemon_socket();
     let paths = [
         ("direct", daemon.clone(), daemon.clone()),
@@ -176,14 +189,25 @@ fn main() {
     let cpu = cpu_seconds(gate.pid()) - cpu_before;
     let moved = (rounds + 1) * (mb + mb_tty);
 
-    // Control's create.
-    let body = create_body(&instance, &[], true);
+    // Control's create, of the body the configuration declares (its owner's home
+    // volume made first, as control does).
+    let (home, home_body) = declared.home_body("bench");
+    let (status, answer) = request(
+        &paths[1].2,
+        "POST",
+        "/volumes/create",
+        Some(home_body.to_string().as_bytes()),
+    );
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&answer));
     let mut lat: Vec<Vec<f64>> = vec![Vec::new(), Vec::new()];
     for round in 0..creates {
         let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
         for i in order {
             let control = &paths[i].2;
-            let name = format!("termgate-bench-{}", random_hex(5));
+            let mut random = [0u8; 10];
+            random.iter_mut().for_each(|b| *b = rand_byte());
+            let session = policy::SessionId::from_random(random).to_string();
+            let (name, body) = declared.session_body("default", &session, "bench");
             let start = Instant::now();
             let id = create(control, &name, &body);
             lat[i].push(start.elapsed().as_secs_f64() * 1e3);
@@ -211,6 +235,16 @@ fn main() {
         "dockgate's CPU for the bulk parts: {cpu:.2} s for {moved} MiB ({:.2} ms/MiB)",
         cpu * 1e3 / moved as f64
     );
+    let _ = docker(&["volume", "rm", &home]);
+}
+
+/// A byte from the kernel's randomness.
+fn rand_byte() -> u8 {
+    let mut b = [0u8; 1];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .expect("randomness");
+    b[0]
 }
 
 fn median(v: &[f64]) -> f64 {

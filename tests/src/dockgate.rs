@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::binary;
 use crate::ttyd::private_dir;
@@ -19,62 +19,129 @@ pub fn enabled() -> bool {
     std::env::var("TERMGATE_TEST_DOCKGATE").map_or(true, |v| v != "0")
 }
 
-/// A running `termgate-dockgate --instance <i> --host local --dir <private dir>`;
-/// stopped on drop.
+/// A running `termgate-dockgate --host local --dir <private dir>` with `--instance <i>`
+/// or `--config <file>`; stopped on drop.
 pub struct Dockgate {
     dir: tempfile::TempDir,
     child: Option<Child>,
     log: PathBuf,
+    args: Vec<String>,
+    /// The `TERMGATE__*` environment of the running process.
+    env: Vec<(String, String)>,
 }
 
 impl Dockgate {
     /// Starts dockgate for deployment `instance` in front of the environment's daemon
-    /// and waits (10 s) until both sockets accept.
+    /// and waits (10 s) until both sockets accept. Without a configuration it passes no
+    /// create: a gate for ttyd pools.
     pub fn start(instance: &str) -> Dockgate {
         Self::start_with(instance, &[])
     }
 
     /// Like [`Dockgate::start`] with extra arguments (e.g. `--attach-group`).
     pub fn start_with(instance: &str, extra: &[&str]) -> Dockgate {
+        let mut args = vec!["--instance".to_owned(), instance.to_owned()];
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        let mut g = Self::prepare(args);
+        g.launch(&[]);
+        g
+    }
+
+    /// A dockgate comparing creates with `config` (read with the `TERMGATE__*`
+    /// environment given to [`Dockgate::launch`]), not started yet: its sockets' paths
+    /// are known before control's configuration names them.
+    pub fn prepare_declared(config: &Path, extra: &[&str]) -> Dockgate {
+        let mut args = vec!["--config".to_owned(), config.display().to_string()];
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        Self::prepare(args)
+    }
+
+    fn prepare(args: Vec<String>) -> Dockgate {
         let dir = private_dir("tg-dg.");
         let log = dir.path().join("dockgate.log");
-        let log_file = std::fs::File::create(&log).expect("dockgate log");
-        let child = Command::new(binary("termgate-dockgate"))
-            .args(["--instance", instance, "--host", "local", "--dir"])
-            .arg(dir.path())
-            .args(extra)
+        Dockgate {
+            dir,
+            child: None,
+            log,
+            args,
+            env: Vec::new(),
+        }
+    }
+
+    /// Starts it (again, when `env` differs from the running process's) with `env` and
+    /// waits (10 s) until both sockets accept.
+    pub fn launch(&mut self, env: &[(String, String)]) {
+        let mut env: Vec<(String, String)> = env
+            .iter()
+            .filter(|(k, _)| k.starts_with("TERMGATE__"))
+            .cloned()
+            .collect();
+        env.sort();
+        let running = self
+            .child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)));
+        if running && env == self.env {
+            return;
+        }
+        self.stop();
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("dockgate log");
+        for role in ["attach", "control"] {
+            let _ = std::fs::remove_file(self.socket(role));
+        }
+        let mut cmd = Command::new(binary("termgate-dockgate"));
+        cmd.args(["--host", "local", "--dir"])
+            .arg(self.dir.path())
+            .args(&self.args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("log"))
-            .stderr(log_file)
-            .spawn()
-            .expect("spawn termgate-dockgate");
-        let mut gate = Dockgate {
-            dir,
-            child: Some(child),
-            log,
-        };
+            .stderr(log_file);
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        self.child = Some(cmd.spawn().expect("spawn termgate-dockgate"));
+        self.env = env;
         let start = Instant::now();
         let accepts = |p: PathBuf| std::os::unix::net::UnixStream::connect(p).is_ok();
-        while !(accepts(gate.socket("attach")) && accepts(gate.socket("control"))) {
-            if let Some(status) = gate
+        while !(accepts(self.socket("attach")) && accepts(self.socket("control"))) {
+            if let Some(status) = self
                 .child
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten())
             {
                 panic!(
                     "dockgate exited during start ({status}):\n{}",
-                    gate.log_text()
+                    self.log_text()
                 );
             }
             assert!(
                 start.elapsed() < Duration::from_secs(10),
                 "dockgate did not start:\n{}",
-                gate.log_text()
+                self.log_text()
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-        gate
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends it `SIGHUP` (it reads its configuration again).
+    pub fn hang_up(&self) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-HUP", &c.id().to_string()])
+                .status();
+        }
     }
 
     /// `<dir>/local-<role>.sock` (`attach` or `control`).
@@ -105,53 +172,84 @@ impl Dockgate {
 
 impl Drop for Dockgate {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.stop();
     }
 }
 
-/// A container create body as control writes it (control/src/docker/body.rs) for a
-/// session of deployment `instance`, for requests written by hand.
-pub fn session_create_body(instance: &str) -> Value {
-    json!({
-        "Image": std::env::var("TERMGATE_SESSION_IMAGE")
-            .unwrap_or_else(|_| "termgate/session:dev".into()),
-        "User": "1000:1000",
-        "Tty": true,
-        "OpenStdin": true,
-        "StdinOnce": false,
-        "AttachStdin": false,
-        "AttachStdout": false,
-        "AttachStderr": false,
-        "Env": ["SESSION_SHELL=sh"],
-        "Labels": {
-            "termgate.managed": "session",
-            "termgate.instance": instance,
-            "termgate.session": "abcdefghijk234mn",
-            "termgate.owner": "alice",
-            "termgate.host": "local"
-        },
-        "HostConfig": {
-            "Memory": 134_217_728,
-            "NanoCpus": 500_000_000,
-            "Init": true,
-            "PidsLimit": 64,
-            "MemorySwap": 134_217_728,
-            "NetworkMode": "none",
-            "AutoRemove": false,
-            "CapAdd": [],
-            "CapDrop": ["ALL"],
-            "CgroupnsMode": "private",
-            "IpcMode": "private",
-            "PidMode": "private",
-            "Privileged": false,
-            "ReadonlyRootfs": true,
-            "SecurityOpt": ["no-new-privileges:true"],
-            "Tmpfs": {"/tmp": "rw,nosuid,nodev,size=16m"},
-            "UTSMode": "",
-            "UsernsMode": ""
-        }
-    })
+/// A dockgate comparing creates with a configuration of its own (the example, `extra`
+/// TOML appended, instance `instance`), and that configuration as the binaries read it.
+pub struct DeclaredGate {
+    /// The configuration's directory.
+    pub dir: crate::ConfigDir,
+    /// The gate.
+    pub gate: Dockgate,
+    /// The `TERMGATE__*` overrides it runs with.
+    pub env: Vec<(String, String)>,
+}
+
+impl DeclaredGate {
+    /// Starts dockgate with `--config` on the example configuration plus `extra`.
+    pub fn start(instance: &str, extra: &str) -> DeclaredGate {
+        let dir = crate::ConfigDir::example(extra);
+        let env = vec![
+            ("TERMGATE__INSTANCE".to_owned(), instance.to_owned()),
+            (
+                "TERMGATE__PROFILES__DEFAULT__IMAGE".to_owned(),
+                std::env::var("TERMGATE_SESSION_IMAGE")
+                    .unwrap_or_else(|_| "termgate/session:dev".into()),
+            ),
+        ];
+        let mut gate = Dockgate::prepare_declared(&dir.config_path(), &[]);
+        gate.launch(&env);
+        DeclaredGate { dir, gate, env }
+    }
+
+    /// The configuration now, read with the gate's overrides.
+    pub fn config(&self) -> config::Config {
+        let text = std::fs::read_to_string(self.dir.config_path()).expect("config");
+        config::load_from_str(&text, self.dir.dir.path(), self.env.clone())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The create body control sends for session `session` of `owner` on profile
+    /// `profile` (its options' defaults), and the container's name.
+    pub fn session_body(&self, profile: &str, session: &str, owner: &str) -> (String, Value) {
+        let c = self.config();
+        let p = c
+            .profiles
+            .get(profile)
+            .expect("a profile of the configuration");
+        let options: std::collections::BTreeMap<String, String> = p
+            .options
+            .iter()
+            .map(|(k, o)| (k.clone(), o.default.clone()))
+            .collect();
+        let id = policy::SessionId::parse(session).expect("a session id");
+        let owner = policy::Sub::parse(owner).expect("a sub");
+        let body = policy::declared::container_body(
+            &p.declared(),
+            &policy::declared::SessionFacts {
+                instance: &c.instance,
+                host: "local",
+                session: &id,
+                owner: &owner,
+                profile,
+                name: "dockgate test",
+                created: 1_700_000_000,
+                options: &options,
+            },
+        )
+        .expect("a declared body");
+        (policy::declared::container_name(&id), body)
+    }
+
+    /// The home volume create body of `owner`, and the volume's name.
+    pub fn home_body(&self, owner: &str) -> (String, Value) {
+        let c = self.config();
+        let owner = policy::Sub::parse(owner).expect("a sub");
+        (
+            policy::declared::home_volume_name(&c.instance, &owner),
+            policy::declared::home_volume_body(&c.instance, &owner),
+        )
+    }
 }

@@ -264,10 +264,12 @@ impl ControlStack {
         ];
         let mut env = env;
         let dockgate = crate::dockgate::enabled().then(|| {
-            // Its refusals go to this control's audit trail.
+            // It compares creates with this stack's configuration, read with control's
+            // environment (started by `spawn`); its refusals go to this control's audit
+            // trail.
             let token = dir.dir.path().join("secrets/service.token");
-            let g = crate::dockgate::Dockgate::start_with(
-                &instance,
+            let g = crate::dockgate::Dockgate::prepare_declared(
+                &dir.config_path(),
                 &[
                     "--control-url",
                     &format!("http://127.0.0.1:{api}"),
@@ -309,6 +311,20 @@ impl ControlStack {
     /// answers `/v1/healthz` (unless a failpoint may stop it first).
     pub fn spawn(&mut self, extra_env: &[(&str, &str)]) {
         assert!(self.child.is_none(), "control already running");
+        if let Some(g) = self.dockgate.as_mut() {
+            // dockgate reads the configuration control reads: the same overrides.
+            let env: Vec<(String, String)> = self
+                .env
+                .iter()
+                .cloned()
+                .chain(
+                    extra_env
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+                )
+                .collect();
+            g.launch(&env);
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

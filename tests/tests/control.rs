@@ -78,6 +78,8 @@ fn a_created_session_runs_in_a_hardened_container() {
     assert_eq!(hc["MemorySwap"], hc["Memory"]);
     assert_eq!(hc["NanoCpus"], 500_000_000);
     assert!(hc["Binds"].is_null(), "legacy Binds must not be used");
+    // Explicitly: a cgroup v1 daemon defaults to the host's cgroup namespace.
+    assert_eq!(hc["CgroupnsMode"], "private");
     assert_eq!(i["Config"]["User"], "1000:1000");
     assert_eq!(i["Config"]["Tty"], true);
     assert_eq!(i["Config"]["OpenStdin"], true);

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use e2e::dockgate::{session_create_body, Dockgate};
+use e2e::dockgate::{DeclaredGate, Dockgate};
 use e2e::random_hex;
 use e2e::raw::{exchange_unix, RawAnswer};
 use e2e::stack::{docker, ControlStack};
@@ -94,6 +94,27 @@ fn cli(host: &str, args: &[&str]) -> (bool, String) {
     (o.status.success(), text)
 }
 
+/// A fresh session id.
+fn session_id() -> String {
+    let hex = random_hex(10);
+    let mut random = [0u8; 10];
+    for (i, b) in random.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).expect("hex");
+    }
+    policy::SessionId::from_random(random).to_string()
+}
+
+/// Removes a volume when the test ends, whatever happened.
+struct VolumeCleanup(String);
+
+impl Drop for VolumeCleanup {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["volume", "rm", "-f", &self.0])
+            .output();
+    }
+}
+
 /// Removes containers by name when the test ends, whatever happened.
 struct Cleanup(Vec<String>);
 
@@ -108,18 +129,34 @@ impl Drop for Cleanup {
 #[test]
 fn a_compromised_control_gets_only_what_control_does() {
     let instance = format!("dg{}", random_hex(4));
-    let gate = Dockgate::start(&instance);
+    let declared = DeclaredGate::start(&instance, "");
+    let gate = &declared.gate;
     let socket = gate.socket("control");
     let mut names = Cleanup(Vec::new());
     let mut fresh = || {
-        let n = format!("termgate-dg-{}", random_hex(5));
-        names.0.push(n.clone());
+        let n = session_id();
+        names.0.push(format!("termgate-{n}"));
         n
     };
+    let (home, home_body) = declared.home_body("alice");
+    let _home = VolumeCleanup(home.clone());
 
-    // What control does passes: a hardened, labelled create, start, inspect, kill, remove.
-    let name = fresh();
-    let made = create(&socket, &name, &session_create_body(&instance));
+    // What control does passes: the owner's home volume, the create the configuration
+    // declares, start, inspect, kill, remove.
+    let made = send(
+        &socket,
+        "POST",
+        "/volumes/create",
+        Some(home_body.to_string().as_bytes()),
+    );
+    assert_eq!(
+        made.status, 201,
+        "control's home volume passes: {}",
+        made.text
+    );
+    let session = fresh();
+    let (name, body) = declared.session_body("default", &session, "alice");
+    let made = create(&socket, &name, &body);
     assert_eq!(made.status, 201, "control's create passes: {}", made.text);
     let id = json_of(&made)["Id"].as_str().expect("an id").to_owned();
     let started = send(&socket, "POST", &format!("/containers/{id}/start"), None);
@@ -140,7 +177,11 @@ fn a_compromised_control_gets_only_what_control_does() {
     assert_eq!(hung_up.status, 204, "{}", hung_up.text);
 
     // Every red line in a create body is refused by its rule; Docker never saw it.
-    let b = || session_create_body(&instance);
+    // Bodies for a session that is never made: each one below differs from its
+    // declared body in one place.
+    let probe = fresh();
+    let b = || declared.session_body("default", &probe, "alice").1;
+    let probe_name = format!("termgate-{probe}");
     let hc = |k: &str, v: Value| with(b(), &["HostConfig", k], v);
     let bind =
         |src: &str| json!([{"Type": "bind", "Source": src, "Target": "/x", "ReadOnly": true}]);
@@ -205,18 +246,111 @@ fn a_compromised_control_gets_only_what_control_does() {
         (
             "another deployment's labels",
             with(b(), &["Labels", "termgate.instance"], json!("someone-else")),
-            "labels_required",
+            "not_declared",
+        ),
+        (
+            "no cgroup namespace of its own",
+            hc("CgroupnsMode", json!("")),
+            "no_host_namespaces",
         ),
     ];
     for (what, body, rule) in red_lines {
-        let name = fresh();
-        assert_refused(&create(&socket, &name, &body), rule, what);
-        assert!(!container_exists(&name), "{what}: Docker made {name}");
+        assert_refused(&create(&socket, &probe_name, &body), rule, what);
+        assert!(!container_exists(&probe_name), "{what}: Docker made it");
     }
+
+    // What passes every red line but is not what the configuration declares: the
+    // review's bodies. Each is refused naming the field, and Docker never saw it.
+    let docker_gid = std::fs::read_to_string("/etc/group")
+        .ok()
+        .and_then(|g| {
+            g.lines()
+                .find(|l| l.starts_with("docker:"))
+                .and_then(|l| l.split(':').nth(2).map(str::to_owned))
+        })
+        .unwrap_or_else(|| "998".into());
+    let bridge_prefix: String = docker(&["network", "inspect", "-f", "{{.Id}}", "bridge"])
+        .chars()
+        .take(12)
+        .collect();
+    let mut proc_root = b();
+    proc_root["HostConfig"]["Mounts"]
+        .as_array_mut()
+        .expect("the home mount")
+        .push(json!({"Type": "bind", "Source": "/proc/self/root", "Target": "/hostroot", "ReadOnly": true}));
+    let undeclared = [
+        (
+            "/proc/self/root bound read-only",
+            proc_root,
+            "HostConfig.Mounts[1]",
+        ),
+        (
+            "the docker group",
+            with(b(), &["User"], json!(format!("1000:{docker_gid}"))),
+            "User",
+        ),
+        (
+            "the disk group",
+            with(b(), &["User"], json!("1000:6")),
+            "User",
+        ),
+        (
+            "an allow-all seccomp profile",
+            hc(
+                "SecurityOpt",
+                json!([
+                    "no-new-privileges:true",
+                    "seccomp={\"defaultAction\":\"SCMP_ACT_ALLOW\"}"
+                ]),
+            ),
+            "HostConfig.SecurityOpt[1]",
+        ),
+        (
+            "an SELinux type",
+            hc(
+                "SecurityOpt",
+                json!(["no-new-privileges:true", "label=type:spc_t"]),
+            ),
+            "HostConfig.SecurityOpt[1]",
+        ),
+        (
+            "the bridge by an id prefix",
+            hc("NetworkMode", json!(bridge_prefix)),
+            "HostConfig.NetworkMode",
+        ),
+        (
+            "another user's home",
+            with(b(), &["Labels", "termgate.owner"], json!("bob")),
+            "HostConfig.Mounts[0].Source",
+        ),
+        (
+            "a profile not in the configuration",
+            with(b(), &["Labels", "termgate.profile"], json!("root")),
+            "termgate.profile",
+        ),
+        (
+            "another image",
+            with(b(), &["Image"], json!("busybox:latest")),
+            "Image",
+        ),
+    ];
+    for (what, body, field) in undeclared {
+        let a = create(&socket, &probe_name, &body);
+        assert_refused(&a, "not_declared", what);
+        let message = json_of(&a)["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(message.contains(field), "{what}: names {field}: {message}");
+        assert!(!container_exists(&probe_name), "{what}: Docker made it");
+    }
+    // Under another name than the session's.
+    let a = create(&socket, "termgate-other", &b());
+    assert_refused(&a, "not_declared", "another container name");
 
     // The privileged create sent chunked, and behind `Content-Length: 0`.
     let privileged = hc("Privileged", json!(true)).to_string();
-    let name = fresh();
+    let name = probe_name.clone();
     let chunked = format!(
         "POST /containers/create?name={name} HTTP/1.1\r\nHost: docker\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{privileged}\r\n0\r\n\r\n",
         privileged.len()
@@ -309,24 +443,35 @@ fn a_compromised_control_gets_only_what_control_does() {
     ]);
     let mount =
         json!([{"Type": "volume", "Source": host_path, "Target": "/home/user", "ReadOnly": false}]);
-    let name = fresh();
-    let a = create(&socket, &name, &hc("Mounts", mount));
+    let a = create(&socket, &probe_name, &hc("Mounts", mount));
     let _ = Command::new("docker")
         .args(["volume", "rm", &host_path])
         .output();
-    assert_refused(&a, "volume_driver", "a bind-backed volume mounted by name");
-    assert!(!container_exists(&name), "Docker made {name}");
-    // A plain volume is what a home is: it passes.
-    let home = format!("termgate-dg-{}", random_hex(5));
+    assert_refused(&a, "not_declared", "a bind-backed volume mounted by name");
+    assert!(!container_exists(&probe_name), "Docker made it");
+    // Even a plain volume that is not the owner's home is not declared.
+    let plain = format!("termgate-dg-{}", random_hex(5));
     let mount =
-        json!([{"Type": "volume", "Source": home, "Target": "/home/user", "ReadOnly": false}]);
-    let name = fresh();
-    let a = create(&socket, &name, &hc("Mounts", mount));
-    assert_eq!(a.status, 201, "a plain volume passes: {}", a.text);
-    let _ = Command::new("docker").args(["rm", "-f", &name]).output();
-    let _ = Command::new("docker")
-        .args(["volume", "rm", &home])
-        .output();
+        json!([{"Type": "volume", "Source": plain, "Target": "/home/user", "ReadOnly": false}]);
+    let a = create(&socket, &probe_name, &hc("Mounts", mount));
+    assert_refused(&a, "not_declared", "a plain volume that is not the home");
+    // A home volume named for its owner but made outside termgate (no labels).
+    let (bob_home, _) = declared.home_body("bob");
+    let _bob = VolumeCleanup(bob_home.clone());
+    docker(&["volume", "create", &bob_home]);
+    let (bob_name, bob_body) = declared.session_body("default", &fresh(), "bob");
+    let a = create(&socket, &bob_name, &bob_body);
+    assert_refused(&a, "not_declared", "a home volume termgate did not make");
+    assert!(!container_exists(&bob_name));
+    // A volume create that is not the owner's home volume body.
+    let other = json!({"Name": "team-data", "Labels": {"termgate.managed": "home", "termgate.instance": instance, "termgate.owner": "alice"}});
+    let a = send(
+        &socket,
+        "POST",
+        "/volumes/create",
+        Some(other.to_string().as_bytes()),
+    );
+    assert_refused(&a, "not_declared", "a volume under another name");
 
     let swarm = docker(&["info", "--format", "{{.Swarm.LocalNodeState}}"]);
     assert_eq!(swarm, "inactive");
@@ -357,7 +502,7 @@ fn a_compromised_control_gets_only_what_control_does() {
         None,
     );
     assert_eq!(removed.status, 204, "{}", removed.text);
-    assert!(!container_exists(&name));
+    assert!(!container_exists(&format!("termgate-{session}")));
 
     // Every refusal is in the log, naming its rule.
     let log = gate.log_text();
@@ -367,6 +512,7 @@ fn a_compromised_control_gets_only_what_control_does() {
         "no_daemon_socket",
         "body_chunked",
         "endpoint_not_allowed",
+        "not_declared",
     ] {
         assert!(
             log.contains(&format!("rule=\"{rule}\"")) || log.contains(&format!("rule={rule}")),

@@ -66,6 +66,37 @@ pub struct Config {
     /// Secrets loaded from the files named above (filled in by `load`).
     #[serde(skip)]
     pub secrets: Option<Secrets>,
+    /// Which part loaded it: only the files that part reads are read and checked.
+    #[serde(skip)]
+    pub part: Part,
+}
+
+/// Which of termgate's parts loads a configuration. Each reads and checks only the
+/// files it uses itself: control never the gateway's TLS key, dockgate no secret at
+/// all (it compares creates with the profiles and reads nothing else).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Part {
+    /// Every file (tests, `termgate-control config check`).
+    #[default]
+    All,
+    /// The gateway.
+    Gateway,
+    /// Control (and its `token` and `hosts` commands).
+    Control,
+    /// dockgate.
+    Dockgate,
+}
+
+impl Part {
+    /// Whether this part reads the file configured at `key`.
+    pub fn reads(self, key: &str) -> bool {
+        match self {
+            Part::All => true,
+            Part::Dockgate => false,
+            Part::Gateway => !key.starts_with("docker."),
+            Part::Control => !key.starts_with("gateway."),
+        }
+    }
 }
 
 impl Config {

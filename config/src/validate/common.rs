@@ -14,6 +14,9 @@ pub(super) fn read_secret(
     key: &str,
     err: &mut impl FnMut(&str, String),
 ) -> Option<Secret> {
+    if !c.part.reads(key) {
+        return None;
+    }
     let path = c.resolve(file);
     match std::fs::read(&path) {
         Ok(mut bytes) => {
@@ -39,6 +42,9 @@ pub(super) fn check_readable(
     key: &str,
     err: &mut impl FnMut(&str, String),
 ) {
+    if !c.part.reads(key) {
+        return;
+    }
     let path = c.resolve(file);
     if let Err(e) = std::fs::File::open(&path) {
         err(key, format!("cannot read {}: {e}", path.display()));

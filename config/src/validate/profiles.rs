@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use policy::sandbox::{self, ContainerSpec, MountKind, MountSpec, Namespace};
+use policy::declared::{DeclaredOption, DeclaredProfile};
+use policy::sandbox::{self, ContainerSpec, MountKind, MountSpec, Namespace, NamespaceMode};
 
 use super::common::is_name;
 use crate::error::ConfigError;
@@ -242,9 +243,11 @@ impl Profile {
         std::time::Duration::from_secs(self.stop_grace_seconds)
     }
 
-    /// The container this profile describes, as the sandbox rules see it. `home_volume`
-    /// is the user's home volume name when the profile has `home`.
-    pub fn sandbox_spec(&self, home_volume: Option<&str>) -> ContainerSpec {
+    /// What this profile declares its sessions' containers to be: the input of
+    /// [`policy::declared::container_body`], for control's creates and dockgate's
+    /// comparison alike. Every session has a cgroup namespace of its own, set
+    /// explicitly: a cgroup v1 daemon would give it the host's.
+    pub fn declared(&self) -> DeclaredProfile {
         let mut security_opt = vec!["no-new-privileges:true".to_owned()];
         security_opt.extend(self.security_opt.iter().cloned());
         let namespace_modes = [
@@ -252,11 +255,12 @@ impl Profile {
             (Namespace::Ipc, self.ipc_mode),
             (Namespace::Userns, self.userns_mode),
             (Namespace::Uts, self.uts_mode),
+            (Namespace::Cgroup, Some(NamespaceMode::Private)),
         ]
         .into_iter()
         .filter_map(|(kind, mode)| mode.map(|m| (kind, m)))
         .collect();
-        let mut mounts: Vec<MountSpec> = self
+        let mounts: Vec<MountSpec> = self
             .mounts
             .iter()
             .map(|m| MountSpec {
@@ -270,16 +274,8 @@ impl Profile {
                 read_only: m.read_only,
             })
             .collect();
-        if let (Some(target), Some(volume)) = (&self.home, home_volume) {
-            mounts.push(MountSpec {
-                kind: MountKind::Volume,
-                source: volume.to_owned(),
-                target: target.clone(),
-                read_only: false,
-            });
-        }
         let memory = i64::try_from(self.memory_mb.saturating_mul(1 << 20)).unwrap_or(i64::MAX);
-        ContainerSpec {
+        let spec = ContainerSpec {
             user: Some(self.user.clone()),
             privileged: self.privileged,
             cap_add: self.cap_add.clone(),
@@ -297,11 +293,51 @@ impl Profile {
             tty: true,
             open_stdin: true,
             init: true,
+        };
+        DeclaredProfile {
+            image: self.image.clone(),
+            command: self.command.clone(),
+            env: self.env.clone(),
+            options: self
+                .options
+                .iter()
+                .map(|(name, o)| {
+                    (
+                        name.clone(),
+                        DeclaredOption {
+                            env: o.env.clone(),
+                            values: o.values.clone(),
+                        },
+                    )
+                })
+                .collect(),
+            spec,
+            home: self.home.clone(),
+            tmp_size_mb: self.tmp_size_mb,
         }
+    }
+
+    /// The container this profile describes, as the sandbox rules see it. `home_volume`
+    /// is the user's home volume name when the profile has `home`.
+    pub fn sandbox_spec(&self, home_volume: Option<&str>) -> ContainerSpec {
+        policy::declared::session_spec(&self.declared(), home_volume)
     }
 }
 
 impl Config {
+    /// What dockgate in front of Docker host `host` compares creates with.
+    pub fn declared(&self, host: &str) -> policy::dockgate::Declared {
+        policy::dockgate::Declared {
+            instance: self.instance.clone(),
+            host: host.to_owned(),
+            profiles: self
+                .profiles
+                .iter()
+                .map(|(name, p)| (name.clone(), p.declared()))
+                .collect(),
+        }
+    }
+
     /// Bind mounts whose source (as control sees it) does not exist, as errors naming
     /// the key. Control calls this at start; Docker would fail the create anyway.
     pub fn missing_bind_sources(&self) -> Vec<crate::error::ConfigError> {

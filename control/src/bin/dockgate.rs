@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
-use control::dockgate::{AuditSender, Gate};
+use control::dockgate::{AuditSender, DeclaredSource, Gate};
 use policy::dockgate::{is_plain_ref, Role};
 use tokio::net::UnixListener;
 
@@ -20,9 +20,15 @@ use tokio::net::UnixListener;
     about = "termgate's fail-closed sockets in front of the Docker daemon"
 )]
 struct Cli {
-    /// This deployment's `instance` (the `termgate.instance` label of its objects).
+    /// The deployment's configuration (`termgate.toml`): every create is compared with
+    /// what it declares, and refused on any difference. Read again when it changes and
+    /// on SIGHUP. Without it no create passes (a gate for ttyd pools only).
+    #[arg(long, required_unless_present = "instance")]
+    config: Option<PathBuf>,
+    /// This deployment's `instance` (the `termgate.instance` label of its objects);
+    /// with `--config`, must be the configuration's if given.
     #[arg(long)]
-    instance: String,
+    instance: Option<String>,
     /// The Docker host's name (`docker.hosts[].name`; `local` for the implicit one).
     #[arg(long, default_value = "local")]
     host: String,
@@ -70,11 +76,31 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    if !is_plain_ref(&cli.instance) {
-        bail!("--instance: {:?} is not a plain name", cli.instance);
-    }
     if !is_plain_ref(&cli.host) {
         bail!("--host: {:?} is not a plain name", cli.host);
+    }
+    std::fs::create_dir_all(&cli.dir)
+        .with_context(|| format!("--dir: cannot create {}", cli.dir.display()))?;
+    let declared = cli
+        .config
+        .as_deref()
+        .map(|path| {
+            DeclaredSource::open(path, &cli.host, &cli.dir)
+                .map(Arc::new)
+                .with_context(|| format!("--config {}", path.display()))
+        })
+        .transpose()?;
+    let instance = match (&declared, &cli.instance) {
+        (Some(d), Some(i)) if d.instance() != *i => bail!(
+            "--instance {i:?} is not the configuration's instance {:?}",
+            d.instance()
+        ),
+        (Some(d), _) => d.instance(),
+        (None, Some(i)) => i.clone(),
+        (None, None) => bail!("--instance or --config is required"),
+    };
+    if !is_plain_ref(&instance) {
+        bail!("--instance: {instance:?} is not a plain name");
     }
     let daemon = daemon_socket(cli.daemon.as_deref())?;
     let audit = match (&cli.control_url, &cli.service_token_file) {
@@ -92,8 +118,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    std::fs::create_dir_all(&cli.dir)
-        .with_context(|| format!("--dir: cannot create {}", cli.dir.display()))?;
     let roles = [
         (Role::Attach, cli.attach_group.as_deref(), "--attach-group"),
         (
@@ -109,10 +133,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             .transpose()?;
         let path = cli.dir.join(format!("{}-{role}.sock", cli.host));
         let listener = bind(&path, gid)?;
-        tracing::info!(role = %role, socket = %path.display(), daemon = %daemon.display(), instance = %cli.instance, "dockgate listening");
-        let mut gate = Gate::new(role, &cli.instance, &cli.host, daemon.clone());
+        tracing::info!(role = %role, socket = %path.display(), daemon = %daemon.display(), instance = %instance, declared = declared.is_some(), "dockgate listening");
+        let mut gate = Gate::new(role, &instance, &cli.host, daemon.clone());
         if let Some(a) = &audit {
             gate = gate.with_audit(a.clone());
+        }
+        if let Some(d) = &declared {
+            gate = gate.with_declared(d.clone());
         }
         let gate = Arc::new(gate);
         tokio::spawn(gate.serve(listener));
@@ -120,9 +147,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot watch SIGTERM")?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot watch SIGHUP")?;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            _ = hup.recv() => {
+                if let Some(d) = &declared {
+                    d.reload();
+                }
+            }
+        }
     }
     for p in &paths {
         let _ = std::fs::remove_file(p);

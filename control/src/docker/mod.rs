@@ -233,7 +233,7 @@ impl Docker {
         if !violations.is_empty() {
             return Err(DockerError::Refused(violations));
         }
-        let body = body::container_body(req)?;
+        let body = body::container_body(&req.body)?;
         let options = CreateContainerOptionsBuilder::new().name(&req.name).build();
         let created = self
             .call("create", self.inner.create_container(Some(options), body))
@@ -494,15 +494,11 @@ mod tests {
     async fn privileged_spec_is_refused_before_any_docker_call() {
         let req = ContainerRequest {
             name: "termgate-x".into(),
-            image: "termgate/session:dev".into(),
-            command: vec![],
-            env: vec![],
-            labels: Labels::new(),
+            body: serde_json::json!({}),
             spec: ContainerSpec {
                 privileged: true,
                 ..Default::default()
             },
-            tmp_size_mb: 16,
         };
         // A client that cannot reach anything: Refused (not Unavailable) proves no call.
         let offline = unreachable(Duration::from_secs(2));

@@ -43,18 +43,10 @@ fn join_violations(v: &[Violation]) -> String {
 pub struct ContainerRequest {
     /// Container name, `termgate-<session id>`.
     pub name: String,
-    /// Image reference (must be present locally; nothing is pulled).
-    pub image: String,
-    /// Arguments replacing the image's `Cmd`; empty keeps the image default.
-    pub command: Vec<String>,
-    /// Environment, `K=V`.
-    pub env: Vec<String>,
-    /// Container labels (see [`labels::session_container`](crate::labels::session_container)).
-    pub labels: Labels,
-    /// The sandbox description the red lines are checked on.
+    /// The create body, exactly as [`policy::declared::container_body`] made it.
+    pub body: serde_json::Value,
+    /// The sandbox description the red lines are checked on (the same profile's).
     pub spec: ContainerSpec,
-    /// Size of the `/tmp` tmpfs, in MiB; must be positive.
-    pub tmp_size_mb: u64,
 }
 
 /// A container as Docker reports it.

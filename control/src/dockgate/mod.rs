@@ -15,6 +15,7 @@
 
 mod audit;
 mod body;
+mod declared;
 mod upstream;
 
 use std::convert::Infallible;
@@ -30,8 +31,8 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use policy::audit::AuditEntry;
 use policy::dockgate::{
-    decide, labels_pass, normalize, volume_ok, Asked, BodyInfo, Denied, ObjectKind, Reason, Role,
-    Verdict, MAX_BODY,
+    container_create_declared, decide, labels_pass, normalize, volume_create_declared, volume_ok,
+    Asked, BodyInfo, CreateLookups, Denied, ObjectKind, Reason, Role, Verdict, MAX_BODY,
 };
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
@@ -39,6 +40,7 @@ use tokio::net::{UnixListener, UnixStream};
 
 pub use audit::AuditSender;
 pub use body::{empty, Body};
+pub use declared::{DeclaredError, DeclaredSource};
 pub use upstream::{Daemon, Found, UpstreamError};
 
 /// How long a client may take to send a request's head.
@@ -63,6 +65,8 @@ pub struct Gate {
     pub daemon: Daemon,
     /// Control's audit trail, where refusals go besides the log.
     pub audit: Option<AuditSender>,
+    /// The configuration creates are compared with; without it no create passes.
+    pub declared: Option<Arc<DeclaredSource>>,
 }
 
 /// A request's identity in logs and refusals.
@@ -80,7 +84,14 @@ impl Gate {
             host: host.to_owned(),
             daemon: Daemon::new(daemon_socket),
             audit: None,
+            declared: None,
         }
+    }
+
+    /// Compares every create with what `source` declares.
+    pub fn with_declared(mut self, source: Arc<DeclaredSource>) -> Gate {
+        self.declared = Some(source);
+        self
     }
 
     /// Sends every refusal to control's audit trail too.
@@ -152,6 +163,22 @@ impl Gate {
             };
             verdict = decide(self.role, &asked, info.with_bytes(&bytes));
             body = Some(bytes);
+        }
+        // A create passes only when it is exactly what the configuration declares.
+        let mut lookups = None;
+        if let Verdict::PassCreate { kind, .. } = &verdict {
+            match self.compare_create(*kind, &asked, body.as_deref().unwrap_or_default()) {
+                Ok(l) => lookups = l,
+                Err(d) => return self.refuse(&mut req, &seen, &d).await,
+            }
+        }
+        if let Some(l) = lookups {
+            match self.look_up(l).await {
+                Ok(()) => {}
+                Err(Refusal::Denied(d)) => return self.refuse(&mut req, &seen, &d).await,
+                Err(Refusal::Missing(kind, id)) => return not_found(kind, &id),
+                Err(Refusal::Daemon(e)) => return daemon_error(&e),
+            }
         }
         match self.admit(verdict).await {
             Ok(()) => {}
@@ -237,6 +264,81 @@ impl Gate {
             }
             Verdict::PassFiltered { instance } => self.own_instance(&instance),
         }
+    }
+
+    /// Compares a create's body with the one the configuration declares for it; for a
+    /// container, says what to look up before it goes on.
+    fn compare_create(
+        &self,
+        kind: ObjectKind,
+        asked: &Asked,
+        bytes: &[u8],
+    ) -> Result<Option<CreateLookups>, Denied> {
+        let source = self.declared.as_ref().ok_or_else(|| Denied {
+            reason: Reason::NotDeclared,
+            message: "dockgate runs without --config: no create is declared".into(),
+        })?;
+        let declared = source.current();
+        let body: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| Denied {
+            reason: Reason::InvalidJson,
+            message: format!("the body is not JSON: {e}"),
+        })?;
+        match kind {
+            ObjectKind::Container => container_create_declared(&declared, asked, &body).map(Some),
+            ObjectKind::Volume => volume_create_declared(&declared, &body).map(|()| None),
+        }
+    }
+
+    /// What a declared container create depends on, looked up now: the owner's home
+    /// volume is this instance's and this owner's, borrowed volumes are plain local
+    /// ones, the named network resolves to exactly that name, and each bind source
+    /// still resolves where a mount may go.
+    async fn look_up(&self, l: CreateLookups) -> Result<(), Refusal> {
+        let refuse = |message: String| {
+            Refusal::Denied(Denied {
+                reason: Reason::NotDeclared,
+                message,
+            })
+        };
+        if let Some((name, owner)) = &l.home_volume {
+            let found = self.daemon.inspect(ObjectKind::Volume, name).await?;
+            let Some(found) = found else {
+                return Err(refuse(format!("home volume {name} does not exist")));
+            };
+            let want = policy::declared::home_volume_labels(&self.instance, owner);
+            if found.labels != want {
+                return Err(refuse(format!(
+                    "volume {name} is not the home volume of {owner} in deployment {}",
+                    self.instance
+                )));
+            }
+            volume_ok(&found.driver, &found.options).map_err(Refusal::Denied)?;
+        }
+        for name in &l.borrowed_volumes {
+            // A volume that does not exist is made by Docker as a plain local one.
+            if let Some(v) = self.daemon.inspect(ObjectKind::Volume, name).await? {
+                volume_ok(&v.driver, &v.options).map_err(|mut d| {
+                    d.message = format!("volume {name}: {}", d.message);
+                    Refusal::Denied(d)
+                })?;
+            }
+        }
+        if let Some(network) = &l.network {
+            match self.daemon.network_name(network).await? {
+                Some(n) if &n == network => {}
+                other => {
+                    return Err(refuse(format!(
+                        "HostConfig.NetworkMode {network:?} resolves to {other:?}, not to a network of that name"
+                    )))
+                }
+            }
+        }
+        if let Some(source) = &self.declared {
+            for bind in &l.bind_sources {
+                source.bind_ok(bind).map_err(Refusal::Denied)?;
+            }
+        }
+        Ok(())
     }
 
     fn own_instance(&self, instance: &str) -> Result<(), Refusal> {

@@ -156,9 +156,34 @@ impl Daemon {
             ObjectKind::Container => format!("/containers/{id}/json"),
             ObjectKind::Volume => format!("/volumes/{id}"),
         };
+        let Some(v) = self.get_json(&path).await? else {
+            return Ok(None);
+        };
+        Ok(Some(match kind {
+            ObjectKind::Container => Found {
+                labels: strings(&v["Config"]["Labels"]),
+                ..Found::default()
+            },
+            ObjectKind::Volume => Found {
+                labels: strings(&v["Labels"]),
+                driver: v["Driver"].as_str().unwrap_or_default().to_owned(),
+                options: strings(&v["Options"]),
+            },
+        }))
+    }
+
+    /// The name of the network the daemon resolves `reference` to (a name, an id or an
+    /// id prefix all resolve); `None` when it resolves to none.
+    pub async fn network_name(&self, reference: &str) -> Result<Option<String>, UpstreamError> {
+        let v = self.get_json(&format!("/networks/{reference}")).await?;
+        Ok(v.map(|v| v["Name"].as_str().unwrap_or_default().to_owned()))
+    }
+
+    /// `GET path` as JSON; `None` on 404.
+    async fn get_json(&self, path: &str) -> Result<Option<Value>, UpstreamError> {
         let req = Request::builder()
             .method(Method::GET)
-            .uri(path.as_str())
+            .uri(path)
             .header(header::HOST, "docker")
             .body(Full::new(Bytes::new()))
             .map_err(|e| UpstreamError::Invalid(format!("request: {e}")))?;
@@ -180,19 +205,9 @@ impl Daemon {
             StatusCode::OK => {}
             other => return Err(UpstreamError::Invalid(format!("{path}: {other}"))),
         }
-        let v: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| UpstreamError::Invalid(format!("{path}: {e}")))?;
-        Ok(Some(match kind {
-            ObjectKind::Container => Found {
-                labels: strings(&v["Config"]["Labels"]),
-                ..Found::default()
-            },
-            ObjectKind::Volume => Found {
-                labels: strings(&v["Labels"]),
-                driver: v["Driver"].as_str().unwrap_or_default().to_owned(),
-                options: strings(&v["Options"]),
-            },
-        }))
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| UpstreamError::Invalid(format!("{path}: {e}")))
     }
 }
 

@@ -227,24 +227,16 @@ impl Control {
             }
             None => None,
         };
-        let mut env: Vec<String> = profile
-            .env
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        for (opt, value) in &s.options {
-            if let Some(o) = profile.options.get(opt) {
-                env.push(format!("{}={value}", o.env));
-            }
-        }
+        let declared = profile.declared();
+        let body = policy::declared::container_body(&declared, &labels::facts(instance, s))
+            .map_err(|e| DockerError::Other {
+                op: "create",
+                message: format!("the profile does not declare this session: {e}"),
+            })?;
         let req = ContainerRequest {
             name: container_name(&s.id),
-            image: profile.image.clone(),
-            command: profile.command.clone(),
-            env,
-            labels: labels::session_container(instance, s),
-            spec: profile.sandbox_spec(home.as_deref()),
-            tmp_size_mb: profile.tmp_size_mb,
+            body,
+            spec: policy::declared::session_spec(&declared, home.as_deref()),
         };
         let id = docker.create(&req).await?;
         failpoint("create:after_container");

@@ -48,6 +48,9 @@ pub enum Reason {
     VolumeDriver,
     /// A create without termgate's labels.
     LabelsRequired,
+    /// A create that is not exactly what this deployment's configuration declares
+    /// (see [`crate::declared`]), or a bind source that resolves where no mount may.
+    NotDeclared,
     /// A container red line ([`sandbox::Rule`](Rule)).
     Sandbox(Rule),
 }
@@ -76,6 +79,7 @@ impl Reason {
             Reason::TmpfsOptions => "tmpfs_options",
             Reason::VolumeDriver => "volume_driver",
             Reason::LabelsRequired => "labels_required",
+            Reason::NotDeclared => "not_declared",
             Reason::Sandbox(rule) => rule.name(),
         }
     }

@@ -77,6 +77,7 @@
 
 mod body;
 mod create;
+mod declared;
 mod denied;
 mod endpoint;
 mod json;
@@ -92,6 +93,9 @@ use crate::sandbox::MountKind;
 
 pub use body::{BodyInfo, Framing};
 pub use create::spec_from_create_body;
+pub use declared::{
+    bind_source_ok, container_create_declared, volume_create_declared, CreateLookups, Declared,
+};
 pub use denied::{Denied, Reason};
 pub use limits::{MAX_API_MINOR, MAX_BODY, MAX_TARGET_LEN, MIN_API_MINOR};
 pub use objects::{labels_pass, volume_ok, Labels, ObjectKind, INSTANCE_LABEL, MANAGED_LABEL};

@@ -21,6 +21,7 @@ fn hardened() -> ContainerSpec {
             target: "/home/user".into(),
             read_only: false,
         }],
+        namespace_modes: BTreeMap::from([(Namespace::Cgroup, NamespaceMode::Private)]),
         ..Default::default()
     }
 }
@@ -162,9 +163,23 @@ fn host_namespaces_are_refused() {
         assert_eq!(rules(&s), vec![Rule::NoHostNamespaces], "{kind}");
         for mode in [NamespaceMode::Default, NamespaceMode::Private] {
             s.namespace_modes.insert(kind, mode);
-            assert_eq!(check(&s), vec![], "{kind} {mode}");
+            // The cgroup namespace must be private explicitly: Docker's default is the
+            // host's on a cgroup v1 daemon.
+            let want = if kind == Namespace::Cgroup && mode == NamespaceMode::Default {
+                vec![Rule::NoHostNamespaces]
+            } else {
+                vec![]
+            };
+            assert_eq!(rules(&s), want, "{kind} {mode}");
         }
     }
+    let mut s = hardened();
+    s.namespace_modes.remove(&Namespace::Cgroup);
+    assert_eq!(
+        rules(&s),
+        vec![Rule::NoHostNamespaces],
+        "CgroupnsMode absent"
+    );
 }
 
 #[test]

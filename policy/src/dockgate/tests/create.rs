@@ -478,21 +478,18 @@ fn a_create_must_carry_termgates_labels() {
 }
 
 #[test]
-fn before_api_1_41_a_create_without_a_cgroup_namespace_is_the_hosts() {
+fn a_create_without_a_private_cgroup_namespace_is_refused_at_every_api_version() {
     let body = without(control_body(), &["HostConfig", "CgroupnsMode"]);
     let bytes = body.to_string();
-    assert_eq!(
-        refused(create_with(&format!("/v1.40{CREATE}"), bytes.as_bytes())),
-        "no_host_namespaces"
-    );
-    assert_eq!(
-        create_with(&format!("/v1.41{CREATE}"), bytes.as_bytes()),
-        session_create_passes()
-    );
-    assert_eq!(
-        create_with(CREATE, bytes.as_bytes()),
-        session_create_passes()
-    );
+    for prefix in ["/v1.40", "/v1.41", "/v1.47", ""] {
+        assert_eq!(
+            refused(create_with(&format!("{prefix}{CREATE}"), bytes.as_bytes())),
+            "no_host_namespaces",
+            "{prefix}"
+        );
+    }
+    let empty = with(control_body(), &["HostConfig", "CgroupnsMode"], json!(""));
+    assert_eq!(create_refused(&empty), "no_host_namespaces");
     let explicit = control_body().to_string();
     assert_eq!(
         create_with(&format!("/v1.40{CREATE}"), explicit.as_bytes()),

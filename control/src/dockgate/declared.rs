@@ -1,0 +1,167 @@
+//! What dockgate compares creates with: the deployment's configuration file, read by
+//! dockgate itself (control can read it, not write it), loaded again when it changes or
+//! on `SIGHUP`. A reload that fails keeps what was loaded, and says so.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use policy::dockgate::{bind_source_ok, Declared, Denied, Reason};
+use policy::MountKind;
+
+/// The configuration file as it was when last read: what tells a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    modified: Option<SystemTime>,
+    len: u64,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    let m = std::fs::metadata(path).ok()?;
+    Some(Stamp {
+        modified: m.modified().ok(),
+        len: m.len(),
+    })
+}
+
+#[derive(Debug)]
+struct Loaded {
+    declared: Arc<Declared>,
+    stamp: Option<Stamp>,
+}
+
+/// The configuration a gate compares creates with, and where it comes from.
+#[derive(Debug)]
+pub struct DeclaredSource {
+    path: PathBuf,
+    host: String,
+    /// Paths no declared bind may resolve to, under or above: the configuration's own
+    /// directory (the state: store, secrets, recordings) and dockgate's sockets.
+    protected: Vec<String>,
+    loaded: Mutex<Loaded>,
+}
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DeclaredError {
+    /// It does not load.
+    #[error("{0}")]
+    Config(String),
+    /// A declared bind resolves where no mount may go.
+    #[error("profiles.{profile}.mounts[{index}]: {denied}")]
+    Bind {
+        /// The profile.
+        profile: String,
+        /// The mount's index.
+        index: usize,
+        /// Why.
+        denied: Denied,
+    },
+}
+
+impl DeclaredSource {
+    /// Reads `path` for Docker host `host`; `sockets` is dockgate's own directory.
+    /// Fails, naming the key, when it does not load or a declared bind resolves where
+    /// no mount may go.
+    pub fn open(path: &Path, host: &str, sockets: &Path) -> Result<DeclaredSource, DeclaredError> {
+        let abs = |p: &Path| {
+            std::fs::canonicalize(p)
+                .unwrap_or_else(|_| p.to_path_buf())
+                .display()
+                .to_string()
+        };
+        let mut protected = vec![abs(sockets)];
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            protected.push(abs(dir));
+        } else {
+            protected.push(abs(Path::new(".")));
+        }
+        let mut source = DeclaredSource {
+            path: path.to_path_buf(),
+            host: host.to_owned(),
+            protected,
+            loaded: Mutex::new(Loaded {
+                declared: Arc::new(Declared {
+                    instance: String::new(),
+                    host: host.to_owned(),
+                    profiles: Default::default(),
+                }),
+                stamp: None,
+            }),
+        };
+        let loaded = source.read()?;
+        source.loaded = Mutex::new(loaded);
+        Ok(source)
+    }
+
+    /// The deployment's instance, as loaded.
+    pub fn instance(&self) -> String {
+        self.current().instance.clone()
+    }
+
+    fn read(&self) -> Result<Loaded, DeclaredError> {
+        let stamp = stamp(&self.path);
+        let config = config::load_for(&self.path, config::Part::Dockgate)
+            .map_err(|e| DeclaredError::Config(e.to_string()))?;
+        let declared = config.declared(&self.host);
+        for (name, p) in &declared.profiles {
+            for (index, m) in p.spec.mounts.iter().enumerate() {
+                if m.kind == MountKind::Bind {
+                    self.bind_ok(&m.source)
+                        .map_err(|denied| DeclaredError::Bind {
+                            profile: name.clone(),
+                            index,
+                            denied,
+                        })?;
+                }
+            }
+        }
+        Ok(Loaded {
+            declared: Arc::new(declared),
+            stamp,
+        })
+    }
+
+    /// Whether a declared bind source, resolved on this host now, may be mounted.
+    pub fn bind_ok(&self, source: &str) -> Result<(), Denied> {
+        let resolved = std::fs::canonicalize(source).map_err(|e| Denied {
+            reason: Reason::NotDeclared,
+            message: format!("bind source {source:?} cannot be resolved: {e}"),
+        })?;
+        bind_source_ok(&resolved.display().to_string(), &self.protected)
+    }
+
+    /// Reads the file again; on failure keeps what was loaded.
+    pub fn reload(&self) {
+        match self.read() {
+            Ok(l) => {
+                let profiles = l.declared.profiles.len();
+                *self.loaded.lock().unwrap_or_else(|p| p.into_inner()) = l;
+                tracing::info!(config = %self.path.display(), profiles, "dockgate: configuration loaded");
+            }
+            Err(e) => {
+                // Keep the stamp moving so a broken file is reported once, not per create.
+                if let Ok(mut l) = self.loaded.lock() {
+                    l.stamp = stamp(&self.path);
+                }
+                tracing::error!(config = %self.path.display(), "dockgate: the configuration does not load; keeping the one loaded before: {e}");
+            }
+        }
+    }
+
+    /// What creates are compared with now: the file is read again first if it changed.
+    pub fn current(&self) -> Arc<Declared> {
+        let changed = {
+            let l = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+            l.stamp != stamp(&self.path)
+        };
+        if changed {
+            self.reload();
+        }
+        self.loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .declared
+            .clone()
+    }
+}

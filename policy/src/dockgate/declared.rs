@@ -1,0 +1,197 @@
+//! A create compared with what this deployment's configuration declares: dockgate
+//! rebuilds the body with [`crate::declared`] from the create's own labels and options
+//! and passes it only when the two are equal.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::denied::{deny, Denied, Reason};
+use super::target::Asked;
+use crate::declared::{
+    container_body, container_name, first_difference, home_volume_body, home_volume_name,
+    options_from_env, DeclaredProfile, SessionFacts, CREATED_LABEL, NAME_LABEL, OWNER_LABEL,
+    PROFILE_LABEL, SESSION_LABEL,
+};
+use crate::sandbox::{is_daemon_path, normalise, MountKind};
+use crate::session_id::SessionId;
+use crate::Sub;
+
+/// What dockgate knows of the deployment: its configuration's instance and profiles,
+/// and the host it stands in front of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Declared {
+    /// The deployment's `instance`.
+    pub instance: String,
+    /// The Docker host's name.
+    pub host: String,
+    /// Every profile, by name.
+    pub profiles: BTreeMap<String, DeclaredProfile>,
+}
+
+/// What the binary looks up before a declared container create goes on.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CreateLookups {
+    /// The owner's home volume, when the profile has one: it must exist and carry the
+    /// home labels of this instance and this owner.
+    pub home_volume: Option<(String, Sub)>,
+    /// The profile's borrowed volumes: each must be a plain local volume.
+    pub borrowed_volumes: Vec<String>,
+    /// The profile's named network: it must resolve to a network of exactly that name.
+    pub network: Option<String>,
+    /// The profile's bind sources: each, resolved again, must pass [`bind_source_ok`].
+    pub bind_sources: Vec<String>,
+}
+
+fn not_declared(message: String) -> Denied {
+    deny(Reason::NotDeclared, message)
+}
+
+fn short(v: Option<&Value>) -> String {
+    match v {
+        None => "nothing".into(),
+        Some(v) => {
+            let s = v.to_string();
+            if s.chars().count() > 120 {
+                format!("{}…", s.chars().take(120).collect::<String>())
+            } else {
+                s
+            }
+        }
+    }
+}
+
+fn compare(want: &Value, got: &Value) -> Result<(), Denied> {
+    match first_difference(want, got) {
+        None => Ok(()),
+        Some(d) => Err(not_declared(format!(
+            "{}: the configuration declares {}, the request has {}",
+            d.path,
+            short(d.want.as_ref()),
+            short(d.got.as_ref())
+        ))),
+    }
+}
+
+fn label<'b>(body: &'b Value, key: &str) -> Result<&'b str, Denied> {
+    body.get("Labels")
+        .and_then(|l| l.get(key))
+        .and_then(Value::as_str)
+        .ok_or_else(|| not_declared(format!("Labels.{key}: missing")))
+}
+
+/// Compares a container create (its target's query and its JSON body) with the body
+/// the configuration declares for the session its labels name; on equality says what
+/// to look up before it goes on.
+pub fn container_create_declared(
+    d: &Declared,
+    asked: &Asked,
+    body: &Value,
+) -> Result<CreateLookups, Denied> {
+    let profile_name = label(body, PROFILE_LABEL)?;
+    let profile = d.profiles.get(profile_name).ok_or_else(|| {
+        let known: Vec<&str> = d.profiles.keys().map(String::as_str).collect();
+        not_declared(format!(
+            "Labels.{PROFILE_LABEL}: no profile {profile_name:?} is declared (loaded: {known:?})"
+        ))
+    })?;
+    let session = SessionId::parse(label(body, SESSION_LABEL)?)
+        .map_err(|_| not_declared(format!("Labels.{SESSION_LABEL}: not a session id")))?;
+    let owner = Sub::parse(label(body, OWNER_LABEL)?)
+        .ok_or_else(|| not_declared(format!("Labels.{OWNER_LABEL}: not a valid sub")))?;
+    let created: u64 = label(body, CREATED_LABEL)?
+        .parse()
+        .map_err(|_| not_declared(format!("Labels.{CREATED_LABEL}: not a number")))?;
+    let name = label(body, NAME_LABEL)?;
+    let env: Vec<String> = body
+        .get("Env")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    let options = options_from_env(profile, &env);
+    let facts = SessionFacts {
+        instance: &d.instance,
+        host: &d.host,
+        session: &session,
+        owner: &owner,
+        profile: profile_name,
+        name,
+        created,
+        options: &options,
+    };
+    let want = container_body(profile, &facts)
+        .map_err(|e| not_declared(format!("{}: {}", e.field, e.message)))?;
+    compare(&want, body)?;
+    let want_name = container_name(&session);
+    if asked.query_value("name") != Some(want_name.as_str()) {
+        return Err(not_declared(format!(
+            "name (query): the configuration declares {want_name:?}, the request has {:?}",
+            asked.query_value("name")
+        )));
+    }
+    let mut lookups = CreateLookups {
+        home_volume: profile
+            .home
+            .as_ref()
+            .map(|_| (home_volume_name(&d.instance, &owner), owner.clone())),
+        ..CreateLookups::default()
+    };
+    for m in &profile.spec.mounts {
+        match m.kind {
+            MountKind::Bind => lookups.bind_sources.push(m.source.clone()),
+            MountKind::Volume => lookups.borrowed_volumes.push(m.source.clone()),
+        }
+    }
+    if !profile.spec.network_mode.eq_ignore_ascii_case("none") {
+        lookups.network = Some(profile.spec.network_mode.clone());
+    }
+    Ok(lookups)
+}
+
+/// Compares a volume create with the home volume body the configuration declares for
+/// the owner its labels name.
+pub fn volume_create_declared(d: &Declared, body: &Value) -> Result<(), Denied> {
+    let owner = Sub::parse(label(body, OWNER_LABEL)?)
+        .ok_or_else(|| not_declared(format!("Labels.{OWNER_LABEL}: not a valid sub")))?;
+    compare(&home_volume_body(&d.instance, &owner), body)
+}
+
+/// Host paths no bind may resolve to or under: the kernel's views of processes,
+/// devices and the system (`/proc/self/root` is the host's `/`).
+const KERNEL_PATHS: &[&str] = &["/proc", "/sys", "/dev"];
+
+/// Whether a declared bind source, as it resolves on the host (`realpath`), may be
+/// mounted: not `/`, nothing at or under `/proc`, `/sys` or `/dev`, no daemon's socket
+/// or state (nor a directory above one), and nothing at, under or above one of
+/// `protected` (termgate's state directory, dockgate's sockets).
+pub fn bind_source_ok(resolved: &str, protected: &[String]) -> Result<(), Denied> {
+    let refuse = |why: &str| {
+        Err(not_declared(format!(
+            "bind source resolves to {resolved:?}, {why}"
+        )))
+    };
+    let Some(p) = normalise(resolved) else {
+        return refuse("which is not a clean absolute path");
+    };
+    let under = |root: &str| p == root || p.starts_with(&format!("{root}/"));
+    if p == "/" {
+        return refuse("the host's root");
+    }
+    if let Some(k) = KERNEL_PATHS.iter().find(|k| under(k)) {
+        return refuse(&format!("under {k}"));
+    }
+    if is_daemon_path(&p) {
+        return refuse("a container daemon's socket or state");
+    }
+    for root in protected.iter().filter_map(|r| normalise(r)) {
+        if under(&root) || root.starts_with(&format!("{p}/")) {
+            return refuse(&format!("which holds or is under termgate's {root:?}"));
+        }
+    }
+    Ok(())
+}
