@@ -648,3 +648,118 @@ fn refusals_are_in_controls_audit_trail_naming_the_rule() {
     assert_eq!(found["fields"]["gateway"], "dockgate-local", "{found}");
     assert_eq!(found["level"], "WARN", "{found}");
 }
+
+/// Creates `session`'s container through `gate`'s control socket with the body its
+/// configuration declares for profile `profile`: the answer.
+fn declared_create(declared: &DeclaredGate, profile: &str, session: &str) -> RawAnswer {
+    let (name, body) = declared.session_body(profile, session, "alice");
+    create(&declared.gate.socket("control"), &name, &body)
+}
+
+#[test]
+fn a_profile_reaches_dockgate_when_the_configuration_changes_and_not_before() {
+    let instance = format!("dg{}", random_hex(4));
+    let declared = DeclaredGate::start(&instance, "");
+    let mut names = Cleanup(Vec::new());
+    let data = tempfile::tempdir().expect("a directory to bind");
+    let later = format!(
+        "[profiles.later]\nimage = \"{}\"\n[[profiles.later.mounts]]\nsource = \"{}\"\ntarget = \"/data\"\n",
+        image(),
+        data.path().display()
+    );
+    // The body control would send once the profile exists, sent before dockgate has it.
+    let text = std::fs::read_to_string(declared.dir.config_path()).expect("config");
+    let config_with_later = format!("{text}\n{later}");
+    let early = {
+        let gate = DeclaredGate {
+            dir: e2e::ConfigDir::example(&later),
+            gate: Dockgate::prepare_declared(Path::new("/nonexistent"), &[]),
+            env: declared.env.clone(),
+        };
+        gate.session_body("later", &session_id(), "alice")
+    };
+    let a = create(&declared.gate.socket("control"), &early.0, &early.1);
+    assert_refused(&a, "not_declared", "a profile dockgate has not loaded");
+    assert!(json_of(&a)["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("termgate.profile"));
+    assert!(!container_exists(&early.0));
+
+    // The file changes: the next create sees the profile, bind and all.
+    declared.dir.write_config(&config_with_later);
+    let s = session_id();
+    names.0.push(format!("termgate-{s}"));
+    let a = declared_create(&declared, "later", &s);
+    assert_eq!(a.status, 201, "the new profile passes: {}", a.text);
+    let mounts = docker(&[
+        "inspect",
+        "-f",
+        "{{range .Mounts}}{{.Type}} {{.Source}} {{.Destination}} {{.RW}};{{end}}",
+        &format!("termgate-{s}"),
+    ]);
+    assert!(
+        mounts.contains(&format!("bind {} /data false", data.path().display())),
+        "{mounts}"
+    );
+
+    // A configuration that no longer loads keeps the one loaded before.
+    let s = session_id();
+    names.0.push(format!("termgate-{s}"));
+    let (name, body) = declared.session_body("later", &s, "alice");
+    declared.dir.write_config("this is not TOML [");
+    let a = create(&declared.gate.socket("control"), &name, &body);
+    assert_eq!(a.status, 201, "the loaded profiles still pass: {}", a.text);
+    assert!(declared.gate.log_text().contains("does not load"));
+    declared.dir.write_config(&config_with_later);
+
+    // SIGHUP reads it again.
+    let loads = |g: &Dockgate| g.log_text().matches("configuration loaded").count();
+    let before = loads(&declared.gate);
+    declared.gate.hang_up();
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while loads(&declared.gate) == before {
+        assert!(std::time::Instant::now() < deadline, "SIGHUP did not reload:\n{}", declared.gate.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // A declared bind that resolves somewhere else after the start is refused then.
+    let link_dir = tempfile::tempdir().expect("dir");
+    let link = link_dir.path().join("data");
+    std::os::unix::fs::symlink(data.path(), &link).expect("symlink");
+    let linked = format!(
+        "{config_with_later}\n[profiles.linked]\nimage = \"{}\"\n[[profiles.linked.mounts]]\nsource = \"{}\"\ntarget = \"/data\"\n",
+        image(),
+        link.display()
+    );
+    declared.dir.write_config(&linked);
+    let s = session_id();
+    names.0.push(format!("termgate-{s}"));
+    let a = declared_create(&declared, "linked", &s);
+    assert_eq!(a.status, 201, "a symlink to a plain directory passes: {}", a.text);
+    std::fs::remove_file(&link).expect("unlink");
+    std::os::unix::fs::symlink("/proc/self/root", &link).expect("symlink");
+    let s = session_id();
+    let a = declared_create(&declared, "linked", &s);
+    assert_refused(&a, "not_declared", "a bind now resolving to the host's root");
+    assert!(!container_exists(&format!("termgate-{s}")));
+
+    // And a dockgate whose configuration declares such a bind does not start.
+    let bad = e2e::ConfigDir::example(&format!(
+        "[profiles.root]\nimage = \"{}\"\n[[profiles.root.mounts]]\nsource = \"{}\"\ntarget = \"/h\"\n",
+        image(),
+        link.display()
+    ));
+    let out = Command::new(e2e::binary("termgate-dockgate"))
+        .args(["--host", "local", "--dir"])
+        .arg(tempfile::tempdir().expect("dir").path())
+        .arg("--config")
+        .arg(bad.config_path())
+        .env("TERMGATE__INSTANCE", &instance)
+        .output()
+        .expect("dockgate");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("profiles.root.mounts[0]") && said.contains("host's root"), "{said}");
+    drop(declared);
+}

@@ -301,6 +301,8 @@ fn systemd_units_verify_and_keep_the_red_lines() {
     assert_eq!(flag("--dir"), format!("%t/{dockgate_dir}"));
     assert_eq!(flag("--host"), "%i");
     assert_eq!(flag("--instance"), "${TERMGATE_INSTANCE}");
+    // Every create is compared with the configuration's profiles.
+    assert_eq!(flag("--config"), "/etc/termgate/termgate.toml");
     assert!(
         dockgate["Environment"].contains(&"TERMGATE_INSTANCE=termgate".to_owned()),
         "{:?}",
