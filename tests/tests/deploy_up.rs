@@ -146,6 +146,9 @@ impl Up {
     fn component(&self, bin: &str) -> Proc {
         let config = self.config();
         let config = config.to_str().expect("utf-8 path");
+        // The gateway, when it runs as a user of its own, reads its own copy.
+        let copy = self.state.join("gateway/termgate.toml");
+        let copy = copy.to_str().expect("utf-8 path");
         wait_for(
             &format!("the {bin} process"),
             Duration::from_secs(30),
@@ -154,7 +157,8 @@ impl Up {
                     p.args
                         .first()
                         .is_some_and(|a| a.ends_with(&format!("/{bin}")))
-                        && p.args[1..] == ["--config", config]
+                        && (p.args[1..] == ["--config", config]
+                            || p.args[1..] == ["--config", copy])
                 })
             },
         )
@@ -502,8 +506,14 @@ fn deploy_up_keeps_the_ttyd_socket_to_its_own_user() {
         dir_mode,
         "the secrets directory"
     );
-    assert_eq!(mode(&state.join("ttyd")), 0o700, "the socket's directory");
-    assert_eq!(mode(&socket), 0o600, "the socket");
+    // Run as root, the gateway's own user reaches them through its primary group.
+    let (socket_dir_mode, socket_mode) = if root { (0o710, 0o660) } else { (0o700, 0o600) };
+    assert_eq!(
+        mode(&state.join("ttyd")),
+        socket_dir_mode,
+        "the socket's directory"
+    );
+    assert_eq!(mode(&socket), socket_mode, "the socket");
     for secret in ["secrets/hs256.key", "secrets/service.token"] {
         assert_eq!(mode(&state.join(secret)), file_mode, "{secret}");
     }
@@ -603,6 +613,65 @@ fn deploy_up_keeps_the_ttyd_socket_to_its_own_user() {
             !connects_as(cuid, cgid, &attach_socket),
             "control's user must not reach the pools' dockgate socket"
         );
+        // The gateway, the one part that parses untrusted input, runs as a user of
+        // its own without capabilities or supplementary groups: it reaches the ttyd
+        // sockets, and neither the daemon nor dockgate.
+        let gateway = up.component("termgate-gateway");
+        let (guid, ggid, ggroups) = ids_of(gateway.pid);
+        assert!(
+            guid != 0 && guid != uid && guid != cuid,
+            "the gateway runs as a user of its own"
+        );
+        assert!(
+            ggroups.is_empty(),
+            "the gateway has no supplementary group: {ggroups:?}"
+        );
+        assert_eq!(
+            capabilities(gateway.pid),
+            (0, 0),
+            "the gateway holds no capability"
+        );
+        assert!(connects_as(guid, ggid, &socket), "the gateway reaches ttyd");
+        assert!(
+            connects_as(guid, ggid, &state.join("ttyd/ttyd-view.sock")),
+            "the gateway reaches the viewers' ttyd"
+        );
+        for other in [
+            daemon,
+            attach_socket.as_path(),
+            &state.join("dockgate/local-control.sock"),
+        ] {
+            assert!(
+                !connects_as(guid, ggid, other),
+                "the gateway's user must not reach {}",
+                other.display()
+            );
+        }
+        // Nor do the pools or control reach ttyd's socket: only the gateway's group.
+        assert!(
+            !connects_as(cuid, cgid, &socket),
+            "control must not reach ttyd"
+        );
+        // Every part it starts but dockgate: no uid 0, no capability.
+        for p in processes().into_iter().filter(|p| {
+            p.args.first().is_some_and(|a| {
+                a.ends_with("termgate-gateway")
+                    || a.ends_with("termgate-control")
+                    || a.ends_with("ttyd")
+            }) && p
+                .args
+                .iter()
+                .any(|a| a.contains(state.to_str().expect("utf-8")))
+        }) {
+            let (puid, _, _) = ids_of(p.pid);
+            assert_ne!(puid, 0, "{:?} runs as root", p.args);
+            assert_eq!(
+                capabilities(p.pid),
+                (0, 0),
+                "{:?} holds a capability",
+                p.args
+            );
+        }
         // Positive control of the probe: root reaches the daemon's socket.
         assert!(
             connects_as(0, 0, daemon),
@@ -636,7 +705,7 @@ fn deploy_up_keeps_the_ttyd_socket_to_its_own_user() {
     }
     // The read-only pool of share links: the same directory and mode, and no -W.
     let view = state.join("ttyd/ttyd-view.sock");
-    assert_eq!(mode(&view), 0o600, "the viewers' socket");
+    assert_eq!(mode(&view), socket_mode, "the viewers' socket");
     let args = cmdline_containing(view.to_str().expect("utf-8 path"));
     assert!(
         !args.iter().any(|a| a == "-W" || a == "--writable"),
@@ -667,6 +736,19 @@ fn deploy_up_keeps_the_ttyd_socket_to_its_own_user() {
         nobody_connects(&socket),
         "positive control: another uid reaches the socket once the modes allow it"
     );
+}
+
+/// The permitted and effective capability sets of process `pid`.
+fn capabilities(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(u64::MAX)
+    };
+    (field("CapPrm:"), field("CapEff:"))
 }
 
 /// The real uid, gid and supplementary groups of process `pid`.
@@ -1245,5 +1327,104 @@ fn sigterm_stops_exactly_what_deploy_up_started_and_leaves_sessions_running() {
     eprintln!(
         "SIGTERM: deploy/up and its {} processes gone {stopped:?} after the signal: {names:?}",
         started.len()
+    );
+}
+
+/// A self-signed certificate for 127.0.0.1 named `cn`, written over `cert` and `key`
+/// (the key readable by its owner only).
+fn self_signed(cert: &Path, key: &Path, cn: &str) {
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", &format!("/CN={cn}")])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(key)
+        .arg("-out")
+        .arg(cert)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+}
+
+/// The subject of the certificate `addr` serves.
+fn served_subject(addr: SocketAddr) -> String {
+    let script = format!(
+        "openssl s_client -connect {addr} </dev/null 2>/dev/null | openssl x509 -noout -subject"
+    );
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .expect("openssl");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn a_root_only_tls_key_serves_https_from_an_unprivileged_gateway_and_renewals_reach_it() {
+    let parent = tempfile::tempdir().expect("temp dir");
+    let tls = parent.path().join("tls");
+    std::fs::create_dir(&tls).expect("tls dir");
+    std::fs::set_permissions(&tls, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let (cert, key) = (tls.join("cert.pem"), tls.join("key.pem"));
+    self_signed(&cert, &key, "first");
+    let state = parent.path().join("state");
+    let up = start_up_with(
+        &state,
+        &[
+            (
+                "TERMGATE__GATEWAY__TLS_CERT_FILE",
+                cert.to_str().expect("utf-8"),
+            ),
+            (
+                "TERMGATE__GATEWAY__TLS_KEY_FILE",
+                key.to_str().expect("utf-8"),
+            ),
+        ],
+    );
+    let printed = wait_up(&up);
+    assert!(
+        printed.contains(&format!("https://{}/", up.gateway)),
+        "{printed}"
+    );
+    let health = Command::new("curl")
+        .args([
+            "-fsSk",
+            "-m",
+            "5",
+            &format!("https://{}/healthz", up.gateway),
+        ])
+        .output()
+        .expect("curl");
+    assert!(health.status.success(), "https answers: {printed}");
+    assert!(served_subject(up.gateway).contains("first"));
+    if ids_of(std::process::id()).0 == 0 {
+        let gateway = up.component("termgate-gateway");
+        let (guid, _, _) = ids_of(gateway.pid);
+        assert_ne!(
+            guid, 0,
+            "the gateway runs unprivileged with a root-only key"
+        );
+        assert_eq!(capabilities(gateway.pid), (0, 0));
+        // Control never reads the gateway's key (it would refuse to start if it did).
+        let control = up.component("termgate-control");
+        assert_ne!(ids_of(control.pid).0, 0);
+    }
+    // A renewal of the root-only files reaches the gateway.
+    self_signed(&cert, &key, "renewed");
+    wait_for(
+        "the renewed certificate served",
+        Duration::from_secs(30),
+        || served_subject(up.gateway).contains("renewed").then_some(()),
     );
 }

@@ -719,7 +719,11 @@ fn a_profile_reaches_dockgate_when_the_configuration_changes_and_not_before() {
     declared.gate.hang_up();
     let deadline = std::time::Instant::now() + DEADLINE;
     while loads(&declared.gate) == before {
-        assert!(std::time::Instant::now() < deadline, "SIGHUP did not reload:\n{}", declared.gate.log_text());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "SIGHUP did not reload:\n{}",
+            declared.gate.log_text()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 
@@ -736,12 +740,20 @@ fn a_profile_reaches_dockgate_when_the_configuration_changes_and_not_before() {
     let s = session_id();
     names.0.push(format!("termgate-{s}"));
     let a = declared_create(&declared, "linked", &s);
-    assert_eq!(a.status, 201, "a symlink to a plain directory passes: {}", a.text);
+    assert_eq!(
+        a.status, 201,
+        "a symlink to a plain directory passes: {}",
+        a.text
+    );
     std::fs::remove_file(&link).expect("unlink");
     std::os::unix::fs::symlink("/proc/self/root", &link).expect("symlink");
     let s = session_id();
     let a = declared_create(&declared, "linked", &s);
-    assert_refused(&a, "not_declared", "a bind now resolving to the host's root");
+    assert_refused(
+        &a,
+        "not_declared",
+        "a bind now resolving to the host's root",
+    );
     assert!(!container_exists(&format!("termgate-{s}")));
 
     // And a dockgate whose configuration declares such a bind does not start.
@@ -760,6 +772,9 @@ fn a_profile_reaches_dockgate_when_the_configuration_changes_and_not_before() {
         .expect("dockgate");
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{said}");
-    assert!(said.contains("profiles.root.mounts[0]") && said.contains("host's root"), "{said}");
+    assert!(
+        said.contains("profiles.root.mounts[0]") && said.contains("host's root"),
+        "{said}"
+    );
     drop(declared);
 }
