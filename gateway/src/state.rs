@@ -103,10 +103,13 @@ impl Gateway {
             target_credentials: TargetCredentials::default(),
             oidc: crate::oidc::Oidc::from_config(&config)?,
             signer: config.signer(),
-            recordings: Arc::new(crate::recording::Spool::new(
-                config.resolve(&g.recordings_dir),
-                g.recording_queue,
-            )),
+            recordings: Arc::new(
+                crate::recording::Spool::new(config.resolve(&g.recordings_dir), g.recording_queue)
+                    .with_limits(crate::recording::Limits {
+                        recording: config.control.max_recording_bytes,
+                        spool: g.recordings_spool_max_bytes,
+                    }),
+            ),
             trusted_proxies: policy::TrustedProxies::parse(&g.trusted_proxies)
                 .map_err(|(i, why)| anyhow::anyhow!("gateway.trusted_proxies[{i}]: {why}"))?,
             config,

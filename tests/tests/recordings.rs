@@ -446,6 +446,54 @@ fn a_writer_that_falls_behind_closes_the_terminal_and_says_so() {
 }
 
 #[test]
+fn a_recording_that_reaches_its_size_bound_closes_the_terminal_and_is_kept_to_there() {
+    // 16 KiB a recording: `cat /dev/urandom | base64` would otherwise fill the disk.
+    let stack = stack(
+        true,
+        false,
+        &[("TERMGATE__CONTROL__MAX_RECORDING_BYTES", "16384")],
+    );
+    let owner = stack.control.token("alice", false);
+    let s = stack.control.create(&owner);
+    let id = s["id"].as_str().unwrap().to_owned();
+    let cookie = stack.sign_in("alice");
+    let t = stack.open_as(0, &id, &cookie).expect("opens");
+    t.send_input(
+        b"while :; do echo aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa; done\r",
+    )
+    .expect("type");
+    t.wait_closed(T).expect("the terminal is closed");
+    let reason = t.close_reason().unwrap_or_default();
+    assert!(
+        reason.contains("recording reached its size limit"),
+        "close reason: {reason:?}"
+    );
+    wait_for("the audit line", T, || {
+        stack
+            .gw()
+            .log_text()
+            .lines()
+            .any(|l| l.contains("terminal access") && l.contains("recording_too_large"))
+            .then_some(())
+    });
+    // Kept up to the bound, and handed over whole.
+    let cast = wait_for(
+        "the recording to reach control",
+        Duration::from_secs(60),
+        || {
+            let files = stored(&stack, &id);
+            (files.len() == 1).then(|| files[0].clone())
+        },
+    );
+    let text = std::fs::read_to_string(cast).unwrap();
+    assert!(text.len() <= 16384, "{} bytes", text.len());
+    let (header, events) = parse(&text);
+    assert_eq!(header["version"], 2);
+    assert!(joined(&events, "o").contains("aaaaaaaa"));
+    assert!(spooled(&stack).is_empty(), "nothing left in the spool");
+}
+
+#[test]
 fn a_recorded_terminal_on_the_tls_listener_is_recorded_like_a_plain_one() {
     let mut stack = stack(true, false, &[]);
     let certs = e2e::tls::SelfSigned::generate(dir(&stack), "gateway");

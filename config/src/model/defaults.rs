@@ -100,6 +100,9 @@ pub fn pid_file() -> PathBuf {
 pub fn gateway_recordings_dir() -> PathBuf {
     "recordings-spool".into()
 }
+pub fn recordings_spool_max_bytes() -> u64 {
+    1 << 30
+}
 pub fn recording_queue() -> usize {
     256
 }

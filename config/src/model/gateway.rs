@@ -102,6 +102,10 @@ pub struct GatewayConfig {
     /// writer falls this far behind is closed rather than recorded incompletely.
     #[serde(default = "defaults::recording_queue")]
     pub recording_queue: usize,
+    /// The most the recordings spool may hold in all, bytes: a recorded terminal that
+    /// would pass it is closed (`recording_too_large`) rather than fill the disk.
+    #[serde(default = "defaults::recordings_spool_max_bytes")]
+    pub recordings_spool_max_bytes: u64,
     /// Directory holding the recordings player (`asciinema-player.js` and
     /// `asciinema-player.css`), served to the page at `/assets/player.js` and
     /// `/assets/player.css`; unset: recordings download, and do not play in the page.

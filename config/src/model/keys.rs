@@ -66,6 +66,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("gateway.recordings_dir", "\"recordings-spool\""),
     ("gateway.player_dir", ""),
     ("gateway.recording_queue", "256"),
+    ("gateway.recordings_spool_max_bytes", "1073741824"),
     ("control.listen", "\"127.0.0.1:7070\""),
     ("control.admin_listen", "\"127.0.0.1:9070\""),
     ("control.docker_host", ""),

@@ -111,6 +111,12 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
         err,
     );
     within("gateway.recording_queue", g.recording_queue, 4, 65_536, err);
+    if g.recordings_spool_max_bytes < c.control.max_recording_bytes {
+        err(
+            "gateway.recordings_spool_max_bytes",
+            "must hold at least one recording (control.max_recording_bytes)".into(),
+        );
+    }
     positive(
         "gateway.auth_failures_per_minute",
         g.auth_failures_per_minute.into(),

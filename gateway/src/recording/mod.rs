@@ -58,6 +58,44 @@ pub struct Spool {
     next: AtomicU64,
     /// The writer thread's queue, once a terminal was recorded.
     writer: std::sync::Mutex<Option<mpsc::Sender<Msg>>>,
+    /// How large a recording and the spool may grow.
+    limits: Limits,
+    /// Bytes in the spool now: what was there at the start, what the writer wrote
+    /// since, less what the uploader handed over.
+    spooled: Arc<AtomicU64>,
+}
+
+/// How large the spool's files may grow.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// One recording's file (control refuses a larger one).
+    pub recording: u64,
+    /// The spool in all.
+    pub spool: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            recording: 64 << 20,
+            spool: 1 << 30,
+        }
+    }
+}
+
+/// Bytes of the files under `dir` (two levels: sessions, then their files).
+fn size_of_spool(dir: &Path) -> u64 {
+    let Ok(sessions) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    sessions
+        .flatten()
+        .filter_map(|s| std::fs::read_dir(s.path()).ok())
+        .flat_map(|files| files.flatten())
+        .filter_map(|f| f.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
 }
 
 impl Spool {
@@ -71,6 +109,7 @@ impl Spool {
         } else {
             None
         };
+        let spooled = Arc::new(AtomicU64::new(size_of_spool(&dir)));
         Spool {
             dir,
             queue,
@@ -78,7 +117,24 @@ impl Spool {
             wake: Arc::new(Notify::new()),
             next: AtomicU64::new(0),
             writer: std::sync::Mutex::new(None),
+            limits: Limits::default(),
+            spooled,
         }
+    }
+
+    /// The same spool, its files bounded by `limits`.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// A file of `bytes` left the spool (control took it).
+    pub(crate) fn released(&self, bytes: u64) {
+        let _ = self
+            .spooled
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(bytes))
+            });
     }
 
     /// The writer thread's queue, started on first use.
@@ -93,10 +149,14 @@ impl Spool {
         let (tx, rx) = mpsc::channel();
         let wake = Arc::clone(&self.wake);
         let delay = self.writer_delay;
+        let bounds = writer::Bounds {
+            limits: self.limits,
+            spooled: Arc::clone(&self.spooled),
+        };
         std::thread::Builder::new()
             .name("recorder".into())
             .stack_size(WRITER_STACK)
-            .spawn(move || write_recordings(rx, &wake, delay))?;
+            .spawn(move || write_recordings(rx, &wake, delay, &bounds))?;
         *writer = Some(tx.clone());
         Ok(tx)
     }
@@ -293,6 +353,69 @@ mod tests {
         let lines = finished(&spool, id());
         let out: Vec<&str> = lines[1..].iter().map(|e| e[2].as_str().unwrap()).collect();
         assert_eq!(out, ["a", "€b\u{fffd}c"]);
+    }
+
+    /// Sends output frames until the recorder refuses one (at most `max`); how many
+    /// it took.
+    fn flood(r: &mut Recorder, max: usize) -> usize {
+        let frame = framed(0x82, &[b'0'; 1001], false);
+        for n in 0..max {
+            if r.downward(&frame).is_err() {
+                return n;
+            }
+            // The writer counts what it wrote before the next one is judged.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while r.queue.waiting.load(Ordering::Acquire) == 1 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        max
+    }
+
+    #[test]
+    fn a_recording_that_reaches_its_bound_stops_within_it_and_is_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            recording: 16 * 1024,
+            spool: 1 << 30,
+        };
+        let spool = Spool::new(dir.path().to_path_buf(), 1024).with_limits(limits);
+        let mut r = spool.start(id(), false, None).unwrap();
+        let taken = flood(&mut r, 1000);
+        assert!(
+            taken > 5 && taken < 20,
+            "{taken} frames of 1000 bytes in 16 KiB"
+        );
+        assert!(r.too_large(), "the refusal says why");
+        drop(r);
+        let lines = finished(&spool, id());
+        assert!(lines.len() > 5);
+        let (_, path) = spooled(spool.dir(), ".cast").remove(0);
+        let len = fs::metadata(&path).unwrap().len();
+        assert!(len <= limits.recording, "{len} bytes");
+        // Handed over: the spool's total goes down by the file.
+        let before = spool.spooled.load(Ordering::Acquire);
+        spool.released(len);
+        assert_eq!(spool.spooled.load(Ordering::Acquire), before - len);
+    }
+
+    #[test]
+    fn the_spool_in_all_is_bounded_counting_what_is_already_there() {
+        let dir = tempfile::tempdir().unwrap();
+        // A recording control has not taken yet, from before this start.
+        let old = dir.path().join(SessionId::from_random([1; 10]).to_string());
+        fs::create_dir_all(&old).unwrap();
+        fs::write(old.join("1-0-1.cast"), vec![b'x'; 40 * 1024]).unwrap();
+        let limits = Limits {
+            recording: 1 << 20,
+            spool: 48 * 1024,
+        };
+        let spool = Spool::new(dir.path().to_path_buf(), 1024).with_limits(limits);
+        let mut r = spool.start(id(), false, None).unwrap();
+        let taken = flood(&mut r, 1000);
+        // The last one taken is the one the writer found no room for.
+        assert!(taken <= 8, "{taken} frames of 1000 bytes in the 8 KiB left");
+        assert!(r.too_large());
     }
 
     #[test]

@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 /// What a recording whose writer failed counts as waiting: always full.
 pub(super) const FAILED: usize = usize::MAX / 2;
+/// What a recording that reached its size limit counts as waiting: always full.
+pub(super) const TOO_LARGE: usize = FAILED + 1;
 /// Buffers the writer hands back for reuse, and the largest one kept: a terminal that
 /// was busy once holds little once it is idle again.
 pub(super) const SPARE_BUFFERS: usize = 4;

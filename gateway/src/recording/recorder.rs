@@ -42,6 +42,15 @@ impl Recorder {
         }
     }
 
+    /// Whether the recording stopped at its size bound (the terminal must close, and
+    /// says so).
+    pub fn too_large(&self) -> bool {
+        self.queue
+            .waiting
+            .load(std::sync::atomic::Ordering::Acquire)
+            == super::queue::TOO_LARGE
+    }
+
     /// Records what ttyd sent in one read (server frames).
     pub fn downward(&mut self, bytes: &[u8]) -> Result<(), QueueFull> {
         let Recorder { down, buf, .. } = self;

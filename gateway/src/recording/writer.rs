@@ -5,17 +5,33 @@ use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::queue::{Event, Msg, FAILED, SPARE_CAPACITY};
+use super::queue::{Event, Msg, FAILED, SPARE_CAPACITY, TOO_LARGE};
+use super::Limits;
+
+/// Room kept at the end of a recording for what finishing it writes (a cut UTF-8
+/// sequence, replaced), so a file stopped at its limit stays within it.
+const TAIL: u64 = 256;
+
+/// How large the writer lets files grow, and the spool's running total.
+pub(super) struct Bounds {
+    pub(super) limits: Limits,
+    pub(super) spooled: Arc<AtomicU64>,
+}
 
 /// The writer thread: every open recording's file, written event by event.
-pub(super) fn write_recordings(rx: Receiver<Msg>, wake: &Notify, delay: Option<Duration>) {
+pub(super) fn write_recordings(
+    rx: Receiver<Msg>,
+    wake: &Notify,
+    delay: Option<Duration>,
+    bounds: &Bounds,
+) {
     let mut open: HashMap<u64, Writer> = HashMap::new();
     let mut joined = Vec::new();
     for msg in rx {
@@ -44,18 +60,32 @@ pub(super) fn write_recordings(rx: Receiver<Msg>, wake: &Notify, delay: Option<D
                 if let Some(d) = delay {
                     std::thread::sleep(d);
                 }
-                if let Err(e) = w.event(event, &mut joined) {
-                    tracing::error!(error = %e, path = %w.part.display(), "a recording could not be written: its terminal closes");
-                    w.waiting.store(FAILED, Ordering::Release);
-                    open.remove(&id);
-                } else {
-                    w.waiting.fetch_sub(1, Ordering::AcqRel);
+                match w.event(event, &mut joined, bounds) {
+                    Err(e) => {
+                        tracing::error!(error = %e, path = %w.part.display(), "a recording could not be written: its terminal closes");
+                        w.waiting.store(FAILED, Ordering::Release);
+                        open.remove(&id);
+                    }
+                    Ok(Written::TooLarge) => {
+                        // Kept up to here and handed over; the terminal closes.
+                        w.waiting.store(TOO_LARGE, Ordering::Release);
+                        if let Some(w) = open.remove(&id) {
+                            let part = w.part.clone();
+                            if let Err(e) = w.finish(bounds) {
+                                tracing::error!(error = %e, path = %part.display(), "a recording could not be finished");
+                            }
+                            wake.notify_one();
+                        }
+                    }
+                    Ok(Written::Line) => {
+                        w.waiting.fetch_sub(1, Ordering::AcqRel);
+                    }
                 }
             }
             Msg::Close(id) => {
                 if let Some(w) = open.remove(&id) {
                     let part = w.part.clone();
-                    if let Err(e) = w.finish() {
+                    if let Err(e) = w.finish(bounds) {
                         tracing::error!(error = %e, path = %part.display(), "a recording could not be finished");
                     }
                     wake.notify_one();
@@ -65,9 +95,20 @@ pub(super) fn write_recordings(rx: Receiver<Msg>, wake: &Notify, delay: Option<D
     }
 }
 
+/// What writing an event did.
+enum Written {
+    /// Its line is in the file.
+    Line,
+    /// Its line would take the file past `control.max_recording_bytes` or the spool
+    /// past `gateway.recordings_spool_max_bytes`: not written.
+    TooLarge,
+}
+
 /// One open recording, on the writer thread.
 struct Writer {
     file: File,
+    /// Bytes in the file.
+    written: u64,
     part: PathBuf,
     done: PathBuf,
     /// The line being written.
@@ -110,6 +151,7 @@ impl Writer {
             .open(&part)?;
         Ok(Writer {
             file,
+            written: 0,
             part,
             done,
             out: Vec::new(),
@@ -124,8 +166,14 @@ impl Writer {
         })
     }
 
-    /// Writes one event (its line, and the header before the first).
-    fn event(&mut self, event: Event, joined: &mut Vec<u8>) -> io::Result<()> {
+    /// Writes one event (its line, and the header before the first), unless it would
+    /// take the file or the spool past its bound.
+    fn event(
+        &mut self,
+        event: Event,
+        joined: &mut Vec<u8>,
+        bounds: &Bounds,
+    ) -> io::Result<Written> {
         match event {
             Event::Size { cols, rows } => self.header(cols, rows)?,
             Event::Output { at, bytes } => {
@@ -146,10 +194,22 @@ impl Writer {
                 writeln!(self.out, "[{at:.6}, \"r\", \"{cols}x{rows}\"]")?;
             }
         }
-        self.flush_line()
+        let line = self.out.len() as u64;
+        let spooled = bounds.spooled.load(Ordering::Acquire);
+        if self.written + line + TAIL > bounds.limits.recording
+            || spooled + line + TAIL > bounds.limits.spool
+        {
+            self.out.clear();
+            return Ok(Written::TooLarge);
+        }
+        self.flush_line(bounds)?;
+        Ok(Written::Line)
     }
 
-    fn flush_line(&mut self) -> io::Result<()> {
+    fn flush_line(&mut self, bounds: &Bounds) -> io::Result<()> {
+        let n = self.out.len() as u64;
+        self.written += n;
+        bounds.spooled.fetch_add(n, Ordering::AcqRel);
         self.file.write_all(&self.out)?;
         self.out.clear();
         if self.out.capacity() > SPARE_CAPACITY {
@@ -159,7 +219,7 @@ impl Writer {
     }
 
     /// The terminal ended: what is left written, the file synced and renamed final.
-    fn finish(mut self) -> io::Result<()> {
+    fn finish(mut self, bounds: &Bounds) -> io::Result<()> {
         self.header(80, 24)?;
         let last = self.last;
         // A sequence cut by the end of the terminal: what is left, replaced.
@@ -169,7 +229,7 @@ impl Writer {
                 writeln!(self.out, "[{last:.6}, \"{code}\", {}]", json_string(&s))?;
             }
         }
-        self.flush_line()?;
+        self.flush_line(bounds)?;
         self.file.sync_all()?;
         fs::rename(&self.part, &self.done)
     }

@@ -136,8 +136,12 @@ async fn sweep(up: &Uploader, spool: &Path) {
         }
         match up.control.put_recording(&session, name, &path).await {
             Ok(()) => {
-                if let Err(e) = fs::remove_file(&path) {
-                    tracing::warn!(error = %e, path = %path.display(), "cannot delete a recording control has taken");
+                let len = fs::metadata(&path).map_or(0, |m| m.len());
+                match fs::remove_file(&path) {
+                    Ok(()) => up.recordings.released(len),
+                    Err(e) => {
+                        tracing::warn!(error = %e, path = %path.display(), "cannot delete a recording control has taken")
+                    }
                 }
                 if let Some(dir) = path.parent() {
                     // Only when empty: another terminal of the session may be recording.

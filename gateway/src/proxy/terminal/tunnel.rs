@@ -240,7 +240,7 @@ impl Tunnel {
                 // As the browser sent them (before a target's token is written in).
                 if r.upward(&scratch[..n]).is_err() {
                     let boundary = self.frames_down.at_boundary();
-                    return Err(self.behind(cx, boundary));
+                    return Err(self.recording_stopped(cx, boundary));
                 }
             }
             let Some(bytes) = checked else {
@@ -282,7 +282,7 @@ impl Tunnel {
                 if let Some(r) = self.recorder.as_mut() {
                     // Recorded before the browser sees it, or not passed on at all.
                     if let Err(QueueFull) = r.downward(&scratch[..n]) {
-                        return Err(self.behind(cx, boundary));
+                        return Err(self.recording_stopped(cx, boundary));
                     }
                 }
                 self.ctx.bytes_down += n as u64;
@@ -317,21 +317,35 @@ impl Tunnel {
         )
     }
 
-    /// A recording whose writer fell behind (`gateway.recording_queue`): the terminal is
-    /// closed rather than recorded incompletely. The browser is told why in a close
-    /// frame when one can be written between frames (`boundary`: the bytes passed on so
-    /// far end a frame), so that ttyd's page does not reconnect.
-    fn behind(&mut self, cx: &mut Context<'_>, boundary: bool) -> Failure {
-        self.ctx.reason = "recording_queue_full";
-        if boundary && self.flow.down_pending.is_empty() {
-            let frame = crate::terminals::close_frame(
+    /// A recording that cannot go on: its writer fell behind (`gateway.recording_queue`)
+    /// or its file reached its bound (`control.max_recording_bytes`, or the spool's
+    /// `gateway.recordings_spool_max_bytes`). The terminal is closed rather than
+    /// recorded incompletely. The browser is told why in a close frame when one can be
+    /// written between frames (`boundary`: the bytes passed on so far end a frame), so
+    /// that ttyd's page does not reconnect.
+    fn recording_stopped(&mut self, cx: &mut Context<'_>, boundary: bool) -> Failure {
+        let too_large = self.recorder.as_ref().is_some_and(Recorder::too_large);
+        let (reason, said, failure) = if too_large {
+            (
+                "recording_too_large",
+                "termgate: this terminal's recording reached its size limit; terminal closed",
+                "the recording reached its size limit (control.max_recording_bytes or gateway.recordings_spool_max_bytes): terminal closed",
+            )
+        } else {
+            (
+                "recording_queue_full",
                 "termgate: the recording fell behind; terminal closed",
-            );
+                "the recording's writer fell behind (gateway.recording_queue): terminal closed rather than recorded incompletely",
+            )
+        };
+        self.ctx.reason = reason;
+        if boundary && self.flow.down_pending.is_empty() {
+            let frame = crate::terminals::close_frame(said);
             // Best effort: what the browser does not take now is dropped with the
             // terminal (under TLS, rustls's buffer is flushed when the connection is
             // closed).
             let _ = self.flow.send_down(&mut self.down, cx, &frame);
         }
-        "the recording's writer fell behind (gateway.recording_queue): terminal closed rather than recorded incompletely".into()
+        failure.into()
     }
 }
