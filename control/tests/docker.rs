@@ -6,9 +6,12 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use control::docker::{ContainerRequest, ContainerState, Docker, DockerError, EventAction};
-use control::labels::{self, Labels};
+use control::labels;
 use futures_util::StreamExt;
-use policy::{ContainerSpec, MountKind, MountSpec, Sub};
+use std::collections::BTreeMap;
+
+use policy::declared::{DeclaredProfile, SessionFacts};
+use policy::{ContainerSpec, MountKind, MountSpec, Namespace, NamespaceMode, SessionId, Sub};
 
 const IMAGE: &str = "termgate/session:dev";
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -71,22 +74,62 @@ fn hardened() -> ContainerSpec {
         tty: true,
         open_stdin: true,
         init: true,
+        namespace_modes: BTreeMap::from([(Namespace::Cgroup, NamespaceMode::Private)]),
         ..Default::default()
     }
 }
 
-fn request(name: &str, instance: &str) -> ContainerRequest {
-    ContainerRequest {
+/// A session container to create: its name, instance, command and sandbox, made into
+/// the declared body control sends by [`Req::build`].
+struct Req {
+    name: String,
+    instance: String,
+    command: Vec<String>,
+    spec: ContainerSpec,
+}
+
+impl Req {
+    fn build(&self) -> ContainerRequest {
+        let profile = DeclaredProfile {
+            image: IMAGE.to_owned(),
+            command: self.command.clone(),
+            env: BTreeMap::from([("SESSION_SHELL".to_owned(), "sh".to_owned())]),
+            options: BTreeMap::new(),
+            spec: self.spec.clone(),
+            home: None,
+            tmp_size_mb: 16,
+        };
+        let id = SessionId::from_random([9; 10]);
+        let owner = sub("alice");
+        let options = BTreeMap::new();
+        let body = policy::declared::container_body(
+            &profile,
+            &SessionFacts {
+                instance: &self.instance,
+                host: "local",
+                session: &id,
+                owner: &owner,
+                profile: "test",
+                name: "test",
+                created: 1,
+                options: &options,
+            },
+        )
+        .expect("a declared body");
+        ContainerRequest {
+            name: self.name.clone(),
+            body,
+            spec: self.spec.clone(),
+        }
+    }
+}
+
+fn request(name: &str, instance: &str) -> Req {
+    Req {
         name: name.to_owned(),
-        image: IMAGE.to_owned(),
+        instance: instance.to_owned(),
         command: vec![],
-        env: vec!["SESSION_SHELL=sh".into()],
-        labels: Labels::from([
-            (labels::MANAGED.to_owned(), "session".to_owned()),
-            (labels::INSTANCE.to_owned(), instance.to_owned()),
-        ]),
         spec: hardened(),
-        tmp_size_mb: 16,
     }
 }
 
@@ -155,7 +198,7 @@ async fn create_and_start_apply_the_hardened_host_config() {
     let mut cleanup = Cleanup::default();
     let (name, instance) = names(&mut cleanup);
     let d = docker().await;
-    let id = d.create(&request(&name, &instance)).await.unwrap();
+    let id = d.create(&request(&name, &instance).build()).await.unwrap();
     d.start(&id).await.unwrap();
     wait_for_state(&d, &id, ContainerState::Running).await;
 
@@ -275,7 +318,7 @@ async fn mounts_reach_the_container_as_typed_mounts() {
             read_only: false,
         },
     ];
-    let id = d.create(&req).await.unwrap();
+    let id = d.create(&req.build()).await.unwrap();
     d.start(&id).await.unwrap();
     wait_for_state(&d, &id, ContainerState::Running).await;
     let out = docker_cli(&["inspect", &id]);
@@ -303,7 +346,10 @@ async fn privileged_spec_is_refused_and_leaves_no_container() {
     let mut req = request(&name, &instance);
     req.spec.privileged = true;
     let d = docker().await;
-    assert!(matches!(d.create(&req).await, Err(DockerError::Refused(_))));
+    assert!(matches!(
+        d.create(&req.build()).await,
+        Err(DockerError::Refused(_))
+    ));
     assert_eq!(d.inspect(&name).await.unwrap(), None);
 }
 
@@ -320,7 +366,7 @@ async fn missing_bind_source_fails_and_leaves_no_container() {
         read_only: true,
     });
     let d = docker().await;
-    let err = d.create(&req).await.unwrap_err();
+    let err = d.create(&req.build()).await.unwrap_err();
     assert!(
         matches!(err, DockerError::Other { op: "create", .. }),
         "{err:?}"
@@ -334,8 +380,11 @@ async fn create_with_a_name_in_use_is_conflict() {
     let mut cleanup = Cleanup::default();
     let (name, instance) = names(&mut cleanup);
     let d = docker().await;
-    d.create(&request(&name, &instance)).await.unwrap();
-    let err = d.create(&request(&name, &instance)).await.unwrap_err();
+    d.create(&request(&name, &instance).build()).await.unwrap();
+    let err = d
+        .create(&request(&name, &instance).build())
+        .await
+        .unwrap_err();
     assert!(matches!(err, DockerError::Conflict(_)), "{err:?}");
     d.remove(&name).await.unwrap();
 }
@@ -347,8 +396,10 @@ async fn list_managed_returns_only_containers_of_its_instance() {
     let (theirs, other_instance) = names(&mut cleanup);
     let (unlabelled, _) = names(&mut cleanup);
     let d = docker().await;
-    let id = d.create(&request(&mine, &instance)).await.unwrap();
-    d.create(&request(&theirs, &other_instance)).await.unwrap();
+    let id = d.create(&request(&mine, &instance).build()).await.unwrap();
+    d.create(&request(&theirs, &other_instance).build())
+        .await
+        .unwrap();
     let out = docker_cli(&[
         "run",
         "-d",
@@ -399,7 +450,7 @@ async fn remove_is_idempotent() {
     let mut cleanup = Cleanup::default();
     let (name, instance) = names(&mut cleanup);
     let d = docker().await;
-    let id = d.create(&request(&name, &instance)).await.unwrap();
+    let id = d.create(&request(&name, &instance).build()).await.unwrap();
     d.start(&id).await.unwrap();
     d.remove(&id).await.unwrap();
     d.remove(&id).await.unwrap();
@@ -414,7 +465,7 @@ async fn hang_up_on_an_exited_created_or_missing_container_is_ok() {
     let d = docker().await;
     let mut req = request(&name, &instance);
     req.command = vec!["-c".into(), "exit 3".into()];
-    let id = d.create(&req).await.unwrap();
+    let id = d.create(&req.build()).await.unwrap();
     d.hang_up(&id).await.unwrap(); // never started
     assert!(d.wait_exit(&id, Duration::ZERO).await.is_ok());
     d.start(&id).await.unwrap();
@@ -431,7 +482,7 @@ async fn a_hang_up_ends_the_session_shell_that_ignores_sigterm() {
     let mut cleanup = Cleanup::default();
     let (name, instance) = names(&mut cleanup);
     let d = docker().await;
-    let id = d.create(&request(&name, &instance)).await.unwrap();
+    let id = d.create(&request(&name, &instance).build()).await.unwrap();
     d.start(&id).await.unwrap();
     wait_for_state(&d, &id, ContainerState::Running).await;
     // An interactive shell ignores SIGTERM (what `docker stop` sends first) ...
@@ -463,7 +514,7 @@ async fn wait_exit_gives_up_at_its_bound_on_a_program_that_ignores_the_hang_up()
         "-c".into(),
         "trap '' HUP; echo trapped; while :; do sleep 1; done".into(),
     ];
-    let id = d.create(&req).await.unwrap();
+    let id = d.create(&req.build()).await.unwrap();
     d.start(&id).await.unwrap();
     wait_for_state(&d, &id, ContainerState::Running).await;
     // Running is reported before the shell has read its first line: the hang-up must
@@ -546,8 +597,11 @@ async fn events_report_die_of_a_killed_container() {
     let (other, other_instance) = names(&mut cleanup);
     let d = docker().await;
     let mut events = Box::pin(d.events(&instance));
-    let id = d.create(&request(&name, &instance)).await.unwrap();
-    let other_id = d.create(&request(&other, &other_instance)).await.unwrap();
+    let id = d.create(&request(&name, &instance).build()).await.unwrap();
+    let other_id = d
+        .create(&request(&other, &other_instance).build())
+        .await
+        .unwrap();
     d.start(&id).await.unwrap();
     d.start(&other_id).await.unwrap();
     wait_for_state(&d, &id, ContainerState::Running).await;
@@ -580,7 +634,7 @@ async fn resize_on_a_running_container_succeeds() {
     let mut cleanup = Cleanup::default();
     let (name, instance) = names(&mut cleanup);
     let d = docker().await;
-    let id = d.create(&request(&name, &instance)).await.unwrap();
+    let id = d.create(&request(&name, &instance).build()).await.unwrap();
     d.start(&id).await.unwrap();
     wait_for_state(&d, &id, ContainerState::Running).await;
     d.resize(&id, 132, 43).await.unwrap();
