@@ -28,6 +28,8 @@ fn stamp(path: &Path) -> Option<Stamp> {
 struct Loaded {
     declared: Arc<Declared>,
     stamp: Option<Stamp>,
+    /// The state the configuration names: its store and recordings.
+    state: Vec<String>,
 }
 
 /// The configuration a gate compares creates with, and where it comes from.
@@ -87,6 +89,7 @@ impl DeclaredSource {
                     profiles: Default::default(),
                 }),
                 stamp: None,
+                state: Vec::new(),
             }),
         };
         let loaded = source.read()?;
@@ -104,31 +107,55 @@ impl DeclaredSource {
         let config = config::load_for(&self.path, config::Part::Dockgate)
             .map_err(|e| DeclaredError::Config(e.to_string()))?;
         let declared = config.declared(&self.host);
+        let state: Vec<String> = [
+            &config.store.path,
+            &config.control.recordings_dir,
+            &config.gateway.recordings_dir,
+        ]
+        .into_iter()
+        .map(|p| {
+            let p = config.resolve(p);
+            std::fs::canonicalize(&p).unwrap_or(p).display().to_string()
+        })
+        .collect();
         for (name, p) in &declared.profiles {
             for (index, m) in p.spec.mounts.iter().enumerate() {
                 if m.kind == MountKind::Bind {
-                    self.bind_ok(&m.source)
-                        .map_err(|denied| DeclaredError::Bind {
+                    self.bind_ok_within(&m.source, &state).map_err(|denied| {
+                        DeclaredError::Bind {
                             profile: name.clone(),
                             index,
                             denied,
-                        })?;
+                        }
+                    })?;
                 }
             }
         }
         Ok(Loaded {
             declared: Arc::new(declared),
             stamp,
+            state,
         })
     }
 
     /// Whether a declared bind source, resolved on this host now, may be mounted.
     pub fn bind_ok(&self, source: &str) -> Result<(), Denied> {
+        let state = self
+            .loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .state
+            .clone();
+        self.bind_ok_within(source, &state)
+    }
+
+    fn bind_ok_within(&self, source: &str, state: &[String]) -> Result<(), Denied> {
         let resolved = std::fs::canonicalize(source).map_err(|e| Denied {
             reason: Reason::NotDeclared,
             message: format!("bind source {source:?} cannot be resolved: {e}"),
         })?;
-        bind_source_ok(&resolved.display().to_string(), &self.protected)
+        let protected: Vec<String> = self.protected.iter().chain(state).cloned().collect();
+        bind_source_ok(&resolved.display().to_string(), &protected)
     }
 
     /// Reads the file again; on failure keeps what was loaded.
