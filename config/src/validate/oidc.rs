@@ -13,7 +13,8 @@ pub(super) fn check(
     err: &mut impl FnMut(&str, String),
 ) -> Option<Secret> {
     let o = c.auth.oidc.as_ref()?;
-    if !can_sign {
+    // A part that reads no key (dockgate) cannot tell; the gateway and control do.
+    if !can_sign && c.part.reads("auth.hs256_secret_file") {
         err(
             "auth.oidc",
             "the gateway signs the sessions of people who sign in with the provider: set auth.hs256_secret_file, or auth.signing_key_file next to public keys".into(),

@@ -38,7 +38,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use policy::SessionId;
 use tokio::sync::Notify;
 
-pub use queue::QueueFull;
+pub use queue::{Limits, QueueFull};
 pub use recorder::Recorder;
 
 use queue::{Msg, Queue, SPARE_BUFFERS};
@@ -63,24 +63,6 @@ pub struct Spool {
     /// Bytes in the spool now: what was there at the start, what the writer wrote
     /// since, less what the uploader handed over.
     spooled: Arc<AtomicU64>,
-}
-
-/// How large the spool's files may grow.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// One recording's file (control refuses a larger one).
-    pub recording: u64,
-    /// The spool in all.
-    pub spool: u64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            recording: 64 << 20,
-            spool: 1 << 30,
-        }
-    }
 }
 
 /// Bytes of the files under `dir` (two levels: sessions, then their files).
@@ -149,7 +131,7 @@ impl Spool {
         let (tx, rx) = mpsc::channel();
         let wake = Arc::clone(&self.wake);
         let delay = self.writer_delay;
-        let bounds = writer::Bounds {
+        let bounds = queue::Bounds {
             limits: self.limits,
             spooled: Arc::clone(&self.spooled),
         };

@@ -15,6 +15,30 @@ pub(super) const TOO_LARGE: usize = FAILED + 1;
 pub(super) const SPARE_BUFFERS: usize = 4;
 pub(super) const SPARE_CAPACITY: usize = 16 * 1024;
 
+/// How large the spool's files may grow.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// One recording's file (control refuses a larger one).
+    pub recording: u64,
+    /// The spool in all.
+    pub spool: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            recording: 64 << 20,
+            spool: 1 << 30,
+        }
+    }
+}
+
+/// How large the writer lets files grow, and the spool's running total.
+pub(super) struct Bounds {
+    pub(super) limits: Limits,
+    pub(super) spooled: Arc<std::sync::atomic::AtomicU64>,
+}
+
 /// The writer of a recording fell behind: the terminal must close.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueFull;

@@ -5,25 +5,18 @@ use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::queue::{Event, Msg, FAILED, SPARE_CAPACITY, TOO_LARGE};
-use super::Limits;
+use super::queue::{Bounds, Event, Msg, FAILED, SPARE_CAPACITY, TOO_LARGE};
 
 /// Room kept at the end of a recording for what finishing it writes (a cut UTF-8
 /// sequence, replaced), so a file stopped at its limit stays within it.
 const TAIL: u64 = 256;
-
-/// How large the writer lets files grow, and the spool's running total.
-pub(super) struct Bounds {
-    pub(super) limits: Limits,
-    pub(super) spooled: Arc<AtomicU64>,
-}
 
 /// The writer thread: every open recording's file, written event by event.
 pub(super) fn write_recordings(
