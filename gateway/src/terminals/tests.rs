@@ -157,10 +157,24 @@ fn a_tunnel_terminal_is_woken_to_close_and_nothing_is_written_on_its_sockets() {
     let t = Terminals::new(8, 8);
     let wake = Arc::new(Notify::new());
     let ticket = t.admit(id(1), &who("alice"), None, fp(0)).unwrap();
+    // Sockets known to the registry as well: enforcement must still leave them to the
+    // tunnel, their one writer (a close frame written here could land inside a frame).
+    let (up_ours, mut up_peer) = UnixStream::pair().unwrap();
+    let (down_ours, mut down_peer) = UnixStream::pair().unwrap();
+    ticket.attach_upstream(up_ours.as_raw_fd()).unwrap();
+    ticket.attach_downstream(down_ours.as_raw_fd());
     ticket.hand_to_tunnel(Arc::clone(&wake)).unwrap();
     assert!(!woken(&wake), "not woken before anything is revoked");
     assert_eq!(t.close_user("alice", CloseReason::UserLocked), 1);
     assert!(woken(&wake), "the revocation wakes the tunnel");
+    for peer in [&mut up_peer, &mut down_peer] {
+        peer.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 64];
+        match peer.read(&mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            other => panic!("the registry wrote on or shut a tunnel's socket: {other:?}"),
+        }
+    }
     assert_eq!(ticket.closed(), Some(CloseReason::UserLocked));
     assert_eq!(t.close_user("alice", CloseReason::UserLocked), 0);
     assert!(!woken(&wake), "closed once: one wake-up");
