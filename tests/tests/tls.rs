@@ -159,17 +159,34 @@ fn a_certificate_that_cannot_be_loaded_refuses_the_start_naming_the_key() {
         cert: certs.cert.clone(),
         key: other.key.clone(),
     };
-    let out = std::process::Command::new(e2e::binary("termgate-gateway"))
+    let mut child = std::process::Command::new(e2e::binary("termgate-gateway"))
         .arg("--config")
         .arg(stack.control.dir.config_path())
         .env("TERMGATE__GATEWAY__TLS_CERT_FILE", &mismatched.cert)
         .env("TERMGATE__GATEWAY__TLS_KEY_FILE", &mismatched.key)
         .env("TERMGATE__GATEWAY__LISTEN", "127.0.0.1:0")
         .env("TERMGATE__GATEWAY__ADMIN_LISTEN", "127.0.0.1:0")
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    // A gateway that wrongly took the key would serve for ever: bounded, then killed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the gateway started with a key that does not match its certificate");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let err = stderr;
     assert!(err.contains("gateway.tls_key_file"), "{err}");
     // The stack's own gateway is untouched.
     let _ = stack.spawn_gateway(&[]);
