@@ -229,6 +229,15 @@ fn soak(terminals: usize, steady: Duration) -> Report {
         !stack.gateways[n].log_text().contains("panicked"),
         "the gateway panicked"
     );
+    // A gateway that died (an abort, the OOM killer) has no descriptors either and
+    // prints no panic: it must still be the same process, and answer.
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the gateway process is gone"
+    );
+    let ready = format!("http://127.0.0.1:{}/readyz", stack.gateways[n].admin_port);
+    let a = e2e::stack::http("GET", &ready, None, None).expect("the gateway answers");
+    assert_eq!(a.status, 200, "the gateway is still ready: {}", a.text);
     Report {
         terminals,
         fds_before,
