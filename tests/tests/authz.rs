@@ -65,7 +65,10 @@ struct Stack {
 
 impl Stack {
     fn behind(kind: Kind) -> Stack {
-        let mut control = ControlStack::prepare("");
+        // `stubborn`'s program ignores the hang-up an end sends: a terminal that closes
+        // at an end was closed by the end, not by its program exiting.
+        let mut control =
+            ControlStack::prepare(&e2e::stack::profile_ignoring_hang_up("stubborn", 30));
         let ttyd = TtydPool::start_plugin_for(&control.instance, &control.api);
         let counter = CountingProxy::start(ttyd.target());
         let port = free_port();
@@ -176,6 +179,14 @@ impl Stack {
             .and_then(|p| p.parse().ok())
             .expect("control port")
     }
+}
+
+/// The JSON body of a raw answer.
+fn json_body(answer: &e2e::raw::RawAnswer) -> serde_json::Value {
+    let body = answer.text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let start = body.find('{').unwrap_or(0);
+    let end = body.rfind('}').map_or(body.len(), |e| e + 1);
+    serde_json::from_str(&body[start..end]).unwrap_or(serde_json::Value::Null)
 }
 
 fn header<'a>(answer: &'a e2e::raw::RawAnswer, name: &str) -> Option<&'a str> {
@@ -449,7 +460,12 @@ fn closes(t: &Terminal, what: &str, stack: &Stack) -> Duration {
 
 fn revocation_closes_open_terminals(kind: Kind) {
     let stack = Stack::behind(kind);
-    let id = stack.create("alice");
+    let id = stack
+        .control
+        .create_with(&stack.control.token("alice", false), "stubborn")["id"]
+        .as_str()
+        .expect("session id")
+        .to_owned();
     let container = stack.container(&id);
     // Two browsers of alice's (two sign-ins), and an admin watching her terminal.
     let (one, two) = (
@@ -497,18 +513,52 @@ fn revocation_closes_open_terminals(kind: Kind) {
         .call("DELETE", "/v1/users/alice/lock", Some(&admin), None);
     assert_eq!(unlock.status, 204, "{}", unlock.text);
 
-    // Ending the session closes every terminal on it, before the container's stop.
+    // Ending the session closes every terminal on it, saying so, while its program
+    // (which ignores the hang-up) still runs.
     let c = stack.open_as(&id, &format!("termgate_session={two}"));
+    // The grant the pool holds for a terminal of this session, as it asks for it.
+    let answer = stack.check(
+        &format!("/s/{id}/ws"),
+        &[("Authorization", &format!("Bearer {two}"))],
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    let handle = header(&answer, "x-termgate-handle")
+        .unwrap_or_default()
+        .to_owned();
+    let granted = stack.ask("/v1/grant?wait=0", &[("X-Termgate-Handle", &handle)]);
+    assert_eq!(granted.status, 200, "{}", granted.text);
+    let grant = json_body(&granted)["grant"]
+        .as_str()
+        .expect("the grant")
+        .to_owned();
+    let live = stack.ask("/v1/grant?wait=0", &[("X-Termgate-Grant", &grant)]);
+    assert_eq!(
+        live.status, 200,
+        "the grant holds before the end: {}",
+        live.text
+    );
     let end = stack
         .control
         .call("DELETE", &format!("/v1/sessions/{id}"), Some(&two), None);
-    assert!(end.status == 202 || end.status == 204, "{}", end.text);
-    // (The container's own end may close them first: either way within the bound.)
+    assert_eq!(end.status, 204, "{}", end.text);
     closes(&c, "ended", &stack);
     closes(&watching, "ended (admin)", &stack);
+    for (t, who) in [(&c, "alice"), (&watching, "the admin")] {
+        assert!(
+            t.output_so_far().contains("this session was ended"),
+            "{who}'s terminal says why: {}",
+            t.output_so_far()
+        );
+    }
+    // The real grant, replayed after the end, is refused.
+    let replayed = stack.ask("/v1/grant?wait=0", &[("X-Termgate-Grant", &grant)]);
+    assert!(
+        replayed.status == 403 || replayed.status == 410,
+        "a replayed grant after the end: {}",
+        replayed.text
+    );
 
-    // The pool's own check refuses a grant control did not seal, and a replayed one
-    // once its session is gone.
+    // The pool's own check refuses a grant control did not seal.
     let forged = stack.ask(
         "/v1/grant?wait=0",
         &[(
@@ -537,7 +587,8 @@ fn open_on_handle_pool(
 
 #[test]
 fn traefik_and_envoy_checks_open_the_owners_terminal_on_the_handle_pool_and_close_it() {
-    let mut control = ControlStack::prepare("");
+    // `stubborn` ignores the hang-up: an end must close the terminal itself.
+    let mut control = ControlStack::prepare(&e2e::stack::profile_ignoring_hang_up("stubborn", 30));
     let port = free_port();
     let origin = "https://term.example.com";
     control.set_env(
@@ -584,7 +635,12 @@ fn traefik_and_envoy_checks_open_the_owners_terminal_on_the_handle_pool_and_clos
         assert!(envoy_file.contains(needle), "envoy.yaml lacks {needle}");
     }
 
-    let mine = stack.create("alice");
+    let mine = stack
+        .control
+        .create_with(&stack.control.token("alice", false), "stubborn")["id"]
+        .as_str()
+        .expect("session id")
+        .to_owned();
     let theirs = stack.create("bob");
     let (my_container, their_container) = (stack.container(&mine), stack.container(&theirs));
     let cookie = stack.cookie("alice");
@@ -741,8 +797,13 @@ fn traefik_and_envoy_checks_open_the_owners_terminal_on_the_handle_pool_and_clos
         Some(&token),
         None,
     );
-    assert!(end.status == 202 || end.status == 204, "{}", end.text);
+    assert_eq!(end.status, 204, "{}", end.text);
     closes(&t, "ended (handle pool)", &stack);
+    assert!(
+        t.output_so_far().contains("this session was ended"),
+        "the handle pool's terminal says why: {}",
+        t.output_so_far()
+    );
 }
 
 /// Everything ttyd's page shows, one line per buffer row.
