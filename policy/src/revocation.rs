@@ -4,7 +4,8 @@
 //!
 //! A sign-in is named by the [`Fingerprint`] of the token its cookie carries (a hash,
 //! never the token), so a gateway tells a revoked cookie apart without keeping any
-//! token, and control never needs the cookie itself to revoke it.
+//! token, and control never needs the cookie itself to revoke it. The hash leaves the
+//! signature out: another spelling of the same signature is the same token.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -18,14 +19,26 @@ use crate::identity::Principal;
 /// leeway, with room to spare. Past it the token is refused as expired anyway.
 pub const KEEP_AFTER_EXPIRY_SECS: u64 = 120;
 
-/// The first 128 bits of a token's SHA-256: names a sign-in without its secret.
+/// The first 128 bits of the SHA-256 of a token's signing input: names a sign-in
+/// without its secret.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Fingerprint([u8; 16]);
 
 impl Fingerprint {
-    /// The fingerprint of `token` (its bytes as presented).
+    /// The fingerprint of `token`: the hash of its signing input (`header.payload`, the
+    /// first two dot-separated parts; bytes with fewer dots whole). The signature is
+    /// left out because it can be spelled more than one way (an ECDSA `(r, n - s)`, a
+    /// base64url last character differing in unused bits): each spelling would
+    /// otherwise be a sign-in of its own that no sign-out names.
     pub fn of(token: &[u8]) -> Fingerprint {
-        let digest = Sha256::digest(token);
+        let second_dot = token
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| b == b'.')
+            .nth(1)
+            .map(|(i, _)| i);
+        let input = second_dot.and_then(|i| token.get(..i)).unwrap_or(token);
+        let digest = Sha256::digest(input);
         let mut out = [0u8; 16];
         out.copy_from_slice(&digest[..16]);
         Fingerprint(out)
@@ -287,7 +300,13 @@ mod tests {
         ] {
             assert_eq!(Fingerprint::parse(bad), None, "{bad:?}");
         }
-        assert_ne!(Fingerprint::of(b"a.b.c"), Fingerprint::of(b"a.b.d"));
+        assert_ne!(Fingerprint::of(b"a.b.c"), Fingerprint::of(b"a.c.c"));
+        assert_ne!(Fingerprint::of(b"a.b.c"), Fingerprint::of(b"b.b.c"));
+        assert_eq!(
+            Fingerprint::of(b"a.b.c"),
+            Fingerprint::of(b"a.b.d"),
+            "the signature is no part of it"
+        );
     }
 
     #[test]

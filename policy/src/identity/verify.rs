@@ -328,7 +328,7 @@ impl Verifier {
         }
         let token = std::str::from_utf8(token).map_err(|_| TokenError::Malformed("not UTF-8"))?;
         let mut parts = token.split('.');
-        let (Some(header_b64), Some(_payload), Some(_signature), None) =
+        let (Some(header_b64), Some(_payload), Some(signature), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return Err(TokenError::Malformed("not three dot-separated parts"));
@@ -364,6 +364,12 @@ impl Verifier {
             }
             None => self.keys.iter().filter(|k| k.alg == alg).collect(),
         };
+
+        if super::ecdsa::is_high_s(alg, signature) {
+            // `(r, n - s)` verifies wherever `(r, s)` does: accepting both would let
+            // anyone re-spell a token without its key.
+            return Err(TokenError::BadSignature);
+        }
 
         let mut validation = Validation::new(alg);
         // Claims are checked below, against the caller's clock, with precise reasons.
