@@ -902,6 +902,16 @@ fn a_providers_key_set_keeps_the_usable_keys_and_checks_only_the_signature() {
             why
         );
     }
+    // A provider's ES256 ID token verifies in either spelling: it comes from the
+    // token endpoint, and providers need not sign low-S.
+    let mut ec = Jwk::from_encoding_key(&ec_key(), Algorithm::ES256).unwrap();
+    ec.common.key_id = Some("ec-1".into());
+    let v = Verifier::from_provider_jwks(&serde_json::to_vec(&JwkSet { keys: vec![ec] }).unwrap())
+        .unwrap();
+    let t = signed(&ec_key(), Algorithm::ES256, Some("ec-1"), &id_token);
+    for spelling in [ecdsa_twin(&t, &P256_N), t] {
+        assert!(v.verify_signature(spelling.as_bytes()).is_ok());
+    }
     let unusable = serde_json::to_vec(&JwkSet {
         keys: vec![oct, enc],
     })
