@@ -163,11 +163,12 @@ impl RouteCache {
         inner.revoked.check(&CredentialId::of(token, who))
     }
 
-    /// Forgets revocations whose tokens can no longer verify at `now`.
-    pub fn prune_revoked(&self, now: u64) {
+    /// Forgets revocations whose tokens can no longer verify at `now` with
+    /// `leeway_secs` of leeway (`auth.leeway_seconds`).
+    pub fn prune_revoked(&self, now: u64, leeway_secs: u64) {
         let mut inner = self.write();
         if !inner.revoked.is_empty() {
-            inner.revoked.prune(now);
+            inner.revoked.prune(now, leeway_secs);
         }
     }
 

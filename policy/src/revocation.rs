@@ -4,7 +4,8 @@
 //!
 //! A sign-in is named by the [`Fingerprint`] of the token its cookie carries (a hash,
 //! never the token), so a gateway tells a revoked cookie apart without keeping any
-//! token, and control never needs the cookie itself to revoke it.
+//! token, and control never needs the cookie itself to revoke it. The hash leaves the
+//! signature out: another spelling of the same signature is the same token.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -14,18 +15,47 @@ use sha2::{Digest, Sha256};
 
 use crate::identity::Principal;
 
-/// How long after its token's expiry a revocation is kept: the verifier's clock
-/// leeway, with room to spare. Past it the token is refused as expired anyway.
-pub const KEEP_AFTER_EXPIRY_SECS: u64 = 120;
+/// How long a revocation (or a sign-in record) is kept past its token's expiry and the
+/// verifier's clock leeway: room for the clocks of control and the gateways to disagree.
+pub const KEEP_PAST_LEEWAY_SECS: u64 = 120;
 
-/// The first 128 bits of a token's SHA-256: names a sign-in without its secret.
+/// When an entry naming tokens that expire at `expires_at` may be forgotten, for a
+/// verifier that tolerates `leeway_secs` of clock skew (`auth.leeway_seconds`): until
+/// then such a token may still verify.
+pub fn keep_until(expires_at: u64, leeway_secs: u64) -> u64 {
+    expires_at
+        .saturating_add(leeway_secs)
+        .saturating_add(KEEP_PAST_LEEWAY_SECS)
+}
+
+/// The latest `exp` a token issued at `issued_at` can carry and still pass the
+/// verifier's lifetime check (`auth.max_token_lifetime_seconds`, with the leeway).
+pub fn latest_exp(issued_at: u64, max_lifetime_secs: u64, leeway_secs: u64) -> u64 {
+    issued_at
+        .saturating_add(max_lifetime_secs)
+        .saturating_add(leeway_secs)
+}
+
+/// The first 128 bits of the SHA-256 of a token's signing input: names a sign-in
+/// without its secret.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Fingerprint([u8; 16]);
 
 impl Fingerprint {
-    /// The fingerprint of `token` (its bytes as presented).
+    /// The fingerprint of `token`: the hash of its signing input (`header.payload`, the
+    /// first two dot-separated parts; bytes with fewer dots whole). The signature is
+    /// left out because it can be spelled more than one way (an ECDSA `(r, n - s)`, a
+    /// base64url last character differing in unused bits): each spelling would
+    /// otherwise be a sign-in of its own that no sign-out names.
     pub fn of(token: &[u8]) -> Fingerprint {
-        let digest = Sha256::digest(token);
+        let second_dot = token
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| b == b'.')
+            .nth(1)
+            .map(|(i, _)| i);
+        let input = second_dot.and_then(|i| token.get(..i)).unwrap_or(token);
+        let digest = Sha256::digest(input);
         let mut out = [0u8; 16];
         out.copy_from_slice(&digest[..16]);
         Fingerprint(out)
@@ -97,8 +127,8 @@ pub enum Revocation {
     Token {
         /// The token's id.
         jti: String,
-        /// When the entry goes: the token's expiry, or the longest lifetime a token
-        /// may have from the time it was revoked.
+        /// When the token expires: its `exp`, or the latest a token verifying when it
+        /// was revoked may carry. The entry goes some time after.
         expires_at: u64,
     },
     /// Every token of `sub` issued before `before` (without `iat`: every token).
@@ -112,16 +142,50 @@ pub enum Revocation {
     },
 }
 
+/// Why an admin's revocation is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RevocationError {
+    /// The expiry given for the token is already past: the entry would be forgotten
+    /// while a token whose real `exp` was mistyped still verifies.
+    #[error(
+        "expires_at ({expires_at}) is in the past: give the token's exp, or leave expires_at out to keep the revocation as long as any token may live"
+    )]
+    ExpiresAtPast {
+        /// The expiry given, seconds since the Unix epoch.
+        expires_at: u64,
+    },
+}
+
 impl Revocation {
-    /// When the entry may be forgotten, seconds since the Unix epoch.
-    pub fn forget_at(&self) -> u64 {
+    /// An admin's revocation of the token `jti` at `now`: kept until `expires_at`, the
+    /// token's own `exp` when the admin knows it, otherwise until `latest_exp`, the
+    /// latest `exp` a token verifying now may carry (see [`latest_exp`]).
+    pub fn of_token(
+        jti: String,
+        expires_at: Option<u64>,
+        now: u64,
+        latest_exp: u64,
+    ) -> Result<Revocation, RevocationError> {
+        let expires_at = match expires_at {
+            Some(at) if at < now => return Err(RevocationError::ExpiresAtPast { expires_at: at }),
+            Some(at) => at,
+            None => latest_exp,
+        };
+        Ok(Revocation::Token { jti, expires_at })
+    }
+
+    /// When the tokens it names expire, seconds since the Unix epoch.
+    pub fn expires_at(&self) -> u64 {
         match self {
             Revocation::SignIn { expires_at, .. }
             | Revocation::Token { expires_at, .. }
-            | Revocation::IssuedBefore { expires_at, .. } => {
-                expires_at.saturating_add(KEEP_AFTER_EXPIRY_SECS)
-            }
+            | Revocation::IssuedBefore { expires_at, .. } => *expires_at,
         }
+    }
+
+    /// When the entry may be forgotten, for a verifier with `leeway_secs` of leeway.
+    pub fn forget_at(&self, leeway_secs: u64) -> u64 {
+        keep_until(self.expires_at(), leeway_secs)
     }
 
     /// The key one entry is stored and replaced under: a second revocation of the same
@@ -188,12 +252,14 @@ impl<'a> CredentialId<'a> {
     }
 }
 
-/// Every revocation in force, indexed for the check each request makes.
+/// Every revocation in force, indexed for the check each request makes. Each entry
+/// keeps when its tokens expire; [`RevocationSet::prune`] decides, with the leeway,
+/// when it goes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RevocationSet {
     sign_ins: HashMap<Fingerprint, u64>,
     tokens: HashMap<String, u64>,
-    /// `sub` → (before, forget at).
+    /// `sub` → (before, expires at).
     before: HashMap<String, (u64, u64)>,
 }
 
@@ -205,17 +271,17 @@ impl RevocationSet {
 
     /// Adds (or widens) one entry.
     pub fn insert(&mut self, r: &Revocation) {
-        let forget = r.forget_at();
+        let expires_at = r.expires_at();
         match r {
             Revocation::SignIn { fingerprint, .. } => {
-                self.sign_ins.insert(*fingerprint, forget);
+                self.sign_ins.insert(*fingerprint, expires_at);
             }
             Revocation::Token { jti, .. } => {
-                self.tokens.insert(jti.clone(), forget);
+                self.tokens.insert(jti.clone(), expires_at);
             }
             Revocation::IssuedBefore { sub, before, .. } => {
                 let e = self.before.entry(sub.clone()).or_insert((0, 0));
-                *e = (e.0.max(*before), e.1.max(forget));
+                *e = (e.0.max(*before), e.1.max(expires_at));
             }
         }
     }
@@ -250,11 +316,14 @@ impl RevocationSet {
         self.sign_ins.len() + self.tokens.len() + self.before.len()
     }
 
-    /// Forgets the entries whose tokens can no longer verify at `now`.
-    pub fn prune(&mut self, now: u64) {
-        self.sign_ins.retain(|_, forget| *forget > now);
-        self.tokens.retain(|_, forget| *forget > now);
-        self.before.retain(|_, (_, forget)| *forget > now);
+    /// Forgets the entries whose tokens can no longer verify at `now`, for a verifier
+    /// with `leeway_secs` of leeway (`auth.leeway_seconds`): an expired token verifies
+    /// for that long still.
+    pub fn prune(&mut self, now: u64, leeway_secs: u64) {
+        let keep = |expires_at: &u64| keep_until(*expires_at, leeway_secs) > now;
+        self.sign_ins.retain(|_, e| keep(e));
+        self.tokens.retain(|_, e| keep(e));
+        self.before.retain(|_, (_, e)| keep(e));
     }
 }
 
@@ -287,7 +356,13 @@ mod tests {
         ] {
             assert_eq!(Fingerprint::parse(bad), None, "{bad:?}");
         }
-        assert_ne!(Fingerprint::of(b"a.b.c"), Fingerprint::of(b"a.b.d"));
+        assert_ne!(Fingerprint::of(b"a.b.c"), Fingerprint::of(b"a.c.c"));
+        assert_ne!(Fingerprint::of(b"a.b.c"), Fingerprint::of(b"b.b.c"));
+        assert_eq!(
+            Fingerprint::of(b"a.b.c"),
+            Fingerprint::of(b"a.b.d"),
+            "the signature is no part of it"
+        );
     }
 
     #[test]
@@ -343,7 +418,7 @@ mod tests {
     }
 
     #[test]
-    fn entries_are_forgotten_once_their_tokens_cannot_verify() {
+    fn entries_are_kept_through_the_configured_leeway_and_forgotten_after_it_and_a_margin() {
         let mut set = RevocationSet::new();
         let r = Revocation::SignIn {
             fingerprint: Fingerprint::of(b"t1"),
@@ -351,12 +426,49 @@ mod tests {
             expires_at: 1000,
         };
         set.insert(&r);
-        set.prune(1000 + KEEP_AFTER_EXPIRY_SECS - 1);
+        // The largest leeway the configuration allows: the token verifies until 1300.
+        let leeway = 300;
+        set.prune(1000 + leeway, leeway);
         assert_eq!(set.len(), 1, "kept through the verifier's leeway");
-        set.prune(1000 + KEEP_AFTER_EXPIRY_SECS);
+        set.prune(1000 + leeway + KEEP_PAST_LEEWAY_SECS - 1, leeway);
+        assert_eq!(set.len(), 1, "and a margin for clocks that disagree");
+        set.prune(1000 + leeway + KEEP_PAST_LEEWAY_SECS, leeway);
         assert!(set.is_empty());
+        assert_eq!(r.forget_at(leeway), 1000 + leeway + KEEP_PAST_LEEWAY_SECS);
         assert!(r.covers(&id(b"t1", "alice", None, 0)));
         assert!(!r.covers(&id(b"t2", "alice", None, 0)));
+    }
+
+    #[test]
+    fn a_jti_revocation_refuses_an_expiry_already_past_and_takes_the_tokens_own() {
+        let now = 1000;
+        // A token issued now may live 600 s, and 300 s more of leeway.
+        let latest = latest_exp(now, 600, 300);
+        assert_eq!(latest, 1900);
+        let past = Revocation::of_token("j1".into(), Some(now - 1), now, latest);
+        assert_eq!(
+            past,
+            Err(RevocationError::ExpiresAtPast {
+                expires_at: now - 1
+            })
+        );
+        assert!(past.unwrap_err().to_string().starts_with("expires_at "));
+        assert_eq!(
+            Revocation::of_token("j1".into(), Some(latest - 1), now, latest),
+            Ok(Revocation::Token {
+                jti: "j1".into(),
+                expires_at: latest - 1
+            }),
+            "the token's own exp, as given"
+        );
+        assert_eq!(
+            Revocation::of_token("j1".into(), None, now, latest),
+            Ok(Revocation::Token {
+                jti: "j1".into(),
+                expires_at: latest
+            }),
+            "unknown: the latest a token verifying now may carry"
+        );
     }
 
     #[test]

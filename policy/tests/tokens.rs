@@ -538,6 +538,152 @@ fn signer_tokens_verify() {
     assert!(policy::Signer::hs256(b"short").is_err());
 }
 
+/// The order of P-256's group, big-endian.
+const P256_N: [u8; 32] = [
+    0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+    0xbc, 0xe6, 0xfa, 0xad, 0xa7, 0x17, 0x9e, 0x84, 0xf3, 0xb9, 0xca, 0xc2, 0xfc, 0x63, 0x25, 0x51,
+];
+
+/// The order of P-384's group, big-endian.
+const P384_N: [u8; 48] = [
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xc7, 0x63, 0x4d, 0x81, 0xf4, 0x37, 0x2d, 0xdf,
+    0x58, 0x1a, 0x0d, 0xb2, 0x48, 0xb0, 0xa7, 0x7a, 0xec, 0xec, 0x19, 0x6a, 0xcc, 0xc5, 0x29, 0x73,
+];
+
+/// The `s` half of a token's ECDSA signature (`r || s`).
+fn ecdsa_s(token: &str, n: &[u8]) -> Vec<u8> {
+    let (_, sig) = token.rsplit_once('.').unwrap();
+    let sig = URL_SAFE_NO_PAD.decode(sig).unwrap();
+    assert_eq!(sig.len(), 2 * n.len());
+    sig[n.len()..].to_vec()
+}
+
+/// `n - s`, big-endian, for `0 < s < n`.
+fn negate(n: &[u8], s: &[u8]) -> Vec<u8> {
+    let mut out = vec![0u8; n.len()];
+    let mut borrow = 0u16;
+    for i in (0..n.len()).rev() {
+        let take = u16::from(s[i]) + borrow;
+        let have = u16::from(n[i]);
+        borrow = u16::from(take > have);
+        out[i] = (have + (borrow << 8) - take) as u8;
+    }
+    out
+}
+
+/// The twin of an ECDSA-signed token: its signature `(r, s)` spelled `(r, n - s)`,
+/// which the curve's equation accepts as well.
+fn ecdsa_twin(token: &str, n: &[u8]) -> String {
+    let (input, sig) = token.rsplit_once('.').unwrap();
+    let mut sig = URL_SAFE_NO_PAD.decode(sig).unwrap();
+    let s = negate(n, &sig[n.len()..]);
+    sig[n.len()..].copy_from_slice(&s);
+    format!("{input}.{}", URL_SAFE_NO_PAD.encode(&sig))
+}
+
+/// Whether a token's `s` is the lower of `s` and `n - s`.
+fn low_s(token: &str, n: &[u8]) -> bool {
+    let s = ecdsa_s(token, n);
+    s <= negate(n, &s)
+}
+
+#[test]
+fn the_negation_helper_is_right() {
+    let one = {
+        let mut v = vec![0u8; 32];
+        v[31] = 1;
+        v
+    };
+    let mut n_minus_one = P256_N.to_vec();
+    n_minus_one[31] -= 1;
+    assert_eq!(negate(&P256_N, &one), n_minus_one);
+    assert_eq!(negate(&P256_N, &n_minus_one), one);
+}
+
+/// ECDSA signatures are malleable: `(r, n - s)` verifies wherever `(r, s)` does. Only
+/// the low-S spelling is accepted, termgate signs only that one, and both spellings
+/// name the same sign-in, so a signed-out cookie cannot come back re-spelled.
+#[test]
+fn an_es256_token_re_spelled_with_n_minus_s_is_refused_and_names_the_same_sign_in() {
+    use policy::revocation::{CredentialId, Fingerprint, Revocation, RevocationSet, RevokedWhy};
+    let signer = policy::Signer::from_private_pem(&fixture("ec.key"), None).unwrap();
+    let v = pem_verifier();
+    // ECDSA signing here is deterministic (RFC 6979); a few tokens make it all but
+    // certain that some came out of the signing library high-S.
+    for i in 0..16 {
+        let t = signer
+            .sign(&policy::TokenClaims {
+                sub: "alice".into(),
+                exp: NOW + 600,
+                iat: NOW,
+                iss: Some("termgate".into()),
+                aud: Some("termgate-gw".into()),
+                roles: vec![],
+                jti: Some(format!("j-{i}")),
+                sid: None,
+            })
+            .unwrap();
+        assert!(low_s(&t, &P256_N), "termgate signs low-S only: {t}");
+        let who = ok(&v, &t);
+        let twin = ecdsa_twin(&t, &P256_N);
+        assert_ne!(twin, t);
+        assert_eq!(reason(&v, twin.as_bytes()), "bad_signature");
+        assert_eq!(
+            Fingerprint::of(twin.as_bytes()),
+            Fingerprint::of(t.as_bytes()),
+            "the signature is no part of the token's identity"
+        );
+        let mut signed_out = RevocationSet::new();
+        signed_out.insert(&Revocation::SignIn {
+            fingerprint: Fingerprint::of(t.as_bytes()),
+            sub: "alice".into(),
+            expires_at: NOW + 600,
+        });
+        assert_eq!(
+            signed_out.check(&CredentialId::of(twin.as_bytes(), &who)),
+            Some(RevokedWhy::SignedOut)
+        );
+    }
+}
+
+/// Another issuer's ES256 and ES384 tokens: the low-S spelling verifies, the high-S one
+/// is a bad signature.
+#[test]
+fn es256_and_es384_tokens_verify_only_low_s() {
+    let p384 = Verifier::new(
+        &KeyMaterial::PemPublicKeys(vec![PemKey {
+            kid: None,
+            pem: fixture("ec384.pub"),
+        }]),
+        settings(),
+    )
+    .unwrap();
+    let cases: [(Algorithm, EncodingKey, Verifier, &[u8]); 2] = [
+        (Algorithm::ES256, ec_key(), pem_verifier(), &P256_N),
+        (
+            Algorithm::ES384,
+            EncodingKey::from_ec_pem(&fixture("ec384.key")).unwrap(),
+            p384,
+            &P384_N,
+        ),
+    ];
+    for (alg, key, v, n) in &cases {
+        for i in 0..4 {
+            let t = sign(
+                *alg,
+                key,
+                None,
+                &with(claims(), "jti", json!(format!("j-{i}"))),
+            );
+            let twin = ecdsa_twin(&t, n);
+            let (low, high) = if low_s(&t, n) { (t, twin) } else { (twin, t) };
+            assert_eq!(ok(v, &low).sub.as_str(), "alice", "{alg:?}");
+            assert_eq!(reason(v, high.as_bytes()), "bad_signature", "{alg:?}");
+        }
+    }
+}
+
 const BASE64URL: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 /// Whether `changed` differs from `token` only in the last character of the signature,
@@ -755,6 +901,16 @@ fn a_providers_key_set_keeps_the_usable_keys_and_checks_only_the_signature() {
             v.verify_signature(token.as_bytes()).unwrap_err().reason(),
             why
         );
+    }
+    // A provider's ES256 ID token verifies in either spelling: it comes from the
+    // token endpoint, and providers need not sign low-S.
+    let mut ec = Jwk::from_encoding_key(&ec_key(), Algorithm::ES256).unwrap();
+    ec.common.key_id = Some("ec-1".into());
+    let v = Verifier::from_provider_jwks(&serde_json::to_vec(&JwkSet { keys: vec![ec] }).unwrap())
+        .unwrap();
+    let t = signed(&ec_key(), Algorithm::ES256, Some("ec-1"), &id_token);
+    for spelling in [ecdsa_twin(&t, &P256_N), t] {
+        assert!(v.verify_signature(spelling.as_bytes()).is_ok());
     }
     let unusable = serde_json::to_vec(&JwkSet {
         keys: vec![oct, enc],

@@ -399,8 +399,9 @@ pub struct RevocationRequest {
     /// this second included).
     #[serde(default)]
     pub issued_before: Option<u64>,
-    /// When the revoked token expires, if known; otherwise the entry is kept for the
-    /// longest lifetime a token may have (`auth.max_token_lifetime_seconds`).
+    /// When the revoked token expires (its `exp`), if known; otherwise the entry is
+    /// kept for the longest lifetime a token may have (`auth.max_token_lifetime_seconds`
+    /// and the leeway). One in the past is refused.
     #[serde(default)]
     pub expires_at: Option<u64>,
 }

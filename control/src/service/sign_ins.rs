@@ -4,7 +4,7 @@
 //! refuse the credential and close what it opened) and applied here at once, so
 //! control's own API and `GET /v1/authz` refuse it too.
 
-use policy::revocation::{CredentialId, Fingerprint, Revocation};
+use policy::revocation::{latest_exp, CredentialId, Fingerprint, Revocation};
 use policy::{Principal, Sub};
 
 use super::clock::now;
@@ -24,7 +24,7 @@ impl Control {
         let all = self.store.revocations()?;
         let mut set = self.revoked_write();
         set.replace(&all);
-        set.prune(now());
+        set.prune(now(), self.config.auth.leeway_seconds);
         Ok(set.len())
     }
 
@@ -176,12 +176,18 @@ impl Control {
             return Err(ApiError::ADMIN_REQUIRED.with_message("only an admin may revoke tokens"));
         }
         let t = now();
-        let longest = t.saturating_add(self.config.auth.max_token_lifetime_seconds);
+        let (max_lifetime, leeway) = (
+            self.config.auth.max_token_lifetime_seconds,
+            self.config.auth.leeway_seconds,
+        );
         let r = match (&req.jti, &req.sub) {
-            (Some(jti), None) if !jti.is_empty() && jti.len() <= 256 => Revocation::Token {
-                jti: jti.clone(),
-                expires_at: req.expires_at.unwrap_or(longest).min(longest),
-            },
+            (Some(jti), None) if !jti.is_empty() && jti.len() <= 256 => Revocation::of_token(
+                jti.clone(),
+                req.expires_at,
+                t,
+                latest_exp(t, max_lifetime, leeway),
+            )
+            .map_err(|e| ApiError::INVALID_REVOCATION.with_message(e.to_string()))?,
             (None, Some(sub)) => {
                 let sub = Sub::parse(sub).ok_or(ApiError::INVALID_SUB)?;
                 // Times are whole seconds: "now" takes in this second's tokens too, so a
@@ -193,9 +199,8 @@ impl Control {
                 Revocation::IssuedBefore {
                     sub: sub.to_string(),
                     before,
-                    // No token issued before `before` outlives it by more than the
-                    // longest lifetime.
-                    expires_at: before.saturating_add(self.config.auth.max_token_lifetime_seconds),
+                    // No token issued before `before` that verifies expires later.
+                    expires_at: latest_exp(before, max_lifetime, leeway),
                 }
             }
             _ => return Err(ApiError::INVALID_REVOCATION),
@@ -215,9 +220,9 @@ impl Control {
 
     /// Forgets sign-ins and revocations whose tokens can no longer verify.
     pub fn prune_sign_ins(&self) -> Result<usize, ApiError> {
-        let t = now();
-        let gone = self.store.prune_sign_ins(t)?;
-        self.revoked_write().prune(t);
+        let (t, leeway) = (now(), self.config.auth.leeway_seconds);
+        let gone = self.store.prune_sign_ins(t, leeway)?;
+        self.revoked_write().prune(t, leeway);
         Ok(gone)
     }
 

@@ -1,7 +1,8 @@
 //! Sign-ins and revocations: who is signed in where, and which credentials no
 //! gateway may accept any more. A revocation is one transaction that files the entry,
 //! drops the sign-in it ends and appends a [`Change::Revoke`] for the feed; entries go
-//! once the tokens they name can no longer verify ([`Revocation::forget_at`]).
+//! once the tokens they name can no longer verify ([`Revocation::forget_at`], with the
+//! verifier's leeway).
 
 use policy::revocation::{Fingerprint, Revocation};
 use policy::Sub;
@@ -103,21 +104,17 @@ impl Store {
         Ok(Some(s))
     }
 
-    /// Forgets sign-ins whose tokens expired and revocations whose tokens can no
-    /// longer verify at `now` (gateways forget them by themselves; nothing is fed).
-    /// Returns how many went.
-    pub fn prune_sign_ins(&self, now: u64) -> Result<usize> {
+    /// Forgets sign-ins and revocations whose tokens can no longer verify at `now`
+    /// with `leeway_secs` of leeway (gateways forget them by themselves; nothing is
+    /// fed). Returns how many went.
+    pub fn prune_sign_ins(&self, now: u64, leeway_secs: u64) -> Result<usize> {
         let _guard = self.write_lock()?;
         let t = self.t()?;
         let mut gone = 0;
         for item in t.sign_ins.iter() {
             let (key, value) = item?;
             let expired = serde_json::from_slice::<SignIn>(&value)
-                .map(|s| {
-                    s.expires_at
-                        .saturating_add(policy::revocation::KEEP_AFTER_EXPIRY_SECS)
-                        <= now
-                })
+                .map(|s| policy::revocation::keep_until(s.expires_at, leeway_secs) <= now)
                 .unwrap_or(false);
             if expired {
                 t.sign_ins.remove(key)?;
@@ -127,7 +124,7 @@ impl Store {
         for item in t.revoked.iter() {
             let (key, value) = item?;
             let done = serde_json::from_slice::<Revocation>(&value)
-                .map(|r| r.forget_at() <= now)
+                .map(|r| r.forget_at(leeway_secs) <= now)
                 .unwrap_or(false);
             if done {
                 t.revoked.remove(key)?;

@@ -329,7 +329,9 @@ fn a_fed_revocation_refuses_its_credential_and_a_reset_replaces_the_set() {
     let r = c.apply(&reset);
     assert_eq!(r.credentials.len(), 1, "every entry is enforced again");
     assert_eq!(c.revoked(b"t2", &alice), Some(RevokedWhy::Revoked));
-    c.prune_revoked(10_000 + policy::revocation::KEEP_AFTER_EXPIRY_SECS);
+    c.prune_revoked(policy::revocation::keep_until(10_000, 30) - 1, 30);
+    assert_eq!(c.revoked(b"t2", &alice), Some(RevokedWhy::Revoked));
+    c.prune_revoked(policy::revocation::keep_until(10_000, 30), 30);
     assert_eq!(c.revoked(b"t2", &alice), None);
     assert_eq!(c.revoked_len(), 0);
 }

@@ -99,7 +99,7 @@ impl BackgroundService for ExpirySweeper {
                     ticks = ticks.wrapping_add(1);
                     if ticks.is_multiple_of(240) {
                         // Once a minute: entries whose tokens can no longer verify.
-                        g.routes.prune_revoked(now());
+                        g.routes.prune_revoked(now(), g.config.auth.leeway_seconds);
                     }
                 }
                 _ = shutdown.changed() => return,

@@ -11,9 +11,11 @@
 //!
 //! `principal.rs` holds who a token proves ([`Sub`], [`Principal`]), `credential.rs`
 //! where a request carries it ([`bearer`], [`cookie`]), `error.rs` why a key or token is
-//! refused, `verify.rs` the [`Verifier`] and `sign.rs` the [`Signer`].
+//! refused, `verify.rs` the [`Verifier`], `sign.rs` the [`Signer`] and `ecdsa.rs` the
+//! one spelling of an ECDSA signature both accept.
 
 mod credential;
+mod ecdsa;
 mod error;
 mod principal;
 mod sign;

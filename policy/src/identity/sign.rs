@@ -89,11 +89,14 @@ impl Signer {
     }
 
     /// Signs any claims (`nbf`, say, which termgate never issues but verifies) into a
-    /// compact JWT: for tests of what other issuers send.
+    /// compact JWT: for tests of what other issuers send. An ECDSA signature is given
+    /// its low-S spelling, the only one verification accepts.
     pub fn sign_claims<C: Serialize>(&self, claims: &C) -> Result<String, KeyError> {
         let mut header = Header::new(self.alg);
         header.kid = self.kid.clone();
-        jsonwebtoken::encode(&header, claims, &self.key)
-            .map_err(|e| KeyError::BadSigningKey(e.to_string()))
+        let token = jsonwebtoken::encode(&header, claims, &self.key)
+            .map_err(|e| KeyError::BadSigningKey(e.to_string()))?;
+        super::ecdsa::low_s(self.alg, token)
+            .ok_or_else(|| KeyError::BadSigningKey("ECDSA signature is not r || s".into()))
     }
 }

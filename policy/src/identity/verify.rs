@@ -91,6 +91,9 @@ pub struct Verifier {
     keys: Vec<VerifyingKey>,
     allowed: BTreeSet<&'static str>,
     settings: VerifierSettings,
+    /// Whether a high-S ECDSA signature is refused: for tokens clients present, which
+    /// name sign-ins; not for a provider's ID token, which no client hands in.
+    low_s_only: bool,
 }
 
 impl fmt::Debug for Verifier {
@@ -264,6 +267,7 @@ impl Verifier {
             keys,
             allowed,
             settings,
+            low_s_only: true,
         })
     }
 
@@ -274,7 +278,10 @@ impl Verifier {
 
     /// A verifier of an identity provider's published key set (its `jwks_uri`): keys
     /// this crate cannot use (encryption keys, other algorithms) are left out rather
-    /// than refusing the whole set, since the provider publishes for many clients.
+    /// than refusing the whole set, since the provider publishes for many clients. It
+    /// accepts either spelling of an ECDSA signature: the ID tokens it checks come from
+    /// the provider's token endpoint, never from a client, and providers need not sign
+    /// low-S.
     pub fn from_provider_jwks(doc: &[u8]) -> Result<Self, KeyError> {
         let set: JwkSet =
             serde_json::from_slice(doc).map_err(|e| KeyError::BadJwks(e.to_string()))?;
@@ -301,6 +308,7 @@ impl Verifier {
             keys,
             allowed,
             settings: VerifierSettings::default(),
+            low_s_only: false,
         })
     }
 
@@ -328,7 +336,7 @@ impl Verifier {
         }
         let token = std::str::from_utf8(token).map_err(|_| TokenError::Malformed("not UTF-8"))?;
         let mut parts = token.split('.');
-        let (Some(header_b64), Some(_payload), Some(_signature), None) =
+        let (Some(header_b64), Some(_payload), Some(signature), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return Err(TokenError::Malformed("not three dot-separated parts"));
@@ -364,6 +372,12 @@ impl Verifier {
             }
             None => self.keys.iter().filter(|k| k.alg == alg).collect(),
         };
+
+        if self.low_s_only && super::ecdsa::is_high_s(alg, signature) {
+            // `(r, n - s)` verifies wherever `(r, s)` does: accepting both would let
+            // anyone re-spell a token without its key.
+            return Err(TokenError::BadSignature);
+        }
 
         let mut validation = Validation::new(alg);
         // Claims are checked below, against the caller's clock, with precise reasons.

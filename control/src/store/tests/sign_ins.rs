@@ -56,10 +56,11 @@ fn a_revoked_sign_in_is_fed_survives_a_reopen_and_is_forgotten_once_expired() {
     let store = open(dir.path());
     assert_eq!(store.revocations().unwrap(), vec![r.clone()]);
     assert_eq!(store.feed_in(0, Some("another")).unwrap().revoked, vec![r]);
-    // Past the tokens' expiry (and the leeway), both sign-ins and revocations go.
-    let gone = store
-        .prune_sign_ins(5000 + policy::revocation::KEEP_AFTER_EXPIRY_SECS)
-        .unwrap();
+    // Past the tokens' expiry, the leeway and a margin, both sign-ins and revocations go.
+    let leeway = 300;
+    let keep = policy::revocation::keep_until(5000, leeway);
+    assert_eq!(store.prune_sign_ins(keep - 1, leeway).unwrap(), 0);
+    let gone = store.prune_sign_ins(keep, leeway).unwrap();
     assert_eq!(gone, 3, "two sign-ins and one revocation");
     assert!(store.revocations().unwrap().is_empty());
     assert!(store.sign_ins(None, 0).unwrap().is_empty());
