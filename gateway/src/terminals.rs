@@ -580,6 +580,7 @@ impl Terminals {
             !l.sub.is_empty()
                 && r.covers(&CredentialId {
                     fingerprint: l.credential,
+                    whole: None,
                     sub: &l.sub,
                     jti: l.jti.as_deref(),
                     issued_at: l.issued_at,

@@ -103,6 +103,7 @@ pub fn recheck(
 ) -> Result<(), CloseReason> {
     let id = CredentialId {
         fingerprint: grant.fingerprint,
+        whole: None,
         sub: &grant.sub,
         jti: grant.jti.as_deref(),
         issued_at: grant.issued_at,

@@ -42,6 +42,16 @@ pub fn latest_exp(issued_at: u64, max_lifetime_secs: u64, leeway_secs: u64) -> u
 pub struct Fingerprint([u8; 16]);
 
 impl Fingerprint {
+    /// The fingerprint sign-ins and revocations recorded before the signing input named
+    /// tokens had: the hash of the token's bytes as presented. Checked beside
+    /// [`Fingerprint::of`] so that what was signed out before stays signed out.
+    pub fn of_whole_token(token: &[u8]) -> Fingerprint {
+        let digest = Sha256::digest(token);
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&digest[..16]);
+        Fingerprint(out)
+    }
+
     /// The fingerprint of `token`: the hash of its signing input (`header.payload`, the
     /// first two dot-separated parts; bytes with fewer dots whole). The signature is
     /// left out because it can be spelled more than one way (an ECDSA `(r, n - s)`, a
@@ -201,7 +211,9 @@ impl Revocation {
     /// Whether a credential (its principal and fingerprint) falls under this entry.
     pub fn covers(&self, who: &CredentialId<'_>) -> bool {
         match self {
-            Revocation::SignIn { fingerprint, .. } => *fingerprint == who.fingerprint,
+            Revocation::SignIn { fingerprint, .. } => {
+                *fingerprint == who.fingerprint || Some(*fingerprint) == who.whole
+            }
             Revocation::Token { jti, .. } => who.jti == Some(jti.as_str()),
             Revocation::IssuedBefore { sub, before, .. } => {
                 who.sub == sub && who.issued_at < *before
@@ -232,6 +244,10 @@ pub enum RevokedWhy {
 pub struct CredentialId<'a> {
     /// The token's fingerprint.
     pub fingerprint: Fingerprint,
+    /// Its fingerprint as sign-ins recorded before [`Fingerprint::of`] left the
+    /// signature out named it ([`Fingerprint::of_whole_token`]), when the token is at
+    /// hand.
+    pub whole: Option<Fingerprint>,
     /// Its `sub`.
     pub sub: &'a str,
     /// Its `jti`.
@@ -245,6 +261,7 @@ impl<'a> CredentialId<'a> {
     pub fn of(token: &[u8], who: &'a Principal) -> Self {
         CredentialId {
             fingerprint: Fingerprint::of(token),
+            whole: Some(Fingerprint::of_whole_token(token)),
             sub: who.sub.as_str(),
             jti: who.jti.as_deref(),
             issued_at: who.issued_at,
@@ -294,7 +311,9 @@ impl RevocationSet {
 
     /// Why `who` is refused, if a revocation covers it.
     pub fn check(&self, who: &CredentialId<'_>) -> Option<RevokedWhy> {
-        if self.sign_ins.contains_key(&who.fingerprint) {
+        if self.sign_ins.contains_key(&who.fingerprint)
+            || who.whole.is_some_and(|w| self.sign_ins.contains_key(&w))
+        {
             return Some(RevokedWhy::SignedOut);
         }
         if who.jti.is_some_and(|j| self.tokens.contains_key(j)) {
@@ -334,10 +353,33 @@ mod tests {
     fn id<'a>(token: &[u8], sub: &'a str, jti: Option<&'a str>, iat: u64) -> CredentialId<'a> {
         CredentialId {
             fingerprint: Fingerprint::of(token),
+            whole: Some(Fingerprint::of_whole_token(token)),
             sub,
             jti,
             issued_at: iat,
         }
+    }
+
+    #[test]
+    fn a_sign_out_recorded_under_the_whole_tokens_hash_still_refuses_it() {
+        let token = b"aaa.bbb.ccc";
+        let mut set = RevocationSet::new();
+        set.insert(&Revocation::SignIn {
+            fingerprint: Fingerprint::of_whole_token(token),
+            sub: "alice".into(),
+            expires_at: 10_000,
+        });
+        assert_eq!(
+            set.check(&id(token, "alice", None, 1)),
+            Some(RevokedWhy::SignedOut)
+        );
+        let r = Revocation::SignIn {
+            fingerprint: Fingerprint::of_whole_token(token),
+            sub: "alice".into(),
+            expires_at: 10_000,
+        };
+        assert!(r.covers(&id(token, "alice", None, 1)));
+        assert_eq!(set.check(&id(b"aaa.bbb.ddd", "alice", None, 1)), None);
     }
 
     #[test]
