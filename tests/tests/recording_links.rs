@@ -106,7 +106,7 @@ fn lines_with<'a>(log: &'a str, message: &str) -> Vec<&'a str> {
 
 #[test]
 fn an_owners_link_plays_the_recording_to_whom_it_may_and_every_worthless_link_is_404() {
-    let stack = start();
+    let mut stack = start();
     let alice = stack.control.token("alice", false);
     let bob = stack.control.token("bob", false);
     let admin = stack.control.token("root", true);
@@ -362,6 +362,52 @@ fn an_owners_link_plays_the_recording_to_whom_it_may_and_every_worthless_link_is
     let (status, bytes) = get(&stack, &format!("/r/{admin_token}/cast"), None);
     assert_eq!(status, 200);
     assert_eq!(bytes, download.text.as_bytes());
+
+    // The owner locked: every link of theirs is the same 404; unlocked, it plays again.
+    let lock = |sub: &str, method: &str| {
+        let a = stack
+            .control
+            .call(method, &format!("/v1/users/{sub}/lock"), Some(&admin), None);
+        assert_eq!(a.status, 204, "{method} lock {sub}: {}", a.text);
+    };
+    lock("alice", "POST");
+    let (status, body) = get(&stack, &format!("/r/{admin_token}/cast"), None);
+    assert_eq!((status, &body), (404, &not_found), "the owner is locked");
+    lock("alice", "DELETE");
+    let (status, _) = get(&stack, &format!("/r/{admin_token}/cast"), None);
+    assert_eq!(status, 200, "the owner unlocked");
+    // A signed-in viewer locked: the `signed-in` link is a 404 to them.
+    lock("bob", "POST");
+    let (status, body) = get(
+        &stack,
+        &format!("/r/{signed_token}/cast"),
+        Some(&bob_cookie),
+    );
+    assert_eq!((status, &body), (404, &not_found), "the viewer is locked");
+    lock("bob", "DELETE");
+    let (status, _) = get(
+        &stack,
+        &format!("/r/{signed_token}/cast"),
+        Some(&bob_cookie),
+    );
+    assert_eq!(status, 200, "the viewer unlocked");
+    // The profile narrowed to `off` (control restarted with it): the link is a 404.
+    stack.control.kill9();
+    stack
+        .control
+        .set_env("TERMGATE__PROFILES__DEFAULT__RECORDING_LINKS", "off");
+    stack
+        .control
+        .spawn(&[("TERMGATE_TEST_RECORDING_LINK_MIN_TTL", "1")]);
+    let (status, body) = wait_for("the narrowed profile to be asked", T, || {
+        let (status, body) = get(&stack, &format!("/r/{admin_token}/cast"), None);
+        (status != 502 && status != 503).then_some((status, body))
+    });
+    assert_eq!(
+        (status, &body),
+        (404, &not_found),
+        "the profile no longer lets links play"
+    );
 
     // No log holds a token: the gateway's access lines name the link's id.
     let gateway_log = stack.gw().log_text();
