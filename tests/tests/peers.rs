@@ -291,11 +291,70 @@ fn a_peer_types_into_the_owners_shell_and_revoke_closes_only_the_peer() {
 }
 
 #[test]
+fn a_peers_row_names_no_viewer_while_one_watches() {
+    // A profile of its own: peers on, links for signed-in viewers (the default).
+    let image =
+        std::env::var("TERMGATE_SESSION_IMAGE").unwrap_or_else(|_| "termgate/session:dev".into());
+    let stack = GatewayStack::start_with_viewers(&format!(
+        "\n[profiles.shared]\nimage = \"{image}\"\npeers = true\n"
+    ));
+    let alice = stack.control.token("alice", false);
+    let id = stack.control.create_with(&alice, "shared")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let owner = stack.open_as(0, &id, &stack.sign_in("alice")).unwrap();
+    owner.send_input(b"echo owner-up\r").unwrap();
+    owner.read_until("owner-up", T).unwrap();
+    // carol watches through a share link, signed in.
+    let a = call(
+        &stack,
+        "alice",
+        "POST",
+        &format!("/v1/sessions/{id}/shares"),
+        Some(json!({ "ttl_seconds": 600 })),
+    );
+    assert_eq!(a.status, 201, "{}", a.text);
+    let url = a.body["url"].as_str().unwrap().to_owned();
+    let origin = stack.origin(0);
+    let carol = stack.sign_in("carol");
+    let _watching = stack
+        .open(
+            0,
+            &format!("{url}/ws"),
+            &[("Origin", origin.as_str()), ("Cookie", carol.as_str())],
+        )
+        .expect("carol watches");
+    assert_eq!(invite(&stack, "alice", &id, "bob", 600).status, 201);
+    // The owner's row names carol (once the gateway has reported her): the list does
+    // show viewers, so their absence below is the peer's row's doing.
+    let row = |sub: &str| {
+        let a = call(&stack, sub, "GET", "/v1/sessions", None);
+        a.body["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == id.as_str())
+            .cloned()
+            .unwrap_or_default()
+    };
+    wait_for("the owner's row to name the viewer", T, || {
+        row("alice").to_string().contains("carol").then_some(())
+    });
+    let bobs = row("bob");
+    assert_eq!(bobs["role"], "peer", "{bobs}");
+    assert!(
+        !bobs.to_string().contains("carol"),
+        "a peer's row names no viewer: {bobs}"
+    );
+}
+
+#[test]
 fn an_invitation_that_ends_closes_the_peer_and_a_profile_can_forbid_peers() {
     let stack = start(true);
     let (id, owner) = alices_open_session(&stack);
 
-    let a = invite(&stack, "alice", &id, "bob", 4);
+    let a = invite(&stack, "alice", &id, "bob", 6);
     assert_eq!(a.status, 201, "{}", a.text);
     let expires_at = a.body["expires_at"].as_u64().unwrap();
     let peer = open_as_peer(&stack, &id, "bob");
@@ -303,17 +362,20 @@ fn an_invitation_that_ends_closes_the_peer_and_a_profile_can_forbid_peers() {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_secs();
-    // It expires at the whole second `expires_at`: from then, within the bound.
-    let until = Duration::from_secs(expires_at.saturating_sub(now) + 1);
-    let since = Instant::now() + until.saturating_sub(Duration::from_secs(1));
+        .as_secs_f64();
+    // It expires at the whole second `expires_at`: not before, and from then within
+    // the bound.
+    let expiry = Instant::now() + Duration::from_secs_f64((expires_at as f64 - now).max(0.0));
     peer.wait_closed(T)
         .expect("the peer's terminal closes on expiry");
-    let took = peer.closed_at().unwrap().saturating_duration_since(since);
+    let closed = peer.closed_at().unwrap();
     assert!(
-        took <= CLOSE_BOUND + Duration::from_secs(1),
-        "closed {took:?} after expiry"
+        closed + Duration::from_millis(100) >= expiry,
+        "closed {:?} before its expiry",
+        expiry.saturating_duration_since(closed)
     );
+    let took = closed.saturating_duration_since(expiry);
+    assert!(took <= CLOSE_BOUND, "closed {took:?} after expiry");
     let reason = peer.close_reason().unwrap_or_default();
     assert!(reason.contains(REMOVED), "expiry: {reason}");
     owner_still_types(&owner, "after-expiry");
@@ -343,27 +405,52 @@ fn a_peers_terminal_is_recorded_apart_and_its_header_names_the_peer() {
         .unwrap()
         .to_owned();
     assert_eq!(invite(&stack, "alice", &id, "bob", 600).status, 201);
+    // The owner types in a terminal of her own, the peer in his.
+    let owner = stack.open_as(0, &id, &stack.sign_in("alice")).unwrap();
+    owner.send_input(b"echo alice-typed-$((6*7))\r").unwrap();
+    owner.read_until("alice-typed-42", T).unwrap();
     let peer = open_as_peer(&stack, &id, "bob");
     peer.send_input(b"echo bob-typed-$((6*7))\r").unwrap();
     peer.read_until("bob-typed-42", T).unwrap();
     peer.close();
+    owner.close();
     let dir = stack.control.dir.dir.path().join("recordings").join(&id);
-    let cast = wait_for("the peer's recording reaches control", T, || {
-        std::fs::read_dir(&dir)
+    let casts = wait_for("both recordings reach control", T, || {
+        let casts: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
             .into_iter()
             .flatten()
             .flatten()
             .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|e| e == "cast"))
+            .filter(|p| p.extension().is_some_and(|e| e == "cast"))
+            .collect();
+        (casts.len() >= 2).then_some(casts)
     });
-    let text = std::fs::read_to_string(cast).unwrap();
-    let mut lines = text.lines();
-    let header: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
-    assert_eq!(header["termgate"]["user"], "peer:bob", "{header}");
-    let typed: String = lines
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| e[1] == "i")
-        .map(|e| e[2].as_str().unwrap().to_owned())
-        .collect();
-    assert!(typed.contains("echo bob-typed-$((6*7))"), "{typed:?}");
+    assert_eq!(casts.len(), 2, "one recording a terminal: {casts:?}");
+    let mut by_user = std::collections::BTreeMap::new();
+    for cast in casts {
+        let text = std::fs::read_to_string(cast).unwrap();
+        let mut lines = text.lines();
+        let header: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+        let typed: String = lines
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|e| e[1] == "i")
+            .map(|e| e[2].as_str().unwrap().to_owned())
+            .collect();
+        by_user.insert(
+            header["termgate"]["user"].as_str().unwrap_or("").to_owned(),
+            typed,
+        );
+    }
+    let keys: Vec<&str> = by_user.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["alice", "peer:bob"], "each header names its typist");
+    assert!(
+        by_user["peer:bob"].contains("echo bob-typed-$((6*7))"),
+        "{by_user:?}"
+    );
+    assert!(!by_user["peer:bob"].contains("alice-typed"), "{by_user:?}");
+    assert!(
+        by_user["alice"].contains("echo alice-typed-$((6*7))"),
+        "{by_user:?}"
+    );
+    assert!(!by_user["alice"].contains("bob-typed"), "{by_user:?}");
 }
