@@ -928,6 +928,28 @@ fn oidc_mistakes_are_refused_naming_their_keys() {
         let e = load_from_str(&text, dir.path(), Vec::new()).unwrap_err();
         assert!(format!("{e}").contains(&format!("{key}:")), "{key}: {e}");
     }
+    // A claim the user or the provider's admins can change is the user name only by
+    // an explicit opt-in; `sub`, the default, needs none.
+    let mutable = good.replace(
+        "client_id = \"c\"",
+        "client_id = \"c\"\nsub_claim = \"preferred_username\"",
+    );
+    let e = load_from_str(&format!("{base}{mutable}"), dir.path(), Vec::new()).unwrap_err();
+    assert!(
+        format!("{e}").contains("auth.oidc.sub_claim:")
+            && format!("{e}").contains("auth.oidc.allow_mutable_sub_claim"),
+        "{e}"
+    );
+    let opted_in = mutable.replace("sub_claim", "allow_mutable_sub_claim = true\nsub_claim");
+    let c = load_from_str(&format!("{base}{opted_in}"), dir.path(), Vec::new())
+        .expect("a mutable claim with the opt-in");
+    let o = c.auth.oidc.as_ref().unwrap();
+    assert_eq!(o.sub_claim, "preferred_username");
+    let plain = good.replace(
+        "client_id = \"c\"",
+        "client_id = \"c\"\nsub_claim = \"sub\"",
+    );
+    load_from_str(&format!("{base}{plain}"), dir.path(), Vec::new()).expect("sub needs no opt-in");
     // Sessions need a key the gateway signs with: public keys alone are not one.
     std::fs::write(
         dir.path().join("secrets/pub.pem"),

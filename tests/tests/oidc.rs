@@ -120,8 +120,18 @@ impl Drop for Provider {
     }
 }
 
-/// `[auth.oidc]` for `provider`; each gateway gets its own `redirect_url`.
+/// `[auth.oidc]` for `provider`, the user named by its `preferred_username` (the test
+/// provider lets nobody change it; a real one may: hence the opt-in); each gateway gets
+/// its own `redirect_url`.
 fn oidc_config(provider: &Provider) -> String {
+    oidc_config_naming(
+        provider,
+        "sub_claim = \"preferred_username\"\nallow_mutable_sub_claim = true",
+    )
+}
+
+/// `[auth.oidc]` for `provider` with `naming` (the user-name keys; empty: the defaults).
+fn oidc_config_naming(provider: &Provider, naming: &str) -> String {
     format!(
         r#"
 [auth.oidc]
@@ -129,7 +139,7 @@ issuer = "{}"
 client_id = "termgate"
 client_secret_file = "secrets/service.token"
 redirect_url = "http://127.0.0.1:1/auth/callback"
-sub_claim = "preferred_username"
+{naming}
 admin_claim = "groups"
 admin_values = ["ops"]
 display_name = "Test IdP"
@@ -137,6 +147,18 @@ timeout_ms = 5000
 "#,
         provider.issuer()
     )
+}
+
+/// Sets the claims of the provider's user `sub`, as a user editing their own profile, or
+/// signing up with any address, would at a provider that lets them.
+fn set_claims(provider: &Provider, sub: &str, claims: Value) {
+    let r = reply(
+        agent()
+            .put(&format!("{}/users/{sub}", provider.issuer()))
+            .header("Content-Type", "application/json")
+            .send(claims.to_string()),
+    );
+    assert_eq!(r.status, 204, "set the claims of {sub}: {}", r.body);
 }
 
 /// Starts a gateway whose `redirect_url` is its own callback (and `env` on top); its
@@ -536,6 +558,71 @@ fn each_forged_or_replayed_answer_is_refused_with_its_own_code_and_a_rotated_key
             .log_text()
             .contains("fetching the provider's keys again"),
         "the gateway fetched the new keys"
+    );
+}
+
+#[test]
+fn the_user_is_the_providers_sub_and_a_chosen_name_or_unverified_email_is_nobody_else() {
+    let provider = Provider::start(&[]);
+    // At the provider, mallory names herself alice: her readable claims are hers to set.
+    set_claims(
+        &provider,
+        "u-mallory",
+        json!({"preferred_username": "alice", "email": "alice@example.com"}),
+    );
+    set_claims(
+        &provider,
+        "u-carol",
+        json!({"email": "carol@example.com", "email_verified": true}),
+    );
+    let mut stack = GatewayStack::start(&oidc_config_naming(&provider, ""));
+    let n = oidc_gateway(&mut stack, &[]);
+    let signed_in_as = |stack: &GatewayStack, n: usize, sub: &str| {
+        let (r, _, _) = sign_in(stack, n, sub);
+        assert_eq!(r.status, 303, "{sub}'s sign-in: {}", r.body);
+        let cookie = format!("termgate_session={}", r.cookie("termgate_session").unwrap());
+        whoami(stack, n, &cookie)["sub"].clone()
+    };
+
+    // By default the user is the provider's `sub`, whatever the other claims say.
+    assert_eq!(signed_in_as(&stack, n, "u-mallory"), json!("u-mallory"));
+    assert_eq!(signed_in_as(&stack, n, "u-alice"), json!("u-alice"));
+    assert!(
+        !stack.gateways[n]
+            .log_text()
+            .contains("allow_mutable_sub_claim"),
+        "no warning without the opt-in"
+    );
+
+    // The e-mail address as the user name, opted in: the gateway warns at start, and an
+    // address the provider did not verify names nobody.
+    let m = oidc_gateway(
+        &mut stack,
+        &[
+            ("TERMGATE__AUTH__OIDC__SUB_CLAIM", "email"),
+            ("TERMGATE__AUTH__OIDC__ALLOW_MUTABLE_SUB_CLAIM", "true"),
+        ],
+    );
+    let log = stack.gateways[m].log_text();
+    assert!(
+        log.contains("WARN") && log.contains("allow_mutable_sub_claim"),
+        "the opt-in is warned about at start: {log}"
+    );
+    for unverified in ["u-mallory", "bob@example.com"] {
+        // `bob@example.com` is a new account at the provider, which takes the address
+        // typed as its `email`, unverified.
+        let (r, _, _) = sign_in(&stack, m, unverified);
+        assert_eq!(
+            (r.status, r.code()),
+            (403, "oidc_email_unverified".into()),
+            "{unverified}: {}",
+            r.body
+        );
+        assert!(r.cookie("termgate_session").is_none());
+    }
+    assert_eq!(
+        signed_in_as(&stack, m, "u-carol"),
+        json!("carol@example.com")
     );
 }
 

@@ -29,6 +29,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("auth.oidc.redirect_url", ""),
     ("auth.oidc.scopes", "[\"openid\", \"email\", \"profile\"]"),
     ("auth.oidc.sub_claim", "\"sub\""),
+    ("auth.oidc.allow_mutable_sub_claim", "false"),
     ("auth.oidc.admin_claim", ""),
     ("auth.oidc.admin_values", "[]"),
     ("auth.oidc.allowed_email_domains", "[]"),
