@@ -168,6 +168,54 @@ fn users_list_their_sign_ins_and_sign_out_everywhere_and_admins_end_anyones() {
 }
 
 #[test]
+fn only_a_gateway_records_a_sign_in_and_a_users_token_files_none() {
+    let stack = GatewayStack::start("");
+    let link = stack.control.token("alice", false);
+    let cookie = stack.sign_in_with(0, &link);
+    let forged = json!({"method": "oidc", "gateway": "forged-gateway",
+                        "user_agent": "Forged/1.0", "client": "203.0.113.66"});
+    // Through the gateway's API and straight at control, with the user's own token
+    // (and with the sign-in's, which the page holds as its cookie).
+    let sign_in_token = cookie.trim_start_matches("termgate_session=");
+    for token in [link.as_str(), sign_in_token] {
+        let a = e2e::stack::http(
+            "POST",
+            &stack.url(0, "/api/signins"),
+            Some(token),
+            Some(&forged),
+        )
+        .unwrap();
+        assert!(matches!(a.status, 403 | 404), "through the gateway: {a:?}");
+        let a = stack
+            .control
+            .call("POST", "/v1/signins", Some(token), Some(forged.clone()));
+        assert!(matches!(a.status, 403 | 404), "at control: {a:?}");
+    }
+    // The service token alone names nobody: the sign-in's token must verify.
+    let mut unsigned = forged.clone();
+    unsigned["token"] = json!("not-a-token");
+    let a = stack.control.call(
+        "POST",
+        "/v1/signins",
+        Some(&stack.control.service_token()),
+        Some(unsigned),
+    );
+    assert_eq!(a.status, 401, "{a:?}");
+
+    // Only the gateway's own record is listed, and the audit trail holds no forgery.
+    let list = browser(&stack, 0, "GET", "/api/signins", &cookie);
+    assert_eq!(list.status, 200, "{}", list.text);
+    let signins = list.body["signins"].as_array().expect("a list");
+    assert_eq!(signins.len(), 1, "{signins:?}");
+    assert_eq!(signins[0]["method"], "token");
+    assert_ne!(signins[0]["gateway"], "forged-gateway");
+    assert!(
+        !stack.control.log_text().contains("forged-gateway"),
+        "a forged sign-in reached the audit trail"
+    );
+}
+
+#[test]
 fn an_admin_revokes_a_token_by_jti_or_issued_before_and_every_gateway_closes_and_refuses_it() {
     let mut stack = GatewayStack::start("");
     let b = stack.spawn_gateway(&[]);

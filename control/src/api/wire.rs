@@ -365,11 +365,13 @@ pub(super) struct Targets<'a> {
 
 // Users: sign-ins, revocations, locks, the audit search, profiles.
 
-/// `POST /v1/signins`: what the gateway says of a sign-in it just made with the token
-/// it presents (the token itself says who and until when).
-#[derive(Debug, Default, Deserialize)]
+/// `POST /v1/signins`: what the gateway (with the service token) says of a sign-in it
+/// just made, and the sign-in's token, which itself says who and until when.
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SignInReport {
+    /// The sign-in's own token, the one its cookie carries.
+    pub token: String,
     /// `token` or `oidc`.
     #[serde(default)]
     pub method: String,
