@@ -752,8 +752,16 @@ async function start() {
       provider = await request("GET", "/auth/providers").then((p) => p.oidc, () => null);
     }
     if (provider) {
-      // Clears the session here, then ends it at the provider too.
-      location.href = "/auth/logout";
+      // Signs out here (a POST: no link or other page can sign anyone out), then the
+      // browser goes on to end the session at the provider too.
+      let out;
+      try {
+        out = await call("POST", "/auth/logout");
+      } catch (e) {
+        say(e.message, true);
+        return;
+      }
+      location.href = out.location;
       return;
     }
     try {

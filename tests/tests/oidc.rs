@@ -255,6 +255,15 @@ fn get(url: &str, headers: &[(&str, &str)]) -> Reply {
     reply(req.call())
 }
 
+/// A bodiless POST with `headers` (a form's or the page's, with its cookie and Origin).
+fn post(url: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut req = agent().post(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    reply(req.send_empty())
+}
+
 /// A sign-in begun at a gateway: where the browser is sent, and its flow cookie.
 struct Begun {
     authorize: String,
@@ -472,22 +481,60 @@ fn each_forged_or_replayed_answer_is_refused_with_its_own_code_and_a_rotated_key
     let terminal = stack
         .open_as(n, &alice_session, &cookie)
         .expect("alice's terminal opens with the provider's sign-in");
-    let r = get(
-        &stack.url(n, "/auth/logout"),
-        &[("Cookie", &cookie), ("Sec-Fetch-Site", "cross-site")],
-    );
-    assert_eq!(
-        (r.status, r.code()),
-        (403, "origin_not_allowed".into()),
+    let logout = stack.url(n, "/auth/logout");
+    for (origin, code) in [
+        (Some("http://evil.example"), "origin_not_allowed"),
+        (Some("null"), "origin_null"),
+        (None, "origin_missing"),
+    ] {
+        let mut headers = vec![("Cookie", cookie.as_str())];
+        headers.extend(origin.map(|o| ("Origin", o)));
+        let r = post(&logout, &headers);
+        assert_eq!(
+            (r.status, r.code()),
+            (403, code.into()),
+            "{origin:?}: {}",
+            r.body
+        );
+        assert!(r.cookie("termgate_session").is_none(), "nothing cleared");
+    }
+    // A GET — a link, an image, a redirect from any page of the site — signs nobody
+    // out: it shows a form that posts.
+    let asked = get(&logout, &[("Cookie", &cookie), ("Accept", "text/html")]);
+    assert_eq!(asked.status, 200, "{}", asked.body);
+    assert!(
+        asked
+            .body
+            .contains("<form id=\"sign-out-form\" method=\"post\" action=\"/auth/logout\">"),
         "{}",
-        r.body
+        asked.body
     );
-    assert!(r.cookie("termgate_session").is_none(), "nothing cleared");
-    // Bob signs out for real at the same gateway, which learns of it from control's
-    // feed, in order: once it refuses his cookie, a revocation of alice's sign-in made
-    // before would have reached it too.
-    let out = get(&stack.url(n, "/auth/logout"), &[("Cookie", &bob)]);
+    assert!(
+        asked.cookies.is_empty(),
+        "nothing cleared: {:?}",
+        asked.cookies
+    );
+    // Bob signs out for real at the same gateway (a form's POST, from its page), which
+    // learns of it from control's feed, in order: once it refuses his cookie, a
+    // revocation of alice's sign-in made before would have reached it too.
+    let origin = stack.origin(n);
+    let bob_asked = get(&logout, &[("Cookie", &bob)]);
+    assert_eq!(bob_asked.status, 200, "{}", bob_asked.body);
+    let out = post(
+        &logout,
+        &[
+            ("Cookie", &bob),
+            ("Origin", &origin),
+            ("Accept", "text/html"),
+        ],
+    );
     assert_eq!(out.status, 303, "bob's sign-out: {}", out.body);
+    assert!(
+        out.cookie_line("termgate_session")
+            .is_some_and(|l| l.contains("Max-Age=0")),
+        "the cookie is cleared: {:?}",
+        out.cookies
+    );
     wait_for("the gateway to refuse bob's signed-out cookie", T, || {
         let r = get(&stack.url(n, "/auth/session"), &[("Cookie", &bob)]);
         (r.status == 401).then_some(())
@@ -806,6 +853,75 @@ fn a_person_signs_in_with_the_provider_in_a_browser_opens_a_terminal_and_signs_o
             "the sign-in page",
         ),
     );
+
+    // Signed in again, a visit to /auth/logout (a link, a redirect) only asks; its
+    // form signs out and goes on to the provider.
+    ok(
+        "click the button again",
+        b.eval("document.getElementById('oidc-link').click()"),
+    );
+    ok(
+        "the provider's form again",
+        b.wait_js(
+            &format!("{at_provider} && !!document.querySelector('input[name=sub]')"),
+            T,
+            "the provider's sign-in form",
+        ),
+    );
+    ok(
+        "sign in at the provider again",
+        b.eval(
+            "const f = document.querySelector('input[name=sub]'); f.value = 'u-alice'; f.form.submit()",
+        ),
+    );
+    ok(
+        "signed in again",
+        b.wait_js(
+            "!document.getElementById('sessions').hidden",
+            T,
+            "alice's sessions",
+        ),
+    );
+    let again = browser_cookie(&mut b, &home, "termgate_session").expect("signed in again");
+    ok(
+        "visit /auth/logout",
+        b.navigate(&stack.url(n, "/auth/logout")),
+    );
+    ok(
+        "the page that asks",
+        b.wait_js(
+            "!!document.getElementById('sign-out-confirm')",
+            T,
+            "the sign-out form",
+        ),
+    );
+    ok(
+        "screenshot",
+        b.screenshot(&artifact("oidc-sign-out-asks.png")),
+    );
+    assert_eq!(
+        browser_cookie(&mut b, &home, "termgate_session").as_deref(),
+        Some(again.as_str()),
+        "visiting the page signs nobody out"
+    );
+    let still = format!("termgate_session={again}");
+    assert_eq!(whoami(&stack, n, &still)["sub"], json!("alice"));
+    ok(
+        "confirm",
+        b.eval("document.getElementById('sign-out-confirm').click()"),
+    );
+    ok(
+        "the provider's end of session, from the form",
+        b.wait_js(
+            &format!("{at_provider} && location.pathname === '/oauth2/end_session'"),
+            T,
+            "the provider's end_session page",
+        ),
+    );
+    assert!(browser_cookie(&mut b, &home, "termgate_session").is_none());
+    let copied = get(&stack.url(n, "/auth/session"), &[("Cookie", &still)]);
+    assert_eq!(copied.status, 401, "signed out: {}", copied.body);
+
     let gone = http(
         "DELETE",
         &stack.url(n, &format!("/api/sessions/{id}")),
