@@ -226,7 +226,8 @@ async function signOutOne(s) {
 async function signOutEverywhere() {
   try {
     const r = await call("DELETE", "/api/signins");
-    say("Signed out everywhere (" + r.signed_out + (r.signed_out === 1 ? " sign-in)." : " sign-ins)."));
+    say("Signed out everywhere (" + r.signed_out + (r.signed_out === 1 ? " sign-in" : " sign-ins") +
+      "). Every sign-in link and token of yours issued until now no longer works: ask for a new link to sign in again.");
     showSignIn();
   } catch (e) {
     say(e.message, true);

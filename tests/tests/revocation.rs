@@ -138,11 +138,39 @@ fn users_list_their_sign_ins_and_sign_out_everywhere_and_admins_end_anyones() {
     let all = browser(&stack, b, "DELETE", "/api/signins", &second);
     assert_eq!(all.status, 200, "{}", all.text);
     assert_eq!(all.body["signed_out"], json!(2));
+    let link_iat = claims_of(&link)["iat"].as_u64().unwrap();
+    assert!(
+        all.body["tokens_issued_before"]
+            .as_u64()
+            .is_some_and(|t| t > link_iat),
+        "the answer says which tokens went: {}",
+        all.text
+    );
     for n in [0, b] {
         until_cookie_status(&stack, n, &first, 401);
         until_cookie_status(&stack, n, &second, 401);
     }
     assert_eq!(browser(&stack, 0, "GET", "/api/sessions", &bob).status, 200);
+    // The link those sign-ins came from goes too: it neither signs in again nor calls
+    // the API, on either gateway, and closes what it opened.
+    for n in [0, b] {
+        wait_for(&format!("gateway {n} refusing the link"), PROMISED, || {
+            (bearer(&stack, n, "GET", "/api/sessions", &link).status == 401).then_some(())
+        });
+        let again = e2e::stack::http(
+            "POST",
+            &stack.url(n, "/auth/session"),
+            None,
+            Some(&json!({"token": link})),
+        )
+        .unwrap();
+        assert_eq!(again.status, 401, "the link signs in again: {}", again.text);
+    }
+    assert_eq!(
+        bearer(&stack, 0, "GET", "/api/sessions", &bob_link).status,
+        200,
+        "another user's link stays"
+    );
 
     // An admin lists bob's and ends the one by its id.
     let admin = stack.control.token("root", true);

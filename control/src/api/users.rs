@@ -72,8 +72,14 @@ pub(super) async fn sign_ins(
             Ok(json(200, &SignIns { signins: views }))
         }
         ([], Method::DELETE) => {
-            let n = control.sign_out_all(&who, whose.as_ref())?;
-            Ok(json(200, &SignedOut { signed_out: n }))
+            let (n, before) = control.sign_out_all(&who, whose.as_ref())?;
+            Ok(json(
+                200,
+                &SignedOut {
+                    signed_out: n,
+                    tokens_issued_before: before,
+                },
+            ))
         }
         (["current"], Method::DELETE) => {
             control.sign_out_current(&who, &token)?;

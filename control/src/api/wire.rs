@@ -199,10 +199,13 @@ pub struct SignIns<'a> {
     pub(super) signins: Vec<SignInView<'a>>,
 }
 
-/// `DELETE /v1/signins`: how many sign-ins were signed out.
+/// `DELETE /v1/signins`: how many sign-ins were signed out, and the time (seconds since
+/// the Unix epoch) before which every token of the user, sign-in links included, is
+/// revoked.
 #[derive(Debug, Serialize)]
 pub struct SignedOut {
     pub(super) signed_out: usize,
+    pub(super) tokens_issued_before: u64,
 }
 
 /// `GET /v1/revocations`: the revocations in force.
