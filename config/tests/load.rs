@@ -967,6 +967,37 @@ fn oidc_mistakes_are_refused_naming_their_keys() {
 }
 
 #[test]
+fn the_target_credentials_dir_is_an_existing_directory_outside_the_kernels_views() {
+    let dir = secrets_dir();
+    std::fs::create_dir(dir.path().join("creds")).unwrap();
+    std::os::unix::fs::symlink("/proc/self", dir.path().join("kernel")).unwrap();
+    let base = "[auth]\naudience = \"a\"\nhs256_secret_file = \"secrets/hs256.key\"\n[profiles.p]\nimage = \"i\"\n";
+    let with = |d: &str| {
+        load_from_str(
+            base,
+            dir.path(),
+            env(&[("TERMGATE__GATEWAY__TARGET_CREDENTIALS_DIR", d)]),
+        )
+    };
+    let c = with("creds").expect("a directory beside the configuration");
+    assert_eq!(c.target_credentials_dir(), Some(dir.path().join("creds")));
+    for bad in [
+        "/",
+        "/proc/self",
+        "/dev/shm",
+        "missing",
+        "secrets/hs256.key",
+        "kernel",
+    ] {
+        let e = with(bad).unwrap_err();
+        assert!(
+            format!("{e}").contains("gateway.target_credentials_dir:"),
+            "{bad}: {e}"
+        );
+    }
+}
+
+#[test]
 fn recording_keys_are_checked_by_name() {
     let e = load_text(
         EXAMPLE,

@@ -66,6 +66,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("gateway.pid_file", "\"gateway.pid\""),
     ("gateway.recordings_dir", "\"recordings-spool\""),
     ("gateway.player_dir", ""),
+    ("gateway.target_credentials_dir", ""),
     ("gateway.recording_queue", "256"),
     ("gateway.recordings_spool_max_bytes", "1073741824"),
     ("control.listen", "\"127.0.0.1:7070\""),
