@@ -928,6 +928,28 @@ fn oidc_mistakes_are_refused_naming_their_keys() {
         let e = load_from_str(&text, dir.path(), Vec::new()).unwrap_err();
         assert!(format!("{e}").contains(&format!("{key}:")), "{key}: {e}");
     }
+    // A claim the user or the provider's admins can change is the user name only by
+    // an explicit opt-in; `sub`, the default, needs none.
+    let mutable = good.replace(
+        "client_id = \"c\"",
+        "client_id = \"c\"\nsub_claim = \"preferred_username\"",
+    );
+    let e = load_from_str(&format!("{base}{mutable}"), dir.path(), Vec::new()).unwrap_err();
+    assert!(
+        format!("{e}").contains("auth.oidc.sub_claim:")
+            && format!("{e}").contains("auth.oidc.allow_mutable_sub_claim"),
+        "{e}"
+    );
+    let opted_in = mutable.replace("sub_claim", "allow_mutable_sub_claim = true\nsub_claim");
+    let c = load_from_str(&format!("{base}{opted_in}"), dir.path(), Vec::new())
+        .expect("a mutable claim with the opt-in");
+    let o = c.auth.oidc.as_ref().unwrap();
+    assert_eq!(o.sub_claim, "preferred_username");
+    let plain = good.replace(
+        "client_id = \"c\"",
+        "client_id = \"c\"\nsub_claim = \"sub\"",
+    );
+    load_from_str(&format!("{base}{plain}"), dir.path(), Vec::new()).expect("sub needs no opt-in");
     // Sessions need a key the gateway signs with: public keys alone are not one.
     std::fs::write(
         dir.path().join("secrets/pub.pem"),
@@ -942,6 +964,37 @@ fn oidc_mistakes_are_refused_naming_their_keys() {
         format!("{e}").contains("auth.oidc: the gateway signs"),
         "{e}"
     );
+}
+
+#[test]
+fn the_target_credentials_dir_is_an_existing_directory_outside_the_kernels_views() {
+    let dir = secrets_dir();
+    std::fs::create_dir(dir.path().join("creds")).unwrap();
+    std::os::unix::fs::symlink("/proc/self", dir.path().join("kernel")).unwrap();
+    let base = "[auth]\naudience = \"a\"\nhs256_secret_file = \"secrets/hs256.key\"\n[profiles.p]\nimage = \"i\"\n";
+    let with = |d: &str| {
+        load_from_str(
+            base,
+            dir.path(),
+            env(&[("TERMGATE__GATEWAY__TARGET_CREDENTIALS_DIR", d)]),
+        )
+    };
+    let c = with("creds").expect("a directory beside the configuration");
+    assert_eq!(c.target_credentials_dir(), Some(dir.path().join("creds")));
+    for bad in [
+        "/",
+        "/proc/self",
+        "/dev/shm",
+        "missing",
+        "secrets/hs256.key",
+        "kernel",
+    ] {
+        let e = with(bad).unwrap_err();
+        assert!(
+            format!("{e}").contains("gateway.target_credentials_dir:"),
+            "{bad}: {e}"
+        );
+    }
 }
 
 #[test]

@@ -181,7 +181,8 @@ async function signOutAll() {
   if (!sub) return;
   try {
     const r = await call("DELETE", "/api/signins?sub=" + encodeURIComponent(sub));
-    say("Signed " + sub + " out everywhere (" + r.signed_out + ").");
+    say("Signed " + sub + " out everywhere (" + r.signed_out + (r.signed_out === 1 ? " sign-in" : " sign-ins") +
+      "), and revoked every sign-in link and token of " + sub + " issued until " + when(r.tokens_issued_before) + ".");
   } catch (e) {
     say(e.message, true);
   }

@@ -226,7 +226,8 @@ async function signOutOne(s) {
 async function signOutEverywhere() {
   try {
     const r = await call("DELETE", "/api/signins");
-    say("Signed out everywhere (" + r.signed_out + (r.signed_out === 1 ? " sign-in)." : " sign-ins)."));
+    say("Signed out everywhere (" + r.signed_out + (r.signed_out === 1 ? " sign-in" : " sign-ins") +
+      "). Every sign-in link and token of yours issued until now no longer works: ask for a new link to sign in again.");
     showSignIn();
   } catch (e) {
     say(e.message, true);
@@ -752,8 +753,16 @@ async function start() {
       provider = await request("GET", "/auth/providers").then((p) => p.oidc, () => null);
     }
     if (provider) {
-      // Clears the session here, then ends it at the provider too.
-      location.href = "/auth/logout";
+      // Signs out here (a POST: no link or other page can sign anyone out), then the
+      // browser goes on to end the session at the provider too.
+      let out;
+      try {
+        out = await call("POST", "/auth/logout");
+      } catch (e) {
+        say(e.message, true);
+        return;
+      }
+      location.href = out.location;
       return;
     }
     try {

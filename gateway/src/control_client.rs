@@ -22,7 +22,8 @@ use crate::terminals::Elsewhere;
 #[error("control unavailable: {0}")]
 pub struct Unavailable(pub String);
 
-/// What a gateway says of a sign-in it made (control's `SignInReport`).
+/// What a gateway says of a sign-in it made (control's `SignInReport`), without the
+/// sign-in's token ([`ControlClient::record_sign_in`] adds it).
 #[derive(Debug, serde::Serialize)]
 pub struct SignInReport<'a> {
     /// `token` or `oidc`.
@@ -131,16 +132,24 @@ impl ControlClient {
         }
     }
 
-    /// Records a sign-in this gateway just made (`POST /v1/signins`), presenting the
-    /// sign-in's own token: control takes who and until when from it.
+    /// Records a sign-in this gateway just made (`POST /v1/signins`) with the service
+    /// token, which alone may record one; the sign-in's own token goes in the body, and
+    /// control takes who and until when from it.
     pub async fn record_sign_in(
         &self,
         token: &str,
         report: &SignInReport<'_>,
     ) -> Result<(), Unavailable> {
-        let body = serde_json::to_vec(report).map_err(|e| Unavailable(e.to_string()))?;
+        #[derive(serde::Serialize)]
+        struct Record<'a> {
+            token: &'a str,
+            #[serde(flatten)]
+            report: &'a SignInReport<'a>,
+        }
+        let body = serde_json::to_vec(&Record { token, report })
+            .map_err(|e| Unavailable(e.to_string()))?;
         let req = Request::post(format!("{}/v1/signins", self.base))
-            .header(AUTHORIZATION, format!("Bearer {token}"))
+            .header(AUTHORIZATION, &self.bearer)
             .header(CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| Unavailable(e.to_string()))?;

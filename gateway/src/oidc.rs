@@ -144,6 +144,13 @@ impl Oidc {
             .as_ref()
             .ok_or_else(|| anyhow::anyhow!("auth.oidc: no key to sign sessions with"))?;
         let sealer = FlowSealer::new(key.expose())?;
+        if policy::oidc::is_mutable_claim(&o.sub_claim) {
+            // Validation let it through only with auth.oidc.allow_mutable_sub_claim.
+            tracing::warn!(
+                sub_claim = %o.sub_claim,
+                "auth.oidc.sub_claim is not the provider's \"sub\" (auth.oidc.allow_mutable_sub_claim = true): whoever can set this claim at the provider chooses which termgate user they are"
+            );
+        }
         let rules = SignInRules {
             sub_claim: o.sub_claim.clone(),
             admin_claim: o.admin_claim.clone(),

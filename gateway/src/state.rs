@@ -100,7 +100,7 @@ impl Gateway {
                 .as_ref()
                 .map(|dir| crate::ui::Player::load(&config.resolve(dir)))
                 .transpose()?,
-            target_credentials: TargetCredentials::default(),
+            target_credentials: TargetCredentials::from_config(&config),
             oidc: crate::oidc::Oidc::from_config(&config)?,
             signer: config.signer(),
             recordings: Arc::new(

@@ -74,6 +74,26 @@ const RECORDING_PAGE: Asset = Asset {
     body: include_bytes!("../assets/recording.html"),
 };
 
+/// The page `GET /auth/logout` answers: a form that posts to sign out, no script.
+const SIGN_OUT_PAGE: Asset = Asset {
+    name: "sign-out",
+    content_type: "text/html; charset=utf-8",
+    body: include_bytes!("../assets/sign-out.html"),
+};
+
+/// Content-Security-Policy of the sign-out page: nothing runs, nothing loads but the
+/// style sheet. No `form-action`: its one form's answer sends the browser on to the
+/// provider's end of session, a redirect `form-action 'self'` would block.
+const SIGN_OUT_CSP: &str =
+    "default-src 'none'; style-src 'self'; img-src data:; frame-ancestors 'none'; base-uri 'none'";
+
+/// Referrer policy of every page but the sign-out page: nothing leaves.
+const NO_REFERRER: &str = "no-referrer";
+
+/// Referrer policy of the sign-out page: its form's POST must carry this origin in
+/// `Origin` (under `no-referrer` a browser sends `Origin: null`, which is refused).
+const SAME_ORIGIN_REFERRER: &str = "same-origin";
+
 /// Content-Security-Policy of the page: no inline script, nothing from elsewhere.
 ///
 /// `'wasm-unsafe-eval'` lets the recordings player (`/assets/player.js`, served from
@@ -144,6 +164,18 @@ pub async fn serve_recording(session: &mut Session) -> Result<bool> {
     write(session, &RECORDING_PAGE).await
 }
 
+/// Serves the page that asks to sign out; it signs nobody out itself.
+pub async fn serve_sign_out(session: &mut Session) -> Result<bool> {
+    write_with(
+        session,
+        SIGN_OUT_PAGE.content_type,
+        Bytes::from_static(SIGN_OUT_PAGE.body),
+        SIGN_OUT_CSP,
+        SAME_ORIGIN_REFERRER,
+    )
+    .await
+}
+
 /// Serves the admin console's page (the caller checked that the user is an admin).
 pub async fn serve_admin(session: &mut Session) -> Result<bool> {
     write(session, &ADMIN_PAGE).await
@@ -154,12 +186,22 @@ async fn write(session: &mut Session, asset: &Asset) -> Result<bool> {
 }
 
 async fn write_body(session: &mut Session, content_type: &str, body: Bytes) -> Result<bool> {
+    write_with(session, content_type, body, CSP, NO_REFERRER).await
+}
+
+async fn write_with(
+    session: &mut Session,
+    content_type: &str,
+    body: Bytes,
+    csp: &str,
+    referrer_policy: &str,
+) -> Result<bool> {
     let mut h = ResponseHeader::build(200, Some(8))?;
     h.insert_header("Content-Type", content_type)?;
     h.insert_header("Content-Length", body.len().to_string())?;
-    h.insert_header("Content-Security-Policy", CSP)?;
+    h.insert_header("Content-Security-Policy", csp)?;
     h.insert_header("X-Content-Type-Options", "nosniff")?;
-    h.insert_header("Referrer-Policy", "no-referrer")?;
+    h.insert_header("Referrer-Policy", referrer_policy)?;
     h.insert_header("X-Frame-Options", "DENY")?;
     h.insert_header("Cache-Control", "no-cache")?;
     session.write_response_header(Box::new(h), false).await?;

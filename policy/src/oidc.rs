@@ -12,9 +12,11 @@
 //! - the ID token's claims after its signature verified ([`check_id_token`]): `iss`,
 //!   `aud` containing the client (and `azp` equal to it when several audiences), `exp`,
 //!   `iat`, `nonce`;
-//! - who the user becomes ([`SignInRules::grant`]): `sub` from the configured claim,
-//!   admin from a claim's value, allowed e-mail domains and groups, and a session that
-//!   ends no later than the ID token.
+//! - who the user becomes ([`SignInRules::grant`]): `sub` from the configured claim (the
+//!   provider's own `sub` unless the configuration opted in to a claim people can change,
+//!   [`is_mutable_claim`]; `email` only when the provider says it verified it), admin
+//!   from a claim's value, allowed e-mail domains and groups, and a session that ends no
+//!   later than the ID token.
 //!
 //! Every refusal is an [`OidcError`] with a stable code, answered as a
 //! [`Refusal`].
@@ -77,6 +79,10 @@ pub enum OidcError {
     /// The claim configured as the user name is missing or not a valid user name.
     #[error("the claim {0:?} is missing or not a valid user name (1-128 of A-Z a-z 0-9 . _ @ -)")]
     BadSubject(String),
+    /// The user name is the `email` claim and the provider does not say it verified the
+    /// address (`email_verified` absent or not `true`).
+    #[error("the identity provider has not verified this account's e-mail address, which would be its user name here")]
+    EmailUnverified,
     /// The user's e-mail domain or groups are not allowed here.
     #[error("this account is not allowed here: {0}")]
     NotAllowed(&'static str),
@@ -106,6 +112,7 @@ impl OidcError {
             OidcError::NonceMismatch => Refusal::OIDC_NONCE_MISMATCH,
             OidcError::Expired => Refusal::OIDC_ID_TOKEN_EXPIRED,
             OidcError::BadSubject(_) => Refusal::OIDC_BAD_SUBJECT,
+            OidcError::EmailUnverified => Refusal::OIDC_EMAIL_UNVERIFIED,
             OidcError::NotAllowed(_) => Refusal::OIDC_NOT_ALLOWED,
             OidcError::ProviderUnavailable(_) => Refusal::OIDC_PROVIDER_UNAVAILABLE,
         }
@@ -336,10 +343,23 @@ pub fn check_id_token(
     }
 }
 
+/// The claim that names the provider's user for good: its `sub`, which the provider
+/// never reassigns and its users never choose.
+pub const STABLE_CLAIM: &str = "sub";
+
+/// Whether a claim other than the provider's `sub` would name the termgate user:
+/// `preferred_username`, `email`, `upn`, … are claims a user (a profile page, a
+/// self-service sign-up) or the provider's administrators can set, so whoever sets one to
+/// `alice` becomes alice here. The configuration takes one only with an explicit opt-in.
+pub fn is_mutable_claim(claim: &str) -> bool {
+    claim != STABLE_CLAIM
+}
+
 /// Who may sign in and who they become.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignInRules {
-    /// The claim that becomes termgate's `sub`.
+    /// The claim that becomes termgate's `sub`: [`STABLE_CLAIM`] unless the
+    /// configuration opted in to another; `email` only with `email_verified: true`.
     pub sub_claim: String,
     /// A claim (string or array of strings) whose value grants admin.
     pub admin_claim: Option<String>,
@@ -393,6 +413,11 @@ impl SignInRules {
             .and_then(Value::as_str)
             .and_then(Sub::parse)
             .ok_or_else(|| OidcError::BadSubject(self.sub_claim.clone()))?;
+        if self.sub_claim == "email" && claims.get("email_verified") != Some(&Value::Bool(true)) {
+            // The address names the user: one the provider did not check is one anybody
+            // could have typed.
+            return Err(OidcError::EmailUnverified);
+        }
         if !self.allowed_email_domains.is_empty() {
             let email = claims.get("email").and_then(Value::as_str).unwrap_or("");
             // A provider that lets users type any address marks it unverified.

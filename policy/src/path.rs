@@ -85,7 +85,8 @@ pub enum OidcStep {
     Login,
     /// `/auth/callback`: the provider's answer.
     Callback,
-    /// `/auth/logout`: clears the session, then the provider's end of session.
+    /// `/auth/logout`: a POST (from an allowed Origin) clears the session, then the
+    /// provider's end of session; a GET only shows a form that posts.
     Logout,
 }
 

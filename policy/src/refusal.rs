@@ -346,6 +346,12 @@ impl Refusal {
         "oidc_bad_subject",
         "the identity provider did not name a valid user",
     );
+    /// The user name would be an e-mail address the provider has not verified.
+    pub const OIDC_EMAIL_UNVERIFIED: Refusal = refusal(
+        403,
+        "oidc_email_unverified",
+        "the identity provider has not verified this account's e-mail address",
+    );
     /// The account's domain or groups are not allowed.
     pub const OIDC_NOT_ALLOWED: Refusal =
         refusal(403, "oidc_not_allowed", "this account may not sign in here");

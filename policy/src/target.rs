@@ -1,6 +1,8 @@
 //! Targets: existing ttyds that termgate fronts but does not run (design §7). One check
 //! of a target's definition, shared by the configuration (`[[targets]]`) and control's
-//! API (`POST /v1/targets`), so both refuse the same things with the same words.
+//! API (`POST /v1/targets`), so both refuse the same things with the same words; and
+//! which credential file a target registered through the API may have the gateway read
+//! and send ([`credential_file_ok`]).
 
 use crate::feed::{TargetCredential, TtydAddress};
 use crate::identity::Sub;
@@ -109,9 +111,119 @@ impl TargetDefinition<'_> {
     }
 }
 
+/// The kernel's views of processes, devices and the system: nothing under them is a
+/// credential, and `/proc/self/environ` holds the gateway's own environment.
+const KERNEL_PATHS: &[&str] = &["/proc", "/sys", "/dev"];
+
+/// Whether `dir` may hold the credential files of targets registered through the API
+/// (`gateway.target_credentials_dir`, resolved): a clean absolute path, not `/`, not at
+/// or under `/proc`, `/sys` or `/dev`.
+pub fn credentials_dir_ok(dir: &str) -> Result<(), &'static str> {
+    if !clean_absolute(dir) {
+        return Err("must be a plain absolute path (no . or .. segments)");
+    }
+    if dir == "/" {
+        return Err("must not be /: every file would be a credential");
+    }
+    if under_kernel_path(dir) {
+        return Err("must not be at or under /proc, /sys or /dev");
+    }
+    Ok(())
+}
+
+/// Whether the gateway may read the credential file of a target registered through
+/// the API and send it to the target's upstream, which that admin chose: only a file
+/// whose resolved path (symbolic links followed, `realpath`) is inside the resolved
+/// `gateway.target_credentials_dir`, never at or under `/proc`, `/sys` or `/dev`.
+/// Without that directory, such targets have no `basic_file` at all. (Targets of the
+/// configuration are the operator's own, and read as configured.)
+pub fn credential_file_ok(resolved: &str, dir: Option<&str>) -> Result<(), &'static str> {
+    let Some(dir) = dir else {
+        return Err("targets registered through the API may use basic_file only inside gateway.target_credentials_dir, which is not set");
+    };
+    credentials_dir_ok(dir)
+        .map_err(|_| "gateway.target_credentials_dir is not a directory credentials may be in")?;
+    if !clean_absolute(resolved) {
+        return Err("must resolve to a plain absolute path");
+    }
+    if under_kernel_path(resolved) {
+        return Err("resolves under /proc, /sys or /dev");
+    }
+    match resolved.strip_prefix(dir.trim_end_matches('/')) {
+        Some(rest) if rest.len() > 1 && rest.starts_with('/') => Ok(()),
+        _ => Err("resolves outside gateway.target_credentials_dir"),
+    }
+}
+
+fn clean_absolute(p: &str) -> bool {
+    p == "/"
+        || (p.starts_with('/')
+            && p[1..]
+                .trim_end_matches('/')
+                .split('/')
+                .all(|s| !s.is_empty() && s != "." && s != ".."))
+}
+
+fn under_kernel_path(p: &str) -> bool {
+    KERNEL_PATHS
+        .iter()
+        .any(|k| p == *k || p.strip_prefix(k).is_some_and(|rest| rest.starts_with('/')))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runtime_credential_file_is_read_only_inside_the_directory_and_never_from_the_kernel() {
+        let dir = Some("/etc/termgate/targets");
+        assert_eq!(
+            credential_file_ok("/etc/termgate/targets/build.cred", dir),
+            Ok(())
+        );
+        assert_eq!(
+            credential_file_ok("/etc/termgate/targets/team/build.cred", dir),
+            Ok(())
+        );
+        assert_eq!(
+            credential_file_ok("/etc/termgate/targets/", Some("/etc/termgate/targets/")),
+            Err("resolves outside gateway.target_credentials_dir")
+        );
+        for outside in [
+            "/etc/termgate/targets",
+            "/etc/termgate/targets-old/build.cred",
+            "/etc/termgate/hs256.key",
+            "/etc/shadow",
+        ] {
+            assert_eq!(
+                credential_file_ok(outside, dir),
+                Err("resolves outside gateway.target_credentials_dir"),
+                "{outside}"
+            );
+        }
+        for kernel in ["/proc/self/environ", "/proc", "/sys/kernel/x", "/dev/mem"] {
+            assert_eq!(
+                credential_file_ok(kernel, dir),
+                Err("resolves under /proc, /sys or /dev"),
+                "{kernel}"
+            );
+        }
+        assert!(credential_file_ok("/procfs/x", Some("/procfs")).is_ok());
+        for unclean in ["relative", "/etc/termgate/targets/../hs256.key", "/a//b"] {
+            assert!(credential_file_ok(unclean, dir).is_err(), "{unclean}");
+        }
+        assert!(credential_file_ok("/etc/termgate/targets/x", None)
+            .unwrap_err()
+            .contains("gateway.target_credentials_dir"));
+        for bad_dir in ["/", "/proc", "/proc/self", "/dev/shm", "rel", "/a/../b"] {
+            assert!(credentials_dir_ok(bad_dir).is_err(), "{bad_dir}");
+            assert!(
+                credential_file_ok(&format!("{bad_dir}/x"), Some(bad_dir)).is_err(),
+                "{bad_dir}"
+            );
+        }
+        assert_eq!(credentials_dir_ok("/srv/termgate/targets"), Ok(()));
+    }
 
     fn def<'a>(users: &'a [String], roles: &'a [String]) -> TargetDefinition<'a> {
         TargetDefinition {

@@ -646,6 +646,9 @@ pub struct GatewayStack {
     /// The `gateway.player_dir` of the gateways started from now on ([`player_dir`]
     /// at first; `None`: no player).
     pub player_dir: Option<PathBuf>,
+    /// Environment every gateway started here gets, as control got it
+    /// ([`GatewayStack::start_with_env`]).
+    shared_env: Vec<(String, String)>,
 }
 
 impl GatewayStack {
@@ -659,8 +662,31 @@ impl GatewayStack {
         Self::start_inner(extra, true)
     }
 
+    /// Like [`GatewayStack::start`], with `env` set for control and for every gateway
+    /// (keys both read, such as `gateway.target_credentials_dir`).
+    pub fn start_with_env(extra: &str, env: &[(&str, &str)]) -> GatewayStack {
+        let mut control = ControlStack::prepare(extra);
+        for (k, v) in env {
+            control.set_env(k, v);
+        }
+        control.spawn(&[]);
+        let shared = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Self::around(control, false, shared)
+    }
+
     fn start_inner(extra: &str, viewers: bool) -> GatewayStack {
-        let control = ControlStack::start(extra);
+        Self::around(ControlStack::start(extra), viewers, Vec::new())
+    }
+
+    /// Starts the ttyd pools and one gateway around a running control.
+    fn around(
+        control: ControlStack,
+        viewers: bool,
+        shared_env: Vec<(String, String)>,
+    ) -> GatewayStack {
         let ttyd = crate::ttyd::TtydPool::start_for(&control.instance);
         let counter = crate::ttyd::CountingProxy::start(ttyd.target());
         let upstream_socket = counter.socket_path().to_path_buf();
@@ -674,6 +700,7 @@ impl GatewayStack {
             upstream_socket,
             certs: None,
             player_dir: player_dir(),
+            shared_env,
         };
         s.certs =
             tls_mode().then(|| crate::tls::SelfSigned::generate(s.control.dir.dir.path(), "stack"));
@@ -699,6 +726,7 @@ impl GatewayStack {
             upstream_socket,
             certs: None,
             player_dir: player_dir(),
+            shared_env: Vec::new(),
         };
         s.certs =
             tls_mode().then(|| crate::tls::SelfSigned::generate(s.control.dir.dir.path(), "stack"));
@@ -793,6 +821,9 @@ impl GatewayStack {
             cmd.env("TERMGATE__GATEWAY__PLAYER_DIR", dir);
         }
         cmd.args(args);
+        for (k, v) in &self.shared_env {
+            cmd.env(k, v);
+        }
         for (k, v) in extra_env {
             cmd.env(k, v);
         }

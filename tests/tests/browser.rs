@@ -1291,7 +1291,8 @@ fn the_page_lists_sign_ins_signs_one_out_says_when_a_sign_out_failed_and_signs_o
         "the sign-in form after signing out everywhere",
         b.wait_js(
             "!document.getElementById('sign-in').hidden \
-             && document.getElementById('status').textContent.startsWith('Signed out everywhere')",
+             && document.getElementById('status').textContent.startsWith('Signed out everywhere') \
+             && document.getElementById('status').textContent.includes('sign-in link and token of yours')",
             T,
             "the sign-in form",
         ),

@@ -120,8 +120,18 @@ impl Drop for Provider {
     }
 }
 
-/// `[auth.oidc]` for `provider`; each gateway gets its own `redirect_url`.
+/// `[auth.oidc]` for `provider`, the user named by its `preferred_username` (the test
+/// provider lets nobody change it; a real one may: hence the opt-in); each gateway gets
+/// its own `redirect_url`.
 fn oidc_config(provider: &Provider) -> String {
+    oidc_config_naming(
+        provider,
+        "sub_claim = \"preferred_username\"\nallow_mutable_sub_claim = true",
+    )
+}
+
+/// `[auth.oidc]` for `provider` with `naming` (the user-name keys; empty: the defaults).
+fn oidc_config_naming(provider: &Provider, naming: &str) -> String {
     format!(
         r#"
 [auth.oidc]
@@ -129,7 +139,7 @@ issuer = "{}"
 client_id = "termgate"
 client_secret_file = "secrets/service.token"
 redirect_url = "http://127.0.0.1:1/auth/callback"
-sub_claim = "preferred_username"
+{naming}
 admin_claim = "groups"
 admin_values = ["ops"]
 display_name = "Test IdP"
@@ -137,6 +147,18 @@ timeout_ms = 5000
 "#,
         provider.issuer()
     )
+}
+
+/// Sets the claims of the provider's user `sub`, as a user editing their own profile, or
+/// signing up with any address, would at a provider that lets them.
+fn set_claims(provider: &Provider, sub: &str, claims: Value) {
+    let r = reply(
+        agent()
+            .put(&format!("{}/users/{sub}", provider.issuer()))
+            .header("Content-Type", "application/json")
+            .send(claims.to_string()),
+    );
+    assert_eq!(r.status, 204, "set the claims of {sub}: {}", r.body);
 }
 
 /// Starts a gateway whose `redirect_url` is its own callback (and `env` on top); its
@@ -231,6 +253,15 @@ fn get(url: &str, headers: &[(&str, &str)]) -> Reply {
         req = req.header(*k, *v);
     }
     reply(req.call())
+}
+
+/// A bodiless POST with `headers` (a form's or the page's, with its cookie and Origin).
+fn post(url: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut req = agent().post(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    reply(req.send_empty())
 }
 
 /// A sign-in begun at a gateway: where the browser is sent, and its flow cookie.
@@ -450,22 +481,60 @@ fn each_forged_or_replayed_answer_is_refused_with_its_own_code_and_a_rotated_key
     let terminal = stack
         .open_as(n, &alice_session, &cookie)
         .expect("alice's terminal opens with the provider's sign-in");
-    let r = get(
-        &stack.url(n, "/auth/logout"),
-        &[("Cookie", &cookie), ("Sec-Fetch-Site", "cross-site")],
-    );
-    assert_eq!(
-        (r.status, r.code()),
-        (403, "origin_not_allowed".into()),
+    let logout = stack.url(n, "/auth/logout");
+    for (origin, code) in [
+        (Some("http://evil.example"), "origin_not_allowed"),
+        (Some("null"), "origin_null"),
+        (None, "origin_missing"),
+    ] {
+        let mut headers = vec![("Cookie", cookie.as_str())];
+        headers.extend(origin.map(|o| ("Origin", o)));
+        let r = post(&logout, &headers);
+        assert_eq!(
+            (r.status, r.code()),
+            (403, code.into()),
+            "{origin:?}: {}",
+            r.body
+        );
+        assert!(r.cookie("termgate_session").is_none(), "nothing cleared");
+    }
+    // A GET — a link, an image, a redirect from any page of the site — signs nobody
+    // out: it shows a form that posts.
+    let asked = get(&logout, &[("Cookie", &cookie), ("Accept", "text/html")]);
+    assert_eq!(asked.status, 200, "{}", asked.body);
+    assert!(
+        asked
+            .body
+            .contains("<form id=\"sign-out-form\" method=\"post\" action=\"/auth/logout\">"),
         "{}",
-        r.body
+        asked.body
     );
-    assert!(r.cookie("termgate_session").is_none(), "nothing cleared");
-    // Bob signs out for real at the same gateway, which learns of it from control's
-    // feed, in order: once it refuses his cookie, a revocation of alice's sign-in made
-    // before would have reached it too.
-    let out = get(&stack.url(n, "/auth/logout"), &[("Cookie", &bob)]);
+    assert!(
+        asked.cookies.is_empty(),
+        "nothing cleared: {:?}",
+        asked.cookies
+    );
+    // Bob signs out for real at the same gateway (a form's POST, from its page), which
+    // learns of it from control's feed, in order: once it refuses his cookie, a
+    // revocation of alice's sign-in made before would have reached it too.
+    let origin = stack.origin(n);
+    let bob_asked = get(&logout, &[("Cookie", &bob)]);
+    assert_eq!(bob_asked.status, 200, "{}", bob_asked.body);
+    let out = post(
+        &logout,
+        &[
+            ("Cookie", &bob),
+            ("Origin", &origin),
+            ("Accept", "text/html"),
+        ],
+    );
     assert_eq!(out.status, 303, "bob's sign-out: {}", out.body);
+    assert!(
+        out.cookie_line("termgate_session")
+            .is_some_and(|l| l.contains("Max-Age=0")),
+        "the cookie is cleared: {:?}",
+        out.cookies
+    );
     wait_for("the gateway to refuse bob's signed-out cookie", T, || {
         let r = get(&stack.url(n, "/auth/session"), &[("Cookie", &bob)]);
         (r.status == 401).then_some(())
@@ -536,6 +605,71 @@ fn each_forged_or_replayed_answer_is_refused_with_its_own_code_and_a_rotated_key
             .log_text()
             .contains("fetching the provider's keys again"),
         "the gateway fetched the new keys"
+    );
+}
+
+#[test]
+fn the_user_is_the_providers_sub_and_a_chosen_name_or_unverified_email_is_nobody_else() {
+    let provider = Provider::start(&[]);
+    // At the provider, mallory names herself alice: her readable claims are hers to set.
+    set_claims(
+        &provider,
+        "u-mallory",
+        json!({"preferred_username": "alice", "email": "alice@example.com"}),
+    );
+    set_claims(
+        &provider,
+        "u-carol",
+        json!({"email": "carol@example.com", "email_verified": true}),
+    );
+    let mut stack = GatewayStack::start(&oidc_config_naming(&provider, ""));
+    let n = oidc_gateway(&mut stack, &[]);
+    let signed_in_as = |stack: &GatewayStack, n: usize, sub: &str| {
+        let (r, _, _) = sign_in(stack, n, sub);
+        assert_eq!(r.status, 303, "{sub}'s sign-in: {}", r.body);
+        let cookie = format!("termgate_session={}", r.cookie("termgate_session").unwrap());
+        whoami(stack, n, &cookie)["sub"].clone()
+    };
+
+    // By default the user is the provider's `sub`, whatever the other claims say.
+    assert_eq!(signed_in_as(&stack, n, "u-mallory"), json!("u-mallory"));
+    assert_eq!(signed_in_as(&stack, n, "u-alice"), json!("u-alice"));
+    assert!(
+        !stack.gateways[n]
+            .log_text()
+            .contains("allow_mutable_sub_claim"),
+        "no warning without the opt-in"
+    );
+
+    // The e-mail address as the user name, opted in: the gateway warns at start, and an
+    // address the provider did not verify names nobody.
+    let m = oidc_gateway(
+        &mut stack,
+        &[
+            ("TERMGATE__AUTH__OIDC__SUB_CLAIM", "email"),
+            ("TERMGATE__AUTH__OIDC__ALLOW_MUTABLE_SUB_CLAIM", "true"),
+        ],
+    );
+    let log = stack.gateways[m].log_text();
+    assert!(
+        log.contains("WARN") && log.contains("allow_mutable_sub_claim"),
+        "the opt-in is warned about at start: {log}"
+    );
+    for unverified in ["u-mallory", "bob@example.com"] {
+        // `bob@example.com` is a new account at the provider, which takes the address
+        // typed as its `email`, unverified.
+        let (r, _, _) = sign_in(&stack, m, unverified);
+        assert_eq!(
+            (r.status, r.code()),
+            (403, "oidc_email_unverified".into()),
+            "{unverified}: {}",
+            r.body
+        );
+        assert!(r.cookie("termgate_session").is_none());
+    }
+    assert_eq!(
+        signed_in_as(&stack, m, "u-carol"),
+        json!("carol@example.com")
     );
 }
 
@@ -719,6 +853,75 @@ fn a_person_signs_in_with_the_provider_in_a_browser_opens_a_terminal_and_signs_o
             "the sign-in page",
         ),
     );
+
+    // Signed in again, a visit to /auth/logout (a link, a redirect) only asks; its
+    // form signs out and goes on to the provider.
+    ok(
+        "click the button again",
+        b.eval("document.getElementById('oidc-link').click()"),
+    );
+    ok(
+        "the provider's form again",
+        b.wait_js(
+            &format!("{at_provider} && !!document.querySelector('input[name=sub]')"),
+            T,
+            "the provider's sign-in form",
+        ),
+    );
+    ok(
+        "sign in at the provider again",
+        b.eval(
+            "const f = document.querySelector('input[name=sub]'); f.value = 'u-alice'; f.form.submit()",
+        ),
+    );
+    ok(
+        "signed in again",
+        b.wait_js(
+            "!document.getElementById('sessions').hidden",
+            T,
+            "alice's sessions",
+        ),
+    );
+    let again = browser_cookie(&mut b, &home, "termgate_session").expect("signed in again");
+    ok(
+        "visit /auth/logout",
+        b.navigate(&stack.url(n, "/auth/logout")),
+    );
+    ok(
+        "the page that asks",
+        b.wait_js(
+            "!!document.getElementById('sign-out-confirm')",
+            T,
+            "the sign-out form",
+        ),
+    );
+    ok(
+        "screenshot",
+        b.screenshot(&artifact("oidc-sign-out-asks.png")),
+    );
+    assert_eq!(
+        browser_cookie(&mut b, &home, "termgate_session").as_deref(),
+        Some(again.as_str()),
+        "visiting the page signs nobody out"
+    );
+    let still = format!("termgate_session={again}");
+    assert_eq!(whoami(&stack, n, &still)["sub"], json!("alice"));
+    ok(
+        "confirm",
+        b.eval("document.getElementById('sign-out-confirm').click()"),
+    );
+    ok(
+        "the provider's end of session, from the form",
+        b.wait_js(
+            &format!("{at_provider} && location.pathname === '/oauth2/end_session'"),
+            T,
+            "the provider's end_session page",
+        ),
+    );
+    assert!(browser_cookie(&mut b, &home, "termgate_session").is_none());
+    let copied = get(&stack.url(n, "/auth/session"), &[("Cookie", &still)]);
+    assert_eq!(copied.status, 401, "signed out: {}", copied.body);
+
     let gone = http(
         "DELETE",
         &stack.url(n, &format!("/api/sessions/{id}")),

@@ -138,11 +138,39 @@ fn users_list_their_sign_ins_and_sign_out_everywhere_and_admins_end_anyones() {
     let all = browser(&stack, b, "DELETE", "/api/signins", &second);
     assert_eq!(all.status, 200, "{}", all.text);
     assert_eq!(all.body["signed_out"], json!(2));
+    let link_iat = claims_of(&link)["iat"].as_u64().unwrap();
+    assert!(
+        all.body["tokens_issued_before"]
+            .as_u64()
+            .is_some_and(|t| t > link_iat),
+        "the answer says which tokens went: {}",
+        all.text
+    );
     for n in [0, b] {
         until_cookie_status(&stack, n, &first, 401);
         until_cookie_status(&stack, n, &second, 401);
     }
     assert_eq!(browser(&stack, 0, "GET", "/api/sessions", &bob).status, 200);
+    // The link those sign-ins came from goes too: it neither signs in again nor calls
+    // the API, on either gateway, and closes what it opened.
+    for n in [0, b] {
+        wait_for(&format!("gateway {n} refusing the link"), PROMISED, || {
+            (bearer(&stack, n, "GET", "/api/sessions", &link).status == 401).then_some(())
+        });
+        let again = e2e::stack::http(
+            "POST",
+            &stack.url(n, "/auth/session"),
+            None,
+            Some(&json!({"token": link})),
+        )
+        .unwrap();
+        assert_eq!(again.status, 401, "the link signs in again: {}", again.text);
+    }
+    assert_eq!(
+        bearer(&stack, 0, "GET", "/api/sessions", &bob_link).status,
+        200,
+        "another user's link stays"
+    );
 
     // An admin lists bob's and ends the one by its id.
     let admin = stack.control.token("root", true);
@@ -164,6 +192,54 @@ fn users_list_their_sign_ins_and_sign_out_everywhere_and_admins_end_anyones() {
         bearer(&stack, 0, "DELETE", &path, &admin).status,
         404,
         "an ended sign-in is no longer found"
+    );
+}
+
+#[test]
+fn only_a_gateway_records_a_sign_in_and_a_users_token_files_none() {
+    let stack = GatewayStack::start("");
+    let link = stack.control.token("alice", false);
+    let cookie = stack.sign_in_with(0, &link);
+    let forged = json!({"method": "oidc", "gateway": "forged-gateway",
+                        "user_agent": "Forged/1.0", "client": "203.0.113.66"});
+    // Through the gateway's API and straight at control, with the user's own token
+    // (and with the sign-in's, which the page holds as its cookie).
+    let sign_in_token = cookie.trim_start_matches("termgate_session=");
+    for token in [link.as_str(), sign_in_token] {
+        let a = e2e::stack::http(
+            "POST",
+            &stack.url(0, "/api/signins"),
+            Some(token),
+            Some(&forged),
+        )
+        .unwrap();
+        assert!(matches!(a.status, 403 | 404), "through the gateway: {a:?}");
+        let a = stack
+            .control
+            .call("POST", "/v1/signins", Some(token), Some(forged.clone()));
+        assert!(matches!(a.status, 403 | 404), "at control: {a:?}");
+    }
+    // The service token alone names nobody: the sign-in's token must verify.
+    let mut unsigned = forged.clone();
+    unsigned["token"] = json!("not-a-token");
+    let a = stack.control.call(
+        "POST",
+        "/v1/signins",
+        Some(&stack.control.service_token()),
+        Some(unsigned),
+    );
+    assert_eq!(a.status, 401, "{a:?}");
+
+    // Only the gateway's own record is listed, and the audit trail holds no forgery.
+    let list = browser(&stack, 0, "GET", "/api/signins", &cookie);
+    assert_eq!(list.status, 200, "{}", list.text);
+    let signins = list.body["signins"].as_array().expect("a list");
+    assert_eq!(signins.len(), 1, "{signins:?}");
+    assert_eq!(signins[0]["method"], "token");
+    assert_ne!(signins[0]["gateway"], "forged-gateway");
+    assert!(
+        !stack.control.log_text().contains("forged-gateway"),
+        "a forged sign-in reached the audit trail"
     );
 }
 

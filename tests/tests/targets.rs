@@ -36,6 +36,15 @@ fn tcp_upstream(ttyd: &TtydPool) -> String {
     format!("http://127.0.0.1:{}", ttyd.port().unwrap())
 }
 
+/// The environment that makes `dir` the credentials directory of registered targets,
+/// for control and the gateways.
+fn credentials_dir(dir: &tempfile::TempDir) -> [(&'static str, &str); 1] {
+    [(
+        "TERMGATE__GATEWAY__TARGET_CREDENTIALS_DIR",
+        dir.path().to_str().expect("a UTF-8 path"),
+    )]
+}
+
 /// Opens the target as `cookie`, types, and reads the shell's answer.
 fn type_and_read(stack: &GatewayStack, id: &str, cookie: &str) -> e2e::term::Terminal {
     let t = stack
@@ -83,19 +92,23 @@ fn existing_ttyds_of_every_kind_open_for_the_users_and_roles_they_allow() {
     let unix_upstream = format!("unix:{}", unix.socket_path().unwrap().display());
     // The header and unix kinds are registered both ways: in the configuration and
     // through the API.
-    let stack = GatewayStack::start(&format!(
-        "[[targets]]\nname = \"plain\"\nupstream = \"{}\"\nusers = [\"alice\"]\n\
-         [[targets]]\nname = \"header-configured\"\nupstream = \"{}\"\nusers = [\"alice\"]\n\
-         credential = {{ header = \"X-Remote-User\" }}\n\
-         [[targets]]\nname = \"socket-configured\"\nupstream = \"{unix_upstream}\"\n\
-         roles = [\"ops\"]\n",
-        tcp_upstream(&plain),
-        tcp_upstream(&header),
-    ));
-
-    // ttyd -c user:pass, its credential in a file the gateway reads.
-    let secret = "s3cret-pass";
     let cred_dir = private_dir("tg-cred.");
+    let stack = GatewayStack::start_with_env(
+        &format!(
+            "[[targets]]\nname = \"plain\"\nupstream = \"{}\"\nusers = [\"alice\"]\n\
+             [[targets]]\nname = \"header-configured\"\nupstream = \"{}\"\nusers = [\"alice\"]\n\
+             credential = {{ header = \"X-Remote-User\" }}\n\
+             [[targets]]\nname = \"socket-configured\"\nupstream = \"{unix_upstream}\"\n\
+             roles = [\"ops\"]\n",
+            tcp_upstream(&plain),
+            tcp_upstream(&header),
+        ),
+        &credentials_dir(&cred_dir),
+    );
+
+    // ttyd -c user:pass, its credential in a file the gateway reads, in the directory
+    // such files of registered targets must be in.
+    let secret = "s3cret-pass";
     let cred = cred_dir.path().join("ttyd.cred");
     std::fs::write(&cred, format!("user:{secret}\n")).unwrap();
     let basic = TtydPool::start_plain(false, &["-c", &format!("user:{secret}")]);
@@ -259,7 +272,8 @@ fn non_allowed_and_unknown_get_the_same_404_and_the_target_sees_no_connection() 
 
 #[test]
 fn client_identity_headers_and_args_never_reach_a_target() {
-    let stack = GatewayStack::start("");
+    let cred_dir = private_dir("tg-cred.");
+    let stack = GatewayStack::start_with_env("", &credentials_dir(&cred_dir));
     let by_header = RecordingUpstream::unix();
     let header_id = register_ok(
         &stack,
@@ -268,7 +282,6 @@ fn client_identity_headers_and_args_never_reach_a_target() {
                "users": ["alice"], "credential": {"header": "X-Remote-User"}}),
     );
     let by_basic = RecordingUpstream::unix();
-    let cred_dir = private_dir("tg-cred.");
     let cred = cred_dir.path().join("cred");
     std::fs::write(&cred, "svc:pw\n").unwrap();
     let basic_id = register_ok(
@@ -328,6 +341,94 @@ fn client_identity_headers_and_args_never_reach_a_target() {
             "the user's token reached the target"
         );
     }
+}
+
+#[test]
+fn a_registered_targets_credential_file_is_confined_to_the_credentials_directory() {
+    let creds = private_dir("tg-cred.");
+    let elsewhere = private_dir("tg-other.");
+    let inside = creds.path().join("svc.cred");
+    std::fs::write(&inside, "svc:pw\n").unwrap();
+    let outside = elsewhere.path().join("svc.cred");
+    std::fs::write(&outside, "svc:outside\n").unwrap();
+    let link = creds.path().join("link.cred");
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    // The upstream the registering admin chose, which sees what the gateway sends.
+    let upstream = RecordingUpstream::unix();
+    let body = |file: &str| {
+        json!({"name": "svc", "upstream": format!("unix:{}", upstream.socket_path().unwrap().display()),
+               "users": ["alice"], "credential": {"basic_file": file}})
+    };
+    let refused = |stack: &GatewayStack, file: &str, why: &str| {
+        let a = register(stack, body(file));
+        let message = a.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            a.status == 400 && message.contains("credential.basic_file") && message.contains(why),
+            "{file}: {} {}",
+            a.status,
+            a.text
+        );
+    };
+
+    // Without the directory, a registered target has no file at all.
+    let unset = GatewayStack::start("");
+    refused(&unset, &path(&inside), "gateway.target_credentials_dir");
+    refused(
+        &unset,
+        "/proc/self/environ",
+        "gateway.target_credentials_dir",
+    );
+    drop(unset);
+
+    let stack = GatewayStack::start_with_env("", &credentials_dir(&creds));
+    refused(&stack, "/proc/self/environ", "/proc");
+    refused(
+        &stack,
+        &path(&outside),
+        "outside gateway.target_credentials_dir",
+    );
+    refused(
+        &stack,
+        &path(&link),
+        "outside gateway.target_credentials_dir",
+    );
+    let dotted = format!(
+        "{}/../{}/svc.cred",
+        path(creds.path()),
+        elsewhere.path().file_name().unwrap().to_str().unwrap()
+    );
+    refused(&stack, &dotted, "outside gateway.target_credentials_dir");
+    assert!(upstream.requests().is_empty());
+
+    // A file inside is registered and sent.
+    let id = register_ok(&stack, body(&path(&inside)));
+    let token = stack.control.token("alice", false);
+    let page = format!(
+        "GET /s/{id}/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(raw_get(stack.gw().port, &page), 200);
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].header_all("authorization"), vec!["Basic c3ZjOnB3"]);
+
+    // Swapped afterwards for a link out of the directory: the gateway, which resolves
+    // the file at each read, sends nothing.
+    std::fs::remove_file(&inside).unwrap();
+    std::os::unix::fs::symlink(&outside, &inside).unwrap();
+    assert_eq!(raw_get(stack.gw().port, &page), 502);
+    assert_eq!(
+        upstream.requests().len(),
+        1,
+        "nothing more reached the upstream"
+    );
+    assert!(
+        stack
+            .gw()
+            .log_text()
+            .contains("outside gateway.target_credentials_dir"),
+        "the gateway's log says why"
+    );
 }
 
 #[test]

@@ -78,9 +78,15 @@ pub struct OidcConfig {
     /// Scopes requested; must include `openid`.
     #[serde(default = "defaults::oidc_scopes")]
     pub scopes: Vec<String>,
-    /// The ID token claim that becomes termgate's user name (`sub`).
+    /// The ID token claim that becomes termgate's user name (`sub`). Anything but the
+    /// provider's `sub` needs `allow_mutable_sub_claim`.
     #[serde(default = "defaults::oidc_sub_claim")]
     pub sub_claim: String,
+    /// Takes a `sub_claim` other than `sub` (`preferred_username`, `email`, …): a claim
+    /// users or the provider's admins can change, so whoever sets it to a name becomes
+    /// that user. `email` is then taken only with `email_verified: true`.
+    #[serde(default)]
+    pub allow_mutable_sub_claim: bool,
     /// A claim (string or array) whose value among `admin_values` grants admin.
     #[serde(default)]
     pub admin_claim: Option<String>,

@@ -111,6 +111,11 @@ pub struct GatewayConfig {
     /// `/assets/player.css`; unset: recordings download, and do not play in the page.
     #[serde(default)]
     pub player_dir: Option<PathBuf>,
+    /// Directory holding the credential files (`basic_file`) of targets registered
+    /// through the API; unset: such targets may not use `basic_file`. Targets of the
+    /// configuration may name a file anywhere.
+    #[serde(default)]
+    pub target_credentials_dir: Option<PathBuf>,
 }
 
 /// `[ttyd]`

@@ -109,6 +109,14 @@ impl Config {
         }
     }
 
+    /// `gateway.target_credentials_dir`, resolved against the config file's directory.
+    pub fn target_credentials_dir(&self) -> Option<PathBuf> {
+        self.gateway
+            .target_credentials_dir
+            .as_ref()
+            .map(|d| self.resolve(d))
+    }
+
     /// The credential a configured target's ttyd expects, with a relative file
     /// resolved against the config file's directory. Both keys, or an empty table, are
     /// an error.

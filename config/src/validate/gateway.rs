@@ -2,11 +2,39 @@
 //! also the origins the section allows.
 
 use std::net::SocketAddr;
+use std::path::Path;
 
 use policy::Origin;
 
 use super::common::{check_addr, check_readable, positive, within};
 use crate::model::Config;
+
+/// `gateway.target_credentials_dir`: a directory where credentials may be, and (for the
+/// part that reads it) one that exists, as it resolves.
+fn check_credentials_dir(c: &Config, dir: &Path, err: &mut impl FnMut(&str, String)) {
+    const KEY: &str = "gateway.target_credentials_dir";
+    let shown = dir.display();
+    match dir.to_str().map(policy::target::credentials_dir_ok) {
+        None => return err(KEY, format!("{shown} is not UTF-8")),
+        Some(Err(why)) => return err(KEY, format!("{shown}: {why}")),
+        Some(Ok(())) => {}
+    }
+    if !c.part.reads(KEY) {
+        return;
+    }
+    match std::fs::canonicalize(dir) {
+        Ok(resolved) if resolved.is_dir() => {
+            if let Some(Err(why)) = resolved.to_str().map(policy::target::credentials_dir_ok) {
+                err(
+                    KEY,
+                    format!("{shown} resolves to {}: {why}", resolved.display()),
+                );
+            }
+        }
+        Ok(_) => err(KEY, format!("{shown} is not a directory")),
+        Err(e) => err(KEY, format!("cannot resolve {shown}: {e}")),
+    }
+}
 
 /// Checks `[gateway]`.
 pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
@@ -32,6 +60,9 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
         for file in ["asciinema-player.js", "asciinema-player.css"] {
             check_readable(c, &dir.join(file), "gateway.player_dir", err);
         }
+    }
+    if let Some(dir) = c.target_credentials_dir() {
+        check_credentials_dir(c, &dir, err);
     }
     for (i, o) in g.allowed_origins.iter().enumerate() {
         if let Err(e) = Origin::parse(o) {

@@ -53,6 +53,14 @@ pub(super) fn check(
     }
     if o.sub_claim.is_empty() {
         err("auth.oidc.sub_claim", "must not be empty".into());
+    } else if policy::oidc::is_mutable_claim(&o.sub_claim) && !o.allow_mutable_sub_claim {
+        err(
+            "auth.oidc.sub_claim",
+            format!(
+                "{:?} is a claim users or the provider's administrators can change, and whoever sets it to another user's name signs in as that user: keep the default \"sub\" (the provider's stable id), or set auth.oidc.allow_mutable_sub_claim = true if this provider never lets anyone choose it",
+                o.sub_claim
+            ),
+        );
     }
     match (&o.admin_claim, o.admin_values.is_empty()) {
         (Some(_), true) => err(

@@ -87,6 +87,11 @@ pub(super) fn authenticate(
 ) -> Result<Principal, ApiError> {
     let token = bearer(req)
         .ok_or_else(|| ApiError::UNAUTHENTICATED.with_message("a bearer token is required"))?;
+    authenticate_token(control, token)
+}
+
+/// The user of `token`, checked as [`authenticate`] checks a bearer token.
+pub(super) fn authenticate_token(control: &Control, token: &[u8]) -> Result<Principal, ApiError> {
     let who = control.verify(token).map_err(|e| {
         tracing::info!(target: "audit", decision = "deny", reason = e.reason(), "token refused");
         ApiError::from(&e)

@@ -9,7 +9,8 @@ use policy::revocation::Fingerprint;
 use policy::Sub;
 
 use super::http::{
-    authenticate, bearer, empty, json, no_such_endpoint, not_allowed, query_param, read_json, Reply,
+    authenticate, authenticate_service, authenticate_token, bearer, empty, json, no_such_endpoint,
+    not_allowed, query_param, read_json, Reply,
 };
 use super::wire::{
     AuditLines, ProfileView, Profiles, RecordingsOfUser, RecordingsUsage, Revocations, SignIns,
@@ -35,15 +36,19 @@ pub(super) fn profiles(control: Arc<Control>, req: Request<Incoming>) -> Result<
     Ok(json(200, &Profiles { profiles }))
 }
 
-/// `/v1/signins…`: a gateway records a sign-in (`POST`, with the sign-in's own token);
-/// users list theirs (`GET`, admins `?sub=`), sign out the current one
-/// (`DELETE …/current`), one by id (`DELETE …/<id>`) or all (`DELETE`, "everywhere").
+/// `/v1/signins…`: a gateway records a sign-in (`POST`, with the service token, the
+/// sign-in's own token in the body); users list theirs (`GET`, admins `?sub=`), sign
+/// out the current one (`DELETE …/current`), one by id (`DELETE …/<id>`) or all
+/// (`DELETE`, "everywhere").
 pub(super) async fn sign_ins(
     control: &Control,
     req: Request<Incoming>,
     rest: &[&str],
     limit: usize,
 ) -> Result<Reply, ApiError> {
+    if rest.is_empty() && req.method() == Method::POST {
+        return record_sign_in(control, req, limit).await;
+    }
     let who = authenticate(control, &req)?;
     let token = bearer(&req).unwrap_or_default().to_vec();
     let whose = match query_param(&req, "sub") {
@@ -66,14 +71,15 @@ pub(super) async fn sign_ins(
                 .collect();
             Ok(json(200, &SignIns { signins: views }))
         }
-        ([], Method::POST) => {
-            let report: SignInReport = read_json(req, limit).await?;
-            let s = control.record_sign_in(&who, &token, &report)?;
-            Ok(json(201, &control.sign_in_view(&s, &s.fingerprint)))
-        }
         ([], Method::DELETE) => {
-            let n = control.sign_out_all(&who, whose.as_ref())?;
-            Ok(json(200, &SignedOut { signed_out: n }))
+            let (n, before) = control.sign_out_all(&who, whose.as_ref())?;
+            Ok(json(
+                200,
+                &SignedOut {
+                    signed_out: n,
+                    tokens_issued_before: before,
+                },
+            ))
         }
         (["current"], Method::DELETE) => {
             control.sign_out_current(&who, &token)?;
@@ -86,6 +92,24 @@ pub(super) async fn sign_ins(
         ([] | ["current"] | [_], _) => Err(ApiError::METHOD_NOT_ALLOWED),
         _ => Err(ApiError::PAGE_NOT_FOUND),
     }
+}
+
+/// `POST /v1/signins`: a gateway records the sign-in whose token it is about to set as
+/// a cookie. Only a gateway, with the service token: what the record says (method,
+/// gateway, browser, address) is listed to the user and kept in the audit trail, so a
+/// user's own token may not file one (answered as the endpoint it is not: 404).
+async fn record_sign_in(
+    control: &Control,
+    req: Request<Incoming>,
+    limit: usize,
+) -> Result<Reply, ApiError> {
+    if authenticate_service(control, &req).is_err() {
+        return Err(no_such_endpoint());
+    }
+    let report: SignInReport = read_json(req, limit).await?;
+    let who = authenticate_token(control, report.token.as_bytes())?;
+    let s = control.record_sign_in(&who, report.token.as_bytes(), &report)?;
+    Ok(json(201, &control.sign_in_view(&s, &s.fingerprint)))
 }
 
 /// `/v1/revocations`: the revocations in force (`GET`) and an admin's new one (`POST`).

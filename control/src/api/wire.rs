@@ -199,10 +199,13 @@ pub struct SignIns<'a> {
     pub(super) signins: Vec<SignInView<'a>>,
 }
 
-/// `DELETE /v1/signins`: how many sign-ins were signed out.
+/// `DELETE /v1/signins`: how many sign-ins were signed out, and the time (seconds since
+/// the Unix epoch) before which every token of the user, sign-in links included, is
+/// revoked.
 #[derive(Debug, Serialize)]
 pub struct SignedOut {
     pub(super) signed_out: usize,
+    pub(super) tokens_issued_before: u64,
 }
 
 /// `GET /v1/revocations`: the revocations in force.
@@ -365,11 +368,13 @@ pub(super) struct Targets<'a> {
 
 // Users: sign-ins, revocations, locks, the audit search, profiles.
 
-/// `POST /v1/signins`: what the gateway says of a sign-in it just made with the token
-/// it presents (the token itself says who and until when).
-#[derive(Debug, Default, Deserialize)]
+/// `POST /v1/signins`: what the gateway (with the service token) says of a sign-in it
+/// just made, and the sign-in's token, which itself says who and until when.
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SignInReport {
+    /// The sign-in's own token, the one its cookie carries.
+    pub token: String,
     /// `token` or `oidc`.
     #[serde(default)]
     pub method: String,

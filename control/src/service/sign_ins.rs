@@ -13,6 +13,16 @@ use crate::api::wire::{RevocationRequest, SignInReport, SignInView};
 use crate::error::ApiError;
 use crate::model::SignIn;
 
+/// The time a user's tokens are revoked before, asked at `t`: `None` or `0` is now, and
+/// never later. Times are whole seconds: "now" takes in this second's tokens too, so a
+/// token signed a moment before is not left out.
+fn issued_before(asked: Option<u64>, t: u64) -> u64 {
+    match asked {
+        None | Some(0) => t + 1,
+        Some(b) => b.min(t + 1),
+    }
+}
+
 /// Cuts a reported string to `max` characters, dropping control characters.
 fn clean(s: &str, max: usize) -> String {
     s.chars().filter(|c| !c.is_control()).take(max).collect()
@@ -150,10 +160,19 @@ impl Control {
     }
 
     /// Signs out every sign-in of `whose` (the caller's own without it): "sign out
-    /// everywhere". Returns how many.
-    pub fn sign_out_all(&self, who: &Principal, whose: Option<&Sub>) -> Result<usize, ApiError> {
+    /// everywhere". Then revokes every token of that user issued until now (as an
+    /// admin's `{"sub": …}` revocation does), so the sign-in links and tokens those
+    /// sign-ins came from cannot sign in again. Returns how many sign-ins, and the time
+    /// before which every token of the user is revoked.
+    pub fn sign_out_all(
+        &self,
+        who: &Principal,
+        whose: Option<&Sub>,
+    ) -> Result<(usize, u64), ApiError> {
         let sub = self.whose_sign_ins(who, whose)?;
-        let list = self.store.sign_ins(Some(sub), now())?;
+        let t = now();
+        let list = self.store.sign_ins(Some(sub), t)?;
+        // Each sign-in first, so their terminals close as "signed out".
         for s in &list {
             self.revoke(&Revocation::SignIn {
                 fingerprint: s.fingerprint,
@@ -161,8 +180,22 @@ impl Control {
                 expires_at: s.expires_at,
             })?;
         }
-        tracing::info!(target: "audit", sub = %sub, by = %who.sub, signed_out = list.len(), reason = "signed_out_everywhere", "signed out everywhere");
-        Ok(list.len())
+        let before = issued_before(None, t);
+        let tokens = self.tokens_issued_before(sub, before);
+        self.revoke(&tokens)?;
+        tracing::info!(target: "audit", sub = %sub, by = %who.sub, signed_out = list.len(), revocation = %tokens.key(), reason = "signed_out_everywhere", "signed out everywhere");
+        Ok((list.len(), before))
+    }
+
+    /// The revocation of every token of `sub` issued before `before`.
+    fn tokens_issued_before(&self, sub: &Sub, before: u64) -> Revocation {
+        let auth = &self.config.auth;
+        Revocation::IssuedBefore {
+            sub: sub.to_string(),
+            before,
+            // No token issued before `before` that verifies expires later.
+            expires_at: latest_exp(before, auth.max_token_lifetime_seconds, auth.leeway_seconds),
+        }
     }
 
     /// An admin's revocation of a token (`jti`) or of a user's tokens issued before a
@@ -190,18 +223,7 @@ impl Control {
             .map_err(|e| ApiError::INVALID_REVOCATION.with_message(e.to_string()))?,
             (None, Some(sub)) => {
                 let sub = Sub::parse(sub).ok_or(ApiError::INVALID_SUB)?;
-                // Times are whole seconds: "now" takes in this second's tokens too, so a
-                // token signed a moment before the call is not left out.
-                let before = match req.issued_before {
-                    None | Some(0) => t + 1,
-                    Some(b) => b.min(t + 1),
-                };
-                Revocation::IssuedBefore {
-                    sub: sub.to_string(),
-                    before,
-                    // No token issued before `before` that verifies expires later.
-                    expires_at: latest_exp(before, max_lifetime, leeway),
-                }
+                self.tokens_issued_before(&sub, issued_before(req.issued_before, t))
             }
             _ => return Err(ApiError::INVALID_REVOCATION),
         };

@@ -2,6 +2,8 @@
 //! starts, stops or reconciles (design §7). Admins register them (configuration or
 //! API); users see the ones that allow them next to their sessions.
 
+use std::path::Path;
+
 use policy::target::TargetDefinition;
 use policy::{Principal, SessionId};
 use sha2::Digest;
@@ -25,9 +27,14 @@ fn config_target_id(instance: &str, name: &str) -> SessionId {
     SessionId::from_random(bytes)
 }
 
-/// The credential of a request, checked: exactly one kind, and a file that exists.
+/// The credential of a request, checked: exactly one kind, and a file that exists and
+/// resolves inside `dir` (`gateway.target_credentials_dir`, resolved; none: no file at
+/// all), never under `/proc`, `/sys` or `/dev` (`policy::target::credential_file_ok`).
+/// The gateway checks the file again each time it reads it: this check says so at
+/// once, to the admin registering it.
 fn credential(
     req: Option<&config::TargetCredentialConfig>,
+    dir: Option<&Path>,
 ) -> Result<Option<TargetCredential>, ApiError> {
     let invalid =
         |field: &str, why: &str| ApiError::INVALID_TARGET.with_message(format!("{field}: {why}"));
@@ -40,10 +47,31 @@ fn credential(
             if !path.is_absolute() {
                 return Err(invalid("credential.basic_file", "must be an absolute path"));
             }
-            std::fs::File::open(path).map_err(|e| {
+            let unreadable = |e: std::io::Error| {
                 let why = format!("cannot read {}: {e}", path.display());
                 invalid("credential.basic_file", &why)
+            };
+            let resolved = std::fs::canonicalize(path).map_err(unreadable)?;
+            let dir = match dir {
+                Some(d) => Some(std::fs::canonicalize(d).map_err(|e| {
+                    ApiError::INTERNAL.with_message(format!(
+                        "gateway.target_credentials_dir {}: {e}",
+                        d.display()
+                    ))
+                })?),
+                None => None,
+            };
+            policy::target::credential_file_ok(
+                &resolved.to_string_lossy(),
+                dir.as_deref().map(|d| d.to_string_lossy()).as_deref(),
+            )
+            .map_err(|why| {
+                invalid(
+                    "credential.basic_file",
+                    &format!("{} ({}): {why}", path.display(), resolved.display()),
+                )
             })?;
+            std::fs::File::open(&resolved).map_err(unreadable)?;
             Ok(Some(TargetCredential::BasicFile {
                 path: path.to_string_lossy().into_owned(),
             }))
@@ -83,7 +111,8 @@ impl Control {
     /// Registers a target (admin only).
     pub fn create_target(&self, who: &Principal, req: TargetRequest) -> Result<Target, ApiError> {
         self.admin_only(who)?;
-        let credential = credential(req.credential.as_ref())?;
+        let dir = self.config.target_credentials_dir();
+        let credential = credential(req.credential.as_ref(), dir.as_deref())?;
         check(TargetDefinition {
             name: &req.name,
             upstream: &req.upstream,
@@ -230,28 +259,84 @@ mod tests {
         assert!(SessionId::parse(a.as_str()).is_ok());
     }
 
-    #[test]
-    fn a_credential_is_one_kind_and_an_existing_absolute_file() {
-        let req = |basic_file: Option<&str>, header: Option<&str>| config::TargetCredentialConfig {
+    fn req(basic_file: Option<&str>, header: Option<&str>) -> config::TargetCredentialConfig {
+        config::TargetCredentialConfig {
             basic_file: basic_file.map(std::path::PathBuf::from),
             header: header.map(str::to_owned),
-        };
-        let code =
-            |r: Result<Option<TargetCredential>, ApiError>| r.unwrap_err().message.into_owned();
-        assert!(code(credential(Some(&req(Some("/x"), Some("H"))))).starts_with("credential:"));
-        assert!(code(credential(Some(&req(None, None)))).starts_with("credential:"));
-        assert!(
-            code(credential(Some(&req(Some("rel"), None)))).starts_with("credential.basic_file:")
-        );
-        assert!(
-            code(credential(Some(&req(Some("/nonexistent/cred"), None))))
-                .starts_with("credential.basic_file:")
-        );
+        }
+    }
+
+    fn code(r: Result<Option<TargetCredential>, ApiError>) -> String {
+        r.unwrap_err().message.into_owned()
+    }
+
+    #[test]
+    fn a_credential_is_one_kind_and_an_existing_absolute_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let credential = |r| credential(Some(&r), Some(dir.path()));
+        assert!(code(credential(req(Some("/x"), Some("H")))).starts_with("credential:"));
+        assert!(code(credential(req(None, None))).starts_with("credential:"));
+        assert!(code(credential(req(Some("rel"), None))).starts_with("credential.basic_file:"));
+        assert!(code(credential(req(Some("/nonexistent/cred"), None)))
+            .starts_with("credential.basic_file:"));
         assert_eq!(
-            credential(Some(&req(None, Some("X-Remote-User")))).unwrap(),
+            credential(req(None, Some("X-Remote-User"))).unwrap(),
             Some(TargetCredential::Header {
                 name: "X-Remote-User".into()
             })
+        );
+    }
+
+    #[test]
+    fn a_credential_file_resolves_inside_the_credentials_directory_or_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let inside = dir.path().join("build.cred");
+        std::fs::write(&inside, "u:p\n").unwrap();
+        let outside_dir = tempfile::tempdir().unwrap();
+        let outside = outside_dir.path().join("other.cred");
+        std::fs::write(&outside, "u:p\n").unwrap();
+        let escape = dir.path().join("escape.cred");
+        std::os::unix::fs::symlink(&outside, &escape).unwrap();
+        let environ = dir.path().join("environ.cred");
+        std::os::unix::fs::symlink("/proc/self/environ", &environ).unwrap();
+        let path = |p: &Path| p.to_str().unwrap().to_owned();
+
+        let ok = credential(Some(&req(Some(&path(&inside)), None)), Some(dir.path()));
+        assert_eq!(
+            ok.unwrap(),
+            Some(TargetCredential::BasicFile {
+                path: path(&inside)
+            })
+        );
+        for refused in [
+            path(&outside),
+            path(&escape),
+            path(&environ),
+            "/proc/self/environ".into(),
+            // Both temporary directories are in one: `..` leads from one to the other.
+            format!(
+                "{}/../{}/other.cred",
+                path(dir.path()),
+                outside_dir.path().file_name().unwrap().to_str().unwrap()
+            ),
+        ] {
+            let message = code(credential(
+                Some(&req(Some(&refused), None)),
+                Some(dir.path()),
+            ));
+            assert!(
+                message.starts_with("credential.basic_file:")
+                    && (message.contains("outside gateway.target_credentials_dir")
+                        || message.contains("under /proc")
+                        || message.contains("cannot read")),
+                "{refused}: {message}"
+            );
+        }
+        // Without the directory, no file at all.
+        let message = code(credential(Some(&req(Some(&path(&inside)), None)), None));
+        assert!(
+            message.contains("gateway.target_credentials_dir, which is not set"),
+            "{message}"
         );
     }
 }

@@ -89,7 +89,7 @@ async fn terminal_of(
         None => None,
         Some(TargetCredential::Header { name }) => Some((name.clone(), sub.to_owned())),
         Some(TargetCredential::BasicFile { path }) => {
-            let value = g.target_credentials.basic(path).map_err(|e| {
+            let value = g.target_credentials.basic(route.upstream.as_ref(), path).map_err(|e| {
                 tracing::error!(session = %id, file = %path, error = %e, "cannot read the target's credential");
                 Refusal::TARGET_MISCONFIGURED
             })?;

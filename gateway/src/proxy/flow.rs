@@ -134,6 +134,9 @@ impl Proxy {
             Next::RecordingPage => {
                 ui::serve_recording(session).await?;
             }
+            Next::SignOutPage => {
+                ui::serve_sign_out(session).await?;
+            }
         }
         Ok(true)
     }

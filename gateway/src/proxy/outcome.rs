@@ -85,4 +85,6 @@ pub(super) enum Next {
     ViewerPage,
     /// Is answered with a recording link's player page.
     RecordingPage,
+    /// Is answered with the page that asks to sign out (a form that posts).
+    SignOutPage,
 }

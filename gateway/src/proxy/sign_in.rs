@@ -1,17 +1,18 @@
 //! The routes of the sign-in through an OpenID Connect provider (`crate::oidc`):
-//! `/auth/providers`, `/auth/login`, `/auth/callback`, `/auth/logout`. Without
-//! `[auth.oidc]` only `/auth/providers` exists (it says there is no provider).
+//! `/auth/providers`, `/auth/login`, `/auth/callback` (GET), `/auth/logout` (POST; its
+//! GET only asks). Without `[auth.oidc]` only `/auth/providers` exists (it says there is
+//! no provider).
 
 use pingora::http::RequestHeader;
 use pingora::proxy::Session;
-use policy::{OidcStep, Refusal};
+use policy::{CredentialSource, OidcStep, Refusal};
 
 use super::credential::{client_ip, credential, Credential, REFUSAL_PAUSE};
 use super::headers::header;
 use super::outcome::{Allowed, Denied, Next};
 use super::reply::{Json, Redirect};
 use crate::clock::now;
-use crate::oidc::{FLOW_COOKIE, ID_TOKEN_COOKIE};
+use crate::oidc::{Oidc, FLOW_COOKIE, ID_TOKEN_COOKIE};
 use crate::state::Gateway;
 use crate::terminals::CloseReason;
 
@@ -21,8 +22,15 @@ pub(super) async fn step(
     session: &mut Session,
     step: OidcStep,
 ) -> Result<Allowed, Denied> {
-    if session.req_header().method != "GET" {
-        return Err(Refusal::METHOD_NOT_ALLOWED.with_message("use GET").into());
+    let get = session.req_header().method == "GET";
+    let post = session.req_header().method == "POST";
+    match step {
+        OidcStep::Logout if !get && !post => {
+            return Err(Refusal::METHOD_NOT_ALLOWED.with_message("use POST").into())
+        }
+        OidcStep::Logout => {}
+        _ if !get => return Err(Refusal::METHOD_NOT_ALLOWED.with_message("use GET").into()),
+        _ => {}
     }
     if step == OidcStep::Providers {
         let oidc = g
@@ -98,36 +106,63 @@ pub(super) async fn step(
             ];
             Ok(redirect("oidc_sign_in", "/".into(), cookies))
         }
-        OidcStep::Logout => {
-            let req = session.req_header();
-            if header(req, "sec-fetch-site") == Some(b"cross-site") {
-                // Another site may not sign people out (and close their terminals).
-                return Err(Refusal::ORIGIN_NOT_ALLOWED.into());
-            }
-            let name = &g.config.auth.cookie_name;
-            if let Some(Credential { token, .. }) = credential(req, name) {
-                // Revoked at control first: if that cannot happen, the page says so and
-                // the browser stays signed in, rather than a sign-out that only looks
-                // done.
-                if let Err(e) = g.control.sign_out(&String::from_utf8_lossy(&token)).await {
-                    tracing::warn!(error = %e, "sign-out could not reach control; nothing revoked");
-                    return Err(Refusal::SIGN_OUT_FAILED.into());
-                }
-                let n = g.terminals.close_credential(g.credential_key(&token));
-                if n > 0 {
-                    tracing::info!(target: "audit", closed = n, reason = "signed_out", "live terminals closed");
-                    g.count_closed(CloseReason::SignedOut, n);
-                }
-            }
-            let id_token = cookie(req, ID_TOKEN_COOKIE).map(str::to_owned);
-            let location = oidc.logout_location(id_token.as_deref()).await;
-            let cookies = vec![
-                format!("{name}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}"),
-                format!("{ID_TOKEN_COOKIE}=; HttpOnly; SameSite=Strict; Path=/auth/logout; Max-Age=0{secure}"),
-            ];
-            Ok(redirect("oidc_sign_out", location, cookies))
+        // A GET signs nobody out: a link, an image or a redirect from any page of the
+        // site would otherwise end the user's sign-in and close their terminals. It
+        // shows a form that posts.
+        OidcStep::Logout if get => Ok(Allowed::new("sign_out_page", Next::SignOutPage)),
+        OidcStep::Logout => sign_out(g, session, &oidc, secure).await,
+    }
+}
+
+/// `POST /auth/logout`: with a cookie, from an allowed Origin (as a change through
+/// `/api`), revokes the sign-in at control, closes its terminals here and clears both
+/// cookies; then the provider's end of session. A form's navigation is sent there
+/// (303); the page's `fetch` gets `{"signed_in":false,"location":…}` and goes itself.
+async fn sign_out(
+    g: &Gateway,
+    session: &Session,
+    oidc: &Oidc,
+    secure: &str,
+) -> Result<Allowed, Denied> {
+    let req = session.req_header();
+    let name = &g.config.auth.cookie_name;
+    let presented = credential(req, name);
+    let source = presented
+        .as_ref()
+        .map_or(CredentialSource::Cookie, |c| c.source);
+    g.origins
+        .check(header(req, "origin"), source)
+        .map_err(Refusal::from)?;
+    if let Some(Credential { token, .. }) = presented {
+        // Revoked at control first: if that cannot happen, the page says so and the
+        // browser stays signed in, rather than a sign-out that only looks done.
+        if let Err(e) = g.control.sign_out(&String::from_utf8_lossy(&token)).await {
+            tracing::warn!(error = %e, "sign-out could not reach control; nothing revoked");
+            return Err(Refusal::SIGN_OUT_FAILED.into());
+        }
+        let n = g.terminals.close_credential(g.credential_key(&token));
+        if n > 0 {
+            tracing::info!(target: "audit", closed = n, reason = "signed_out", "live terminals closed");
+            g.count_closed(CloseReason::SignedOut, n);
         }
     }
+    let id_token = cookie(req, ID_TOKEN_COOKIE).map(str::to_owned);
+    let navigating = header(req, "accept").is_some_and(|a| a.windows(9).any(|w| w == b"text/html"));
+    let location = oidc.logout_location(id_token.as_deref()).await;
+    let cookies = vec![
+        format!("{name}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}"),
+        format!(
+            "{ID_TOKEN_COOKIE}=; HttpOnly; SameSite=Strict; Path=/auth/logout; Max-Age=0{secure}"
+        ),
+    ];
+    if navigating {
+        return Ok(redirect("oidc_sign_out", location, cookies));
+    }
+    let reply = cookies.into_iter().fold(
+        Json::ok(&serde_json::json!({"signed_in": false, "location": location})),
+        |reply, c| reply.with_header("Set-Cookie", c),
+    );
+    Ok(Allowed::new("oidc_sign_out", Next::Reply(reply)))
 }
 
 fn redirect(reason: &'static str, location: String, cookies: Vec<String>) -> Allowed {

@@ -211,6 +211,50 @@ fn domains_and_groups_restrict_who_signs_in() {
 }
 
 #[test]
+fn an_email_names_the_user_only_when_the_provider_says_it_is_verified() {
+    // A provider that lets people type any address (and many do, for a new account)
+    // would otherwise let anyone become alice@example.com.
+    let r = SignInRules {
+        sub_claim: "email".into(),
+        ..rules()
+    };
+    let code = |v: Value| {
+        r.grant(&claims(v), 500, 100)
+            .map(|g| g.sub)
+            .map_err(|e| e.code())
+    };
+    assert_eq!(
+        code(json!({"email":"alice@example.com","email_verified":true})),
+        Ok(Sub::parse("alice@example.com").unwrap())
+    );
+    for unverified in [
+        json!({"email":"alice@example.com"}),
+        json!({"email":"alice@example.com","email_verified":false}),
+        json!({"email":"alice@example.com","email_verified":"true"}),
+        json!({"email":"alice@example.com","email_verified":null}),
+    ] {
+        assert_eq!(
+            code(unverified.clone()),
+            Err("oidc_email_unverified"),
+            "{unverified}"
+        );
+    }
+    // Any other claim is taken as the provider gives it (its opt-in is the
+    // configuration's business).
+    let sub = SignInRules {
+        sub_claim: "sub".into(),
+        ..rules()
+    };
+    assert_eq!(
+        sub.grant(&claims(json!({"sub":"u-1","email":"x@y"})), 500, 100)
+            .unwrap()
+            .sub
+            .as_str(),
+        "u-1"
+    );
+}
+
+#[test]
 fn form_encoding_round_trips_through_percent_decoding() {
     let s = "a b&c=d/é+~";
     let enc = form_encode(&[("k", s)]);
@@ -239,6 +283,7 @@ fn every_refusal_has_its_own_code() {
         OidcError::NonceMismatch,
         OidcError::Expired,
         OidcError::BadSubject(String::new()),
+        OidcError::EmailUnverified,
         OidcError::NotAllowed(""),
         OidcError::ProviderUnavailable(String::new()),
     ];
