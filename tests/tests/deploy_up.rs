@@ -1339,34 +1339,6 @@ fn sigterm_stops_exactly_what_deploy_up_started_and_leaves_sessions_running() {
     );
 }
 
-/// A self-signed certificate for 127.0.0.1 named `cn`, written over `cert` and `key`
-/// (the key readable by its owner only).
-fn self_signed(cert: &Path, key: &Path, cn: &str) {
-    let out = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "2", "-subj", &format!("/CN={cn}")])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
-        .arg("-keyout")
-        .arg(key)
-        .arg("-out")
-        .arg(cert)
-        .output()
-        .expect("openssl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-}
-
 /// The subject of the certificate `addr` serves.
 fn served_subject(addr: SocketAddr) -> String {
     let script = format!(
@@ -1385,8 +1357,12 @@ fn a_root_only_tls_key_serves_https_from_an_unprivileged_gateway_and_renewals_re
     let tls = parent.path().join("tls");
     std::fs::create_dir(&tls).expect("tls dir");
     std::fs::set_permissions(&tls, std::fs::Permissions::from_mode(0o700)).expect("chmod");
-    let (cert, key) = (tls.join("cert.pem"), tls.join("key.pem"));
-    self_signed(&cert, &key, "first");
+    let certs = e2e::tls::SelfSigned::generate(&tls, "first");
+    let root_only = |key: &Path| {
+        std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o600)).expect("chmod")
+    };
+    root_only(&certs.key);
+    let (cert, key) = (certs.cert.clone(), certs.key.clone());
     let state = parent.path().join("state");
     let up = start_up_with(
         &state,
@@ -1432,7 +1408,8 @@ fn a_root_only_tls_key_serves_https_from_an_unprivileged_gateway_and_renewals_re
         assert_ne!(ids_of(control.pid).0, 0);
     }
     // A renewal of the root-only files reaches the gateway.
-    self_signed(&cert, &key, "renewed");
+    certs.renew("renewed");
+    root_only(&certs.key);
     wait_for(
         "the renewed certificate served",
         Duration::from_secs(30),

@@ -131,10 +131,16 @@ fn alices_open_session(stack: &GatewayStack) -> (String, Terminal) {
         .as_str()
         .unwrap()
         .to_owned();
-    let owner = stack.open_as(0, &id, &stack.sign_in("alice")).unwrap();
+    let owner = open_as_owner(stack, &id);
+    (id, owner)
+}
+
+/// alice's terminal on her session `id`, shown to echo.
+fn open_as_owner(stack: &GatewayStack, id: &str) -> Terminal {
+    let owner = stack.open_as(0, id, &stack.sign_in("alice")).unwrap();
     owner.send_input(b"echo owner-up\r").unwrap();
     owner.read_until("owner-up", T).unwrap();
-    (id, owner)
+    owner
 }
 
 #[test]
@@ -303,9 +309,7 @@ fn a_peers_row_names_no_viewer_while_one_watches() {
         .as_str()
         .unwrap()
         .to_owned();
-    let owner = stack.open_as(0, &id, &stack.sign_in("alice")).unwrap();
-    owner.send_input(b"echo owner-up\r").unwrap();
-    owner.read_until("owner-up", T).unwrap();
+    let _owner = open_as_owner(&stack, &id);
     // carol watches through a share link, signed in.
     let a = call(
         &stack,
