@@ -9,6 +9,7 @@
 mod error;
 mod load;
 mod model;
+pub mod pki;
 mod secret;
 pub mod telemetry;
 mod validate;

@@ -580,7 +580,7 @@ capacity = 10
 name = "gpu-1"
 endpoint = "tcp://10.0.0.5:2375"
 allow_plain_tcp = true
-ttyd_pool = ["10.0.0.5:7681", "10.0.0.6:7681"]
+ttyd_pool = ["127.0.0.5:7681", "127.0.0.6:7681"]
 capacity = 2
 "#;
 
@@ -604,7 +604,7 @@ fn docker_hosts_load_in_order_with_their_pools_and_capacities() {
     let hosts = c.docker_hosts();
     let names: Vec<&str> = hosts.iter().map(|h| h.name.as_str()).collect();
     assert_eq!(names, ["main", "gpu-1"]);
-    assert_eq!(hosts[1].ttyd_pool, ["10.0.0.5:7681", "10.0.0.6:7681"]);
+    assert_eq!(hosts[1].ttyd_pool, ["127.0.0.5:7681", "127.0.0.6:7681"]);
     assert_eq!(hosts[1].capacity, 2);
     assert!(!hosts[0].implicit && hosts[1].tls.is_none());
 }
@@ -665,7 +665,7 @@ fn a_tcp_host_without_tls_is_refused_unless_plain_tcp_is_allowed() {
     let host = |extra: &str| {
         format!(
             "{EXAMPLE}\n[[docker.hosts]]\nname = \"far\"\nendpoint = \"tcp://10.0.0.9:2375\"\n\
-             {extra}ttyd_pool = [\"10.0.0.9:7681\"]\ncapacity = 1\n"
+             {extra}ttyd_pool = [\"127.0.0.9:7681\"]\ncapacity = 1\n"
         )
     };
     let e = load_text(&host(""), &[]).unwrap_err();
@@ -698,7 +698,7 @@ endpoint = "tcp://10.0.0.9:2376"
 tls_ca_file = "secrets/hs256.key"
 tls_cert_file = "secrets/service.token"
 tls_key_file = "secrets/missing.pem"
-ttyd_pool = ["10.0.0.9:7681"]
+ttyd_pool = ["127.0.0.9:7681"]
 capacity = 4
 "#
     );
@@ -1131,7 +1131,7 @@ fn with_dockgate_control_dials_each_hosts_dockgate_and_endpoints_must_be_local_s
     // dockgate runs beside its daemon: a tcp endpoint is refused, naming the key.
     let far = format!(
         "{EXAMPLE}\n[[docker.hosts]]\nname = \"far\"\nendpoint = \"tcp://10.0.0.9:2375\"\n\
-         allow_plain_tcp = true\nttyd_pool = [\"10.0.0.9:7681\"]\ncapacity = 1\n"
+         allow_plain_tcp = true\nttyd_pool = [\"127.0.0.9:7681\"]\ncapacity = 1\n"
     );
     let e = load_text(
         &far,

@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod audit;
+pub mod certs;
 pub mod cull;
 pub mod docker;
 pub mod dockgate;

@@ -47,10 +47,100 @@ enum Command {
     /// (`-`: none, or the gateway's own for the implicit host), separated by tabs.
     /// `deploy/up` starts the pools of each host from it.
     Hosts,
+    /// The deployment's CA and its parts' certificates (no configuration is read).
+    #[command(subcommand)]
+    Certs(Certs),
+}
+
+#[derive(Subcommand)]
+enum Certs {
+    /// Make a CA in `--dir` (`ca.pem`, `ca-key.pem`, the key 0600); refuses to replace one.
+    Init {
+        /// The directory of the CA and the certificates it issues.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Lifetime, days.
+        #[arg(long, default_value_t = control::certs::CA_DAYS)]
+        days: u32,
+    },
+    /// Issue (or renew) one part's certificate with the CA in `--dir`:
+    /// `<role>-<name>.pem` and `<role>-<name>-key.pem`, identity
+    /// `spiffe://termgate/<role>/<name>`.
+    Issue {
+        /// The directory of the CA.
+        #[arg(long)]
+        dir: PathBuf,
+        /// control, gateway, pool or dockgate.
+        #[arg(long, value_parser = parse_role)]
+        role: config::pki::PeerRole,
+        /// The part's name, also a DNS name or IP address in the certificate.
+        #[arg(long)]
+        name: String,
+        /// Another DNS name or IP address the part is reached at (repeatable).
+        #[arg(long)]
+        san: Vec<String>,
+        /// Lifetime, days (renew by issuing again; running parts pick it up).
+        #[arg(long, default_value_t = control::certs::LEAF_DAYS)]
+        days: u32,
+    },
+}
+
+fn parse_role(s: &str) -> Result<config::pki::PeerRole, String> {
+    config::pki::PeerRole::parse(s).ok_or_else(|| {
+        let all: Vec<&str> = config::pki::PeerRole::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .collect();
+        format!("one of {}", all.join(", "))
+    })
+}
+
+/// `termgate-control certs …`.
+fn certs(cmd: Certs) -> ExitCode {
+    let done = match cmd {
+        Certs::Init { dir, days } => {
+            control::certs::init(&dir, days).map(|p| println!("CA certificate: {}", p.display()))
+        }
+        Certs::Issue {
+            dir,
+            role,
+            name,
+            san,
+            days,
+        } => control::certs::issue(
+            &dir,
+            &control::certs::Leaf {
+                role,
+                name,
+                sans: san,
+                days,
+            },
+        )
+        .map(|(c, k)| println!("certificate: {}\nkey: {}", c.display(), k.display())),
+    };
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("termgate-control certs: {e:#}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let Cli {
+        config: path,
+        command,
+    } = cli;
+    let command = match command {
+        Some(Command::Certs(cmd)) => return certs(cmd),
+        other => other,
+    };
+    let cli = Cli {
+        config: path,
+        command,
+    };
     let config = match config::telemetry::load_or_refuse(
         "termgate-control",
         &cli.config,
@@ -74,6 +164,8 @@ fn main() -> ExitCode {
             println!("configuration {} is valid", cli.config.display());
             ExitCode::SUCCESS
         }
+        // Answered before the configuration is read; kept whole here.
+        Some(Command::Certs(cmd)) => certs(cmd),
         Some(Command::Hosts) => {
             for h in config.docker_hosts() {
                 let pool = if h.ttyd_pool.is_empty() {

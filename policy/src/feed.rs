@@ -182,6 +182,9 @@ pub enum TtydAddr<'a> {
     Unix(&'a str),
     /// `host:port`.
     Tcp(&'a str),
+    /// `host:port` of a pool's front on another host, spoken to over mutual TLS
+    /// (`tls://host:port`).
+    Tls(&'a str),
 }
 
 /// Why an upstream address or URL was refused.
@@ -242,6 +245,12 @@ impl TtydAddress {
 /// Parses one address: `unix:/absolute/path` or `host:port` (host a name or an IP
 /// address, IPv6 in brackets; port 1–65535).
 pub fn parse_addr(s: &str) -> Result<TtydAddr<'_>, AddressError> {
+    if let Some(rest) = s.strip_prefix("tls://") {
+        return match parse_addr(rest)? {
+            TtydAddr::Tcp(a) => Ok(TtydAddr::Tls(a)),
+            _ => Err(AddressError("tls:// is followed by host:port")),
+        };
+    }
     if let Some(path) = s.strip_prefix("unix:") {
         if !path.starts_with('/') || path.contains('\0') || path.len() > 107 {
             return Err(AddressError(
@@ -269,6 +278,21 @@ pub fn parse_addr(s: &str) -> Result<TtydAddr<'_>, AddressError> {
         ));
     }
     Ok(TtydAddr::Tcp(s))
+}
+
+/// Whether a parsed `host:port` is on this machine's loopback: `localhost`, 127.0.0.0/8
+/// or `[::1]`.
+pub fn is_loopback(addr: &str) -> bool {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    if host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    host.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Who may open a target, and the credential its ttyd expects.
@@ -489,6 +513,24 @@ mod tests {
         assert_eq!(a.base_path, "/team/shell");
         let a = TtydAddress::parse_url("unix:/run/ttyd/t.sock").unwrap();
         assert_eq!(a.pick(3), Some(TtydAddr::Unix("/run/ttyd/t.sock")));
+        assert_eq!(
+            parse_addr("tls://10.0.0.5:7681"),
+            Ok(TtydAddr::Tls("10.0.0.5:7681"))
+        );
+        assert!(parse_addr("tls://unix:/x.sock").is_err());
+        assert!(parse_addr("tls://").is_err());
+        for (addr, local) in [
+            ("127.0.0.1:1", true),
+            ("127.9.9.9:1", true),
+            ("localhost:1", true),
+            ("[::1]:1", true),
+            ("10.0.0.5:1", false),
+            ("[::2]:1", false),
+            ("localhost.example:1", false),
+            ("128.0.0.1:1", false),
+        ] {
+            assert_eq!(is_loopback(addr), local, "{addr}");
+        }
         let a = TtydAddress::parse_url("http://[::1]:7681").unwrap();
         assert_eq!(a.pick(0), Some(TtydAddr::Tcp("[::1]:7681")));
     }

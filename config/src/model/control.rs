@@ -17,6 +17,14 @@ pub struct ControlConfig {
     /// Admin listener (`/metrics`).
     #[serde(default = "defaults::control_admin_listen")]
     pub admin_listen: String,
+    /// Control's certificate (role `control`, `termgate-control certs issue`), presented
+    /// to the dockgates of `tls://` hosts, whose certificates are checked against
+    /// `pki.ca_file`. Picked up again when renewed.
+    #[serde(default)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The key of `tls_cert_file`.
+    #[serde(default)]
+    pub tls_key_file: Option<PathBuf>,
     /// Docker endpoint (`unix:///var/run/docker.sock`); unset: `DOCKER_HOST` or the default socket.
     #[serde(default)]
     pub docker_host: Option<String>,

@@ -44,8 +44,15 @@ pub struct DockerHostConfig {
     /// The host's name: recorded on its sessions and containers (`termgate.host`),
     /// named by profiles' `hosts`. 1-32 characters of a-z, 0-9 and -.
     pub name: String,
-    /// The daemon's endpoint: `unix:///path` or `tcp://host:port`.
+    /// Where control reaches the host: `tls://host:port`, that host's dockgate over
+    /// mutual TLS (`deploy/host-up`); `unix:///path`, a daemon on this machine (fronted
+    /// by its dockgate under `docker.dockgate_dir`); or `tcp://host:port`, the daemon's
+    /// own port, only with `dockgate = false`.
     pub endpoint: String,
+    /// false: control speaks to this host's daemon directly (a `tcp://` endpoint), with
+    /// nothing comparing its calls to the configuration; a warning at start.
+    #[serde(default = "defaults::yes")]
+    pub dockgate: bool,
     /// CA certificate (PEM) the daemon's certificate is checked against; with
     /// `tls_cert_file` and `tls_key_file`, a `tcp://` endpoint is spoken to over TLS.
     #[serde(default)]
@@ -61,7 +68,8 @@ pub struct DockerHostConfig {
     #[serde(default)]
     pub allow_plain_tcp: bool,
     /// The addresses of the ttyd pool that attaches to this host's containers
-    /// (`unix:/path` or `host:port`), at least one.
+    /// (`unix:/path`, `tls://host:port` — the pool's front on another host, over mutual
+    /// TLS — or a loopback `host:port`), at least one.
     #[serde(default)]
     pub ttyd_pool: Vec<String>,
     /// The addresses of this host's read-only ttyd pool (started without `-W`) that
@@ -85,7 +93,8 @@ pub struct HostSpec {
     pub endpoint: Option<String>,
     /// The daemon's own endpoint; `None`: `DOCKER_HOST` or the default socket.
     pub daemon: Option<String>,
-    /// (CA, certificate, key) files, resolved, when the endpoint speaks TLS.
+    /// (CA, certificate, key) files, resolved, when the endpoint speaks TLS: the
+    /// daemon's own (`tcp://`), or `pki.ca_file` and control's certificate (`tls://`).
     pub tls: Option<(PathBuf, PathBuf, PathBuf)>,
     /// Its ttyd pool; empty: the gateway's own (the implicit host only).
     pub ttyd_pool: Vec<String>,

@@ -106,6 +106,14 @@ pub struct GatewayConfig {
     /// would pass it is closed (`recording_too_large`) rather than fill the disk.
     #[serde(default = "defaults::recordings_spool_max_bytes")]
     pub recordings_spool_max_bytes: u64,
+    /// The gateway's certificate (role `gateway`, `termgate-control certs issue`),
+    /// presented to the `tls://` ttyd pools of other hosts; their certificates are
+    /// checked against `pki.ca_file`. Picked up again when renewed.
+    #[serde(default)]
+    pub client_cert_file: Option<PathBuf>,
+    /// The key of `client_cert_file`.
+    #[serde(default)]
+    pub client_key_file: Option<PathBuf>,
     /// Directory holding the recordings player (`asciinema-player.js` and
     /// `asciinema-player.css`), served to the page at `/assets/player.js` and
     /// `/assets/player.css`; unset: recordings download, and do not play in the page.

@@ -60,6 +60,9 @@ pub struct Config {
     /// Existing ttyds that termgate fronts but does not run (`[[targets]]`).
     #[serde(default)]
     pub targets: Vec<TargetConfig>,
+    /// The CA of the certificates termgate's parts present to each other.
+    #[serde(default)]
+    pub pki: PkiConfig,
     /// Directory relative paths are resolved against (the config file's directory).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -69,6 +72,16 @@ pub struct Config {
     /// Which part loaded it: only the files that part reads are read and checked.
     #[serde(skip)]
     pub part: Part,
+}
+
+/// `[pki]`: the CA that issues every part's certificate (`termgate-control certs init`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PkiConfig {
+    /// The CA certificate (PEM) that peers' certificates are checked against: the
+    /// dockgates and pools of `tls://` hosts, and the gateways that open terminals there.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Which of termgate's parts loads a configuration. Each reads and checks only the
@@ -93,7 +106,7 @@ impl Part {
         match self {
             Part::All => true,
             Part::Dockgate => false,
-            Part::Gateway => !key.starts_with("docker."),
+            Part::Gateway => !key.starts_with("docker.") && !key.starts_with("control.tls_"),
             Part::Control => !key.starts_with("gateway."),
         }
     }
@@ -173,15 +186,32 @@ impl Config {
             .iter()
             .map(|h| HostSpec {
                 name: h.name.clone(),
-                endpoint: self
-                    .dockgate_socket(&h.name, "control")
-                    .or_else(|| Some(h.endpoint.clone())),
-                daemon: Some(h.endpoint.clone()),
-                tls: match (&h.tls_ca_file, &h.tls_cert_file, &h.tls_key_file) {
-                    (Some(ca), Some(cert), Some(key)) if self.docker.dockgate_dir.is_none() => {
-                        Some((self.resolve(ca), self.resolve(cert), self.resolve(key)))
-                    }
+                endpoint: match (h.endpoint.starts_with("unix://"), h.dockgate) {
+                    (true, true) => self.dockgate_socket(&h.name, "control"),
                     _ => None,
+                }
+                .or_else(|| Some(h.endpoint.clone())),
+                daemon: Some(h.endpoint.clone()),
+                tls: if h.endpoint.starts_with("tls://") {
+                    match (
+                        &self.pki.ca_file,
+                        &self.control.tls_cert_file,
+                        &self.control.tls_key_file,
+                    ) {
+                        (Some(ca), Some(cert), Some(key)) => {
+                            Some((self.resolve(ca), self.resolve(cert), self.resolve(key)))
+                        }
+                        _ => None,
+                    }
+                } else {
+                    match (&h.tls_ca_file, &h.tls_cert_file, &h.tls_key_file) {
+                        (Some(ca), Some(cert), Some(key))
+                            if !h.dockgate || self.docker.dockgate_dir.is_none() =>
+                        {
+                            Some((self.resolve(ca), self.resolve(cert), self.resolve(key)))
+                        }
+                        _ => None,
+                    }
                 },
                 ttyd_pool: h.ttyd_pool.clone(),
                 viewer_pool: h.viewer_pool.clone(),

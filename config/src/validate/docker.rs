@@ -46,32 +46,54 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
             );
         }
         names.push(&h.name);
-        let tcp = if let Some(path) = h.endpoint.strip_prefix("unix://") {
-            if !path.starts_with('/') {
-                err(
-                    &format!("{key}.endpoint"),
-                    "a unix endpoint is unix:///absolute/path".into(),
-                );
+        let scheme = endpoint_scheme(&h.endpoint);
+        match scheme {
+            Some(Scheme::Unix) => {
+                if !h.endpoint["unix://".len()..].starts_with('/') {
+                    err(
+                        &format!("{key}.endpoint"),
+                        "a unix endpoint is unix:///absolute/path".into(),
+                    );
+                }
             }
-            false
-        } else if let Some(addr) = h.endpoint.strip_prefix("tcp://") {
-            if !matches!(
-                policy::feed::parse_addr(addr),
-                Ok(policy::feed::TtydAddr::Tcp(_))
-            ) {
-                err(
-                    &format!("{key}.endpoint"),
-                    format!("{:?}: a tcp endpoint is tcp://host:port", h.endpoint),
-                );
+            Some(Scheme::Tcp | Scheme::Tls) => {
+                let addr = h.endpoint.split_once("://").map_or("", |(_, a)| a);
+                if !matches!(
+                    policy::feed::parse_addr(addr),
+                    Ok(policy::feed::TtydAddr::Tcp(_))
+                ) {
+                    err(
+                        &format!("{key}.endpoint"),
+                        format!(
+                            "{:?}: must be tcp://host:port or tls://host:port",
+                            h.endpoint
+                        ),
+                    );
+                }
             }
-            true
-        } else {
+            None => err(
+                &format!("{key}.endpoint"),
+                format!(
+                    "{:?}: must start with tls:// (the host's dockgate), unix:// or tcp://",
+                    h.endpoint
+                ),
+            ),
+        }
+        let tcp = scheme == Some(Scheme::Tcp);
+        if scheme == Some(Scheme::Tls) {
+            check_remote_dockgate(c, h, &key, err);
+        }
+        if tcp && h.dockgate && c.docker.dockgate_dir.is_some() {
             err(
                 &format!("{key}.endpoint"),
-                format!("{:?}: must start with unix:// or tcp://", h.endpoint),
+                format!(
+                    "{:?}: dockgate fronts this host (docker.dockgate_dir is set); reach it \
+                     over tls:// through the host's dockgate, or set dockgate = false to dial \
+                     the daemon's own port",
+                    h.endpoint
+                ),
             );
-            false
-        };
+        }
         let tls = [
             ("tls_ca_file", &h.tls_ca_file),
             ("tls_cert_file", &h.tls_cert_file),
@@ -81,7 +103,10 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
         if given > 0 && !tcp {
             err(
                 &format!("{key}.endpoint"),
-                "TLS files are only used with a tcp:// endpoint".into(),
+                "tls_ca_file, tls_cert_file and tls_key_file are the daemon's own TLS, only \
+                 used with a tcp:// endpoint (a tls:// host's dockgate is checked against \
+                 pki.ca_file)"
+                    .into(),
             );
         }
         if tcp && given == 0 && !h.allow_plain_tcp {
@@ -97,6 +122,12 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
             err(
                 &format!("{key}.allow_plain_tcp"),
                 "only means something with a tcp:// endpoint".into(),
+            );
+        }
+        if !h.dockgate && scheme == Some(Scheme::Tls) {
+            err(
+                &format!("{key}.dockgate"),
+                "false, yet the endpoint is tls://, which is the host's dockgate".into(),
             );
         }
         for (field, file) in tls {
@@ -115,21 +146,17 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
                 "must list at least one address of the ttyd pool that attaches to this host".into(),
             );
         }
-        for (j, a) in h.ttyd_pool.iter().enumerate() {
-            if let Err(e) = policy::feed::parse_addr(a) {
-                err(&format!("{key}.ttyd_pool[{j}]"), format!("{a:?}: {e}"));
-            }
-        }
-        for (j, a) in h.viewer_pool.iter().enumerate() {
-            if let Err(e) = policy::feed::parse_addr(a) {
-                err(&format!("{key}.viewer_pool[{j}]"), format!("{a:?}: {e}"));
+        for (field, pool) in [("ttyd_pool", &h.ttyd_pool), ("viewer_pool", &h.viewer_pool)] {
+            for (j, a) in pool.iter().enumerate() {
+                check_pool_addr(c, a, &format!("{key}.{field}[{j}]"), err);
             }
         }
         positive(&format!("{key}.capacity"), h.capacity.into(), err);
     }
 }
 
-/// `docker.dockgate_dir`: dockgate runs beside each daemon and fronts its unix socket.
+/// `docker.dockgate_dir`: dockgate runs beside each local daemon and fronts its unix
+/// socket (hosts elsewhere are reached through their own dockgate, `tls://`).
 fn check_dockgate(c: &Config, err: &mut impl FnMut(&str, String)) {
     let why = "dockgate fronts a daemon's unix socket on this machine (docker.dockgate_dir is set)";
     if let Some(h) = &c.control.docker_host {
@@ -137,12 +164,84 @@ fn check_dockgate(c: &Config, err: &mut impl FnMut(&str, String)) {
             err("control.docker_host", format!("{h:?}: {why}"));
         }
     }
-    for (i, h) in c.docker.hosts.iter().enumerate() {
-        if !h.endpoint.starts_with("unix:///") {
-            err(
-                &format!("docker.hosts[{i}].endpoint"),
-                format!("{:?}: {why}", h.endpoint),
-            );
+}
+
+/// How control reaches a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scheme {
+    /// A daemon's socket on this machine.
+    Unix,
+    /// A daemon's own TCP port.
+    Tcp,
+    /// The host's dockgate, over mutual TLS.
+    Tls,
+}
+
+fn endpoint_scheme(endpoint: &str) -> Option<Scheme> {
+    [
+        ("unix://", Scheme::Unix),
+        ("tcp://", Scheme::Tcp),
+        ("tls://", Scheme::Tls),
+    ]
+    .into_iter()
+    .find_map(|(p, s)| endpoint.starts_with(p).then_some(s))
+}
+
+/// A `tls://` host: control presents its certificate and checks the dockgate's
+/// against the deployment's CA, so all three must be given.
+fn check_remote_dockgate(
+    c: &Config,
+    h: &crate::model::DockerHostConfig,
+    key: &str,
+    err: &mut impl FnMut(&str, String),
+) {
+    let why = format!(
+        "required: {key}.endpoint {:?} is a dockgate reached over mutual TLS",
+        h.endpoint
+    );
+    for (k, file) in [
+        ("pki.ca_file", &c.pki.ca_file),
+        ("control.tls_cert_file", &c.control.tls_cert_file),
+        ("control.tls_key_file", &c.control.tls_key_file),
+    ] {
+        if file.is_none() {
+            err(k, why.clone());
+        }
+    }
+}
+
+/// One address of a host's pool: a unix socket, a `tls://` front on another host (the
+/// gateway's certificate and the CA then required), or plain TCP on loopback only —
+/// anything else would carry terminals, and let anyone on the path open one, in the
+/// clear.
+fn check_pool_addr(c: &Config, a: &str, key: &str, err: &mut impl FnMut(&str, String)) {
+    match policy::feed::parse_addr(a) {
+        Err(e) => err(key, format!("{a:?}: {e}")),
+        Ok(policy::feed::TtydAddr::Unix(_)) => {}
+        Ok(policy::feed::TtydAddr::Tls(_)) => {
+            for (k, file) in [
+                ("pki.ca_file", &c.pki.ca_file),
+                ("gateway.client_cert_file", &c.gateway.client_cert_file),
+                ("gateway.client_key_file", &c.gateway.client_key_file),
+            ] {
+                if file.is_none() {
+                    err(
+                        k,
+                        format!("required: {key} {a:?} is a pool reached over mutual TLS"),
+                    );
+                }
+            }
+        }
+        Ok(policy::feed::TtydAddr::Tcp(addr)) => {
+            if !policy::feed::is_loopback(addr) {
+                err(
+                    key,
+                    format!(
+                        "{a:?}: a pool on another machine is reached over mutual TLS \
+                         (tls://{addr}, deploy/host-up); plain TCP only on loopback"
+                    ),
+                );
+            }
         }
     }
 }

@@ -9,6 +9,7 @@ mod control;
 mod docker;
 mod gateway;
 mod oidc;
+mod pki;
 mod profiles;
 mod quota;
 mod store;
@@ -29,6 +30,7 @@ pub(crate) fn validate(c: &mut Config, errors: &mut Vec<ConfigError>) {
     gateway::check(c, &mut err);
     let service_token = control::check(c, &mut err);
     docker::check(c, &mut err);
+    pki::check(c, &mut err);
     store::check(c, &mut err);
     quota::check(c, &mut err);
     targets::check(c, &mut err);

@@ -184,6 +184,9 @@ impl Control {
             return Some(match address.pick(key)? {
                 TtydAddr::Unix(path) => format!("unix:{path}"),
                 TtydAddr::Tcp(addr) => addr.to_owned(),
+                // A front proxy holds no gateway certificate: a pool on another host is
+                // opened through a gateway only.
+                TtydAddr::Tls(_) => return None,
             });
         }
         let pool = &self.config().gateway.ttyd_upstreams;

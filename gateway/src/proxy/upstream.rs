@@ -101,6 +101,12 @@ impl Upstream {
                         })?;
                     HttpPeer::new(resolved, false, String::new())
                 }
+                Some(TtydAddr::Tls(_)) => {
+                    return Err(Error::explain(
+                        ErrorType::ConnectNoRoute,
+                        "a pool over mutual TLS is not reachable from this gateway",
+                    ))
+                }
                 None => {
                     return Err(Error::explain(
                         ErrorType::ConnectNoRoute,
