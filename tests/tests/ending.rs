@@ -14,6 +14,16 @@ const T: Duration = Duration::from_secs(15);
 /// call, whatever the session's programs do.
 const PROMISED: Duration = Duration::from_secs(1);
 
+/// The streaming test's `yes` takes a core to itself: it runs alone, never beside the
+/// tests that hold an end to its one-second promise (each takes this shared).
+static STREAMING: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn beside_others() -> std::sync::RwLockReadGuard<'static, ()> {
+    STREAMING
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// What ttyd's page is told when the gateway closes a terminal of an ended session.
 const ENDED_FRAME: &str = "close frame 1000 \"termgate: this session was ended\"";
 
@@ -107,6 +117,7 @@ fn assert_terminated(stack: &GatewayStack, owner_token: &str, id: &str, by: &str
 
 #[test]
 fn an_owners_end_answers_within_a_second_closes_the_terminal_saying_why_and_the_container_goes() {
+    let _shared = beside_others();
     let stack = GatewayStack::start("");
     let alice = stack.control.token("alice", false);
     let id = stack.control.create(&alice)["id"]
@@ -131,6 +142,7 @@ fn an_owners_end_answers_within_a_second_closes_the_terminal_saying_why_and_the_
 
 #[test]
 fn an_admins_end_answers_within_a_second_closes_the_terminal_saying_why_and_the_container_goes() {
+    let _shared = beside_others();
     let stack = GatewayStack::start("");
     let alice = stack.control.token("alice", false);
     let root = stack.control.token("root", true);
@@ -151,6 +163,7 @@ fn an_admins_end_answers_within_a_second_closes_the_terminal_saying_why_and_the_
 
 #[test]
 fn a_program_that_ignores_the_hang_up_keeps_its_grace_then_is_removed_by_force() {
+    let _shared = beside_others();
     const GRACE: u64 = 3;
     let stack = GatewayStack::start(&profile_ignoring_hang_up("stubborn", GRACE));
     let alice = stack.control.token("alice", false);
@@ -232,6 +245,9 @@ fn server_frames(mut bytes: &[u8]) -> (Vec<(u8, Vec<u8>)>, usize) {
 
 #[test]
 fn an_end_while_output_streams_closes_between_two_frames_and_nothing_follows_the_close_frame() {
+    let _alone = STREAMING
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let stack = GatewayStack::start("");
     let alice = stack.control.token("alice", false);
     // The close races the ttyd's output: several ends, so that a close frame written

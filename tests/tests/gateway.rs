@@ -1248,22 +1248,34 @@ fn every_request_leaves_one_access_line_and_terminal_decisions_an_audit_line() {
     drop(t);
     let bob = stack.sign_in("bob");
     let _ = stack.open_as(0, &id, &bob);
-    let log = wait_for("access lines", T, || {
-        let log = stack.gw().log_text();
-        // The audit line of bob's refusal follows its access line: wait for both.
-        let refusal_audited = log.lines().any(|l| {
-            l.contains(" audit:") && l.contains("sub=\"bob\"") && l.contains("session_not_found")
-        });
-        (refusal_audited && log.contains("status=101")).then_some(log)
-    });
-    // One access line per request: every request id appears on exactly one access
-    // line (two sign-ins, the upgrade and bob's refusal at least), and every terminal
-    // audit line belongs to one of them.
     let request_id = |l: &str| {
         l.split_whitespace()
             .find_map(|w| w.strip_prefix("request_id="))
             .map(str::to_owned)
     };
+    // Waited for: bob's refusal audited, the upgrade's access line, and an access line
+    // for every terminal audit line (a request's lines are written as it goes, not at
+    // once). Only whole lines count: the gateway may be writing the last one.
+    let log = wait_for("access lines", T, || {
+        let mut log = stack.gw().log_text();
+        log.truncate(log.rfind('\n').map_or(0, |end| end + 1));
+        let refusal_audited = log.lines().any(|l| {
+            l.contains(" audit:") && l.contains("sub=\"bob\"") && l.contains("session_not_found")
+        });
+        let logged: HashSet<String> = log
+            .lines()
+            .filter(|l| l.contains(" access:"))
+            .filter_map(request_id)
+            .collect();
+        let audits_have_access_lines = log
+            .lines()
+            .filter(|l| l.contains(" audit:") && l.contains("terminal access"))
+            .all(|l| request_id(l).is_some_and(|id| logged.contains(&id)));
+        (refusal_audited && log.contains("status=101") && audits_have_access_lines).then_some(log)
+    });
+    // One access line per request: every request id appears on exactly one access
+    // line (two sign-ins, the upgrade and bob's refusal at least), and every terminal
+    // audit line belongs to one of them.
     let access: Vec<&str> = log.lines().filter(|l| l.contains(" access:")).collect();
     let ids: Vec<String> = access.iter().filter_map(|l| request_id(l)).collect();
     let unique: HashSet<&String> = ids.iter().collect();
