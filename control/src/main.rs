@@ -144,7 +144,13 @@ fn main() -> ExitCode {
     let config = match config::telemetry::load_or_refuse(
         "termgate-control",
         &cli.config,
-        config::Part::Control,
+        // `hosts` reads no file of the configuration's: a Docker host elsewhere
+        // (deploy/host-up) has the configuration, not control's secrets.
+        if matches!(cli.command, Some(Command::Hosts)) {
+            config::Part::Dockgate
+        } else {
+            config::Part::Control
+        },
     ) {
         Ok(c) => c,
         Err(status) => return status,

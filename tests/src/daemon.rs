@@ -55,10 +55,18 @@ pub struct TestDaemon {
     /// Its containerd namespace (`--containerd-namespace`).
     pub namespace: String,
     child: Option<Child>,
+    /// The network namespace it runs in (`ip netns`); `None`: one of its own.
+    netns: Option<String>,
 }
 
 impl TestDaemon {
     pub fn start() -> TestDaemon {
+        Self::start_in(None)
+    }
+
+    /// Like [`TestDaemon::start`], in the named network namespace (another host of a
+    /// test, [`crate::netns::Netns`]) rather than an unnamed one of its own.
+    pub fn start_in(netns: Option<&str>) -> TestDaemon {
         // Short path: containerd's sockets live under the exec root.
         let dir = private_dir("tgd.");
         std::fs::write(dir.path().join("daemon.json"), "{}").expect("daemon.json");
@@ -68,6 +76,7 @@ impl TestDaemon {
             host,
             namespace: format!("tgd-{}", random_hex(4)),
             child: None,
+            netns: netns.map(str::to_owned),
         };
         d.spawn();
         d
@@ -85,9 +94,21 @@ impl TestDaemon {
             .open(self.path("dockerd.log"))
             .expect("dockerd log");
         let p = |rel: &str| self.path(rel).display().to_string();
-        // `unshare` execs dockerd: the pid of this child is the daemon's.
-        let child = Command::new("unshare")
-            .args(["--net", "--", "dockerd"])
+        // `unshare` and `ip netns exec` exec dockerd: the pid of this child is the
+        // daemon's.
+        let mut command = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "dockerd"]);
+                c
+            }
+            None => {
+                let mut c = Command::new("unshare");
+                c.args(["--net", "--", "dockerd"]);
+                c
+            }
+        };
+        let child = command
             .args(["--host", &self.host])
             .args(["--data-root", &p("data"), "--exec-root", &p("x")])
             .args(["--pidfile", &p("docker.pid")])

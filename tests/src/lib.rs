@@ -8,6 +8,7 @@ pub mod caddy;
 pub mod daemon;
 pub mod dockgate;
 pub mod hostile;
+pub mod netns;
 pub mod nginx;
 pub mod raw;
 pub mod stack;

@@ -296,6 +296,16 @@ impl ControlStack {
         }
     }
 
+    /// The `TERMGATE__*` overrides control starts with: what another part reading the
+    /// same configuration must see too.
+    pub fn overrides(&self) -> Vec<(String, String)> {
+        self.env
+            .iter()
+            .filter(|(k, _)| k.starts_with("TERMGATE__"))
+            .cloned()
+            .collect()
+    }
+
     /// Removes an environment override for the next start.
     pub fn unset_env(&mut self, key: &str) {
         self.env.retain(|(k, _)| k != key);
@@ -716,6 +726,17 @@ impl GatewayStack {
         ttyd: crate::ttyd::TtydPool,
         counter: crate::ttyd::CountingProxy,
     ) -> GatewayStack {
+        Self::assemble_with_env(control, ttyd, counter, &[])
+    }
+
+    /// Like [`GatewayStack::assemble`], every gateway started with `env` as well (e.g.
+    /// its certificate for the pools of other hosts).
+    pub fn assemble_with_env(
+        control: ControlStack,
+        ttyd: crate::ttyd::TtydPool,
+        counter: crate::ttyd::CountingProxy,
+        env: &[(&str, String)],
+    ) -> GatewayStack {
         let upstream_socket = counter.socket_path().to_path_buf();
         let mut s = GatewayStack {
             control,
@@ -726,7 +747,10 @@ impl GatewayStack {
             upstream_socket,
             certs: None,
             player_dir: player_dir(),
-            shared_env: Vec::new(),
+            shared_env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect(),
         };
         s.certs =
             tls_mode().then(|| crate::tls::SelfSigned::generate(s.control.dir.dir.path(), "stack"));

@@ -113,6 +113,16 @@ impl TtydPool {
     /// The read-only pool of share links for `instance`: production's command and
     /// flags without `-W`, so ttyd itself drops every viewer's input.
     pub fn start_viewers_for(instance: &str) -> TtydPool {
+        Self::start_viewers_with(instance, &[])
+    }
+
+    /// Like [`TtydPool::start_viewers_for`], attaching through the Docker daemon at
+    /// `docker_host`, as the read-only pool of one Docker host.
+    pub fn start_viewers_for_docker(instance: &str, docker_host: &str) -> TtydPool {
+        Self::start_viewers_with(instance, &[("DOCKER_HOST", docker_host)])
+    }
+
+    fn start_viewers_with(instance: &str, extra_env: &[(&str, &str)]) -> TtydPool {
         let dir = private_dir("tg-view.");
         let sock = dir.path().join("ttyd-view.sock");
         let mut args: Vec<String> = TTYD_ARGS
@@ -123,7 +133,8 @@ impl TtydPool {
         args.extend(pool_flags());
         let command = vec![attach_wrapper().to_string_lossy().into_owned()];
         // No stdin, and no resize of the shared terminal to a viewer's window.
-        let env = [("TERMGATE_ATTACH_READ_ONLY", "1")];
+        let mut env = vec![("TERMGATE_ATTACH_READ_ONLY", "1")];
+        env.extend_from_slice(extra_env);
         Self::run(
             dir,
             Listen::Unix(sock),

@@ -80,7 +80,8 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
             ),
         }
         let tcp = scheme == Some(Scheme::Tcp);
-        if scheme == Some(Scheme::Tls) {
+        // Control dials the host: its certificate and the CA are control's to have.
+        if scheme == Some(Scheme::Tls) && c.part.reads("control.tls_cert_file") {
             check_remote_dockgate(c, h, &key, err);
         }
         if tcp && h.dockgate && c.docker.dockgate_dir.is_some() {
@@ -217,8 +218,8 @@ fn check_remote_dockgate(
 fn check_pool_addr(c: &Config, a: &str, key: &str, err: &mut impl FnMut(&str, String)) {
     match policy::feed::parse_addr(a) {
         Err(e) => err(key, format!("{a:?}: {e}")),
-        Ok(policy::feed::TtydAddr::Unix(_)) => {}
-        Ok(policy::feed::TtydAddr::Tls(_)) => {
+        // Gateways dial the pool: their certificate and the CA are theirs to have.
+        Ok(policy::feed::TtydAddr::Tls(_)) if c.part.reads("gateway.client_cert_file") => {
             for (k, file) in [
                 ("pki.ca_file", &c.pki.ca_file),
                 ("gateway.client_cert_file", &c.gateway.client_cert_file),
@@ -232,6 +233,7 @@ fn check_pool_addr(c: &Config, a: &str, key: &str, err: &mut impl FnMut(&str, St
                 }
             }
         }
+        Ok(policy::feed::TtydAddr::Unix(_) | policy::feed::TtydAddr::Tls(_)) => {}
         Ok(policy::feed::TtydAddr::Tcp(addr)) => {
             if !policy::feed::is_loopback(addr) {
                 err(

@@ -1,0 +1,358 @@
+//! A Docker host elsewhere, reached only over mutual TLS: a real `dockerd` in a network
+//! namespace of the test's own, with its own address, runs what `deploy/host-up` runs
+//! there — that host's dockgate (Docker API and the pools' fronts on its address, each
+//! asking for a certificate) and its ttyd pools on private unix sockets. Control dials
+//! its dockgate with control's certificate; the gateway opens terminals at its pool's
+//! front with a gateway's. A session is placed there, opened, typed into, shared and
+//! ended; renewed certificates leave open terminals open; a host that stops answering
+//! still answers 502 `host_unavailable`.
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use e2e::daemon::TestDaemon;
+use e2e::netns::Netns;
+use e2e::stack::{wait_for, ControlStack, GatewayStack};
+use e2e::ttyd::{private_dir, CountingProxy, TtydPool};
+use serde_json::{json, Value};
+
+const T: Duration = Duration::from_secs(30);
+
+/// The deployment's CA and its parts' certificates, made by `termgate-control certs`.
+fn certs(dir: &Path, remote_addr: &str) {
+    let run = |args: &[&str]| {
+        let o = Command::new(e2e::binary("termgate-control"))
+            .arg("certs")
+            .args(args)
+            .arg("--dir")
+            .arg(dir)
+            .output()
+            .expect("termgate-control certs");
+        assert!(
+            o.status.success(),
+            "certs {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    run(&["init"]);
+    run(&["issue", "--role", "control", "--name", "control"]);
+    run(&["issue", "--role", "gateway", "--name", "gw"]);
+    run(&[
+        "issue",
+        "--role",
+        "dockgate",
+        "--name",
+        "far",
+        "--san",
+        remote_addr,
+    ]);
+}
+
+/// What runs on the host elsewhere: its dockgate, started inside its namespace.
+struct HostAgent {
+    child: Option<Child>,
+    log: PathBuf,
+    /// Its sockets' directory (and log), removed with it.
+    _dir: tempfile::TempDir,
+}
+
+impl HostAgent {
+    fn start(
+        dir: tempfile::TempDir,
+        ns: &Netns,
+        control: &ControlStack,
+        daemon: &str,
+        pki: &Path,
+        [pool, viewers]: [&Path; 2],
+    ) -> HostAgent {
+        let log = dir.path().join("dockgate.log");
+        let log_file = std::fs::File::create(&log).expect("log");
+        let file = |name: &str| pki.join(name).display().to_string();
+        let addr = &ns.addr;
+        let mut cmd = ns.command(e2e::binary("termgate-dockgate").to_str().expect("utf-8"));
+        cmd.arg("--config")
+            .arg(control.dir.config_path())
+            .args(["--host", "far", "--dir"])
+            .arg(dir.path())
+            .args(["--daemon", daemon])
+            .args(["--tls-listen", &format!("{addr}:7443")])
+            .args(["--tls-cert", &file("dockgate-far.pem")])
+            .args(["--tls-key", &file("dockgate-far-key.pem")])
+            .args(["--tls-ca", &file("ca.pem")])
+            .args(["--pool-listen", &format!("{addr}:7681")])
+            .arg("--pool-socket")
+            .arg(pool)
+            .args(["--viewer-listen", &format!("{addr}:7682")])
+            .arg("--viewer-socket")
+            .arg(viewers)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("log"))
+            .stderr(log_file);
+        // The configuration as control reads it: the same overrides (instance, image).
+        for (k, v) in control.overrides() {
+            cmd.env(k, v);
+        }
+        let mut agent = HostAgent {
+            child: Some(cmd.spawn().expect("spawn dockgate in the namespace")),
+            log,
+            _dir: dir,
+        };
+        let started = Instant::now();
+        while TcpStream::connect((addr.as_str(), 7443)).is_err()
+            || TcpStream::connect((addr.as_str(), 7681)).is_err()
+        {
+            if let Some(status) = agent
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "the host's dockgate exited ({status}):\n{}",
+                    agent.log_text()
+                );
+            }
+            assert!(
+                started.elapsed() < T,
+                "the host's dockgate did not listen:\n{}",
+                agent.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        agent
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn hang_up(&self) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-HUP", &c.id().to_string()])
+                .status();
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for HostAgent {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- the host's dockgate ---\n{}", self.log_text());
+        }
+        self.stop();
+    }
+}
+
+fn session(stack: &GatewayStack, token: &str, id: &str) -> Value {
+    let a = stack
+        .control
+        .call("GET", &format!("/v1/sessions/{id}"), Some(token), None);
+    assert_eq!(a.status, 200, "{}", a.text);
+    a.body
+}
+
+/// A certificate file's text, for telling a renewed one.
+fn pem_of(path: &Path) -> String {
+    std::fs::read_to_string(path).expect("certificate")
+}
+
+#[test]
+fn a_session_on_a_host_reached_over_mutual_tls_opens_types_shares_ends_and_survives_renewal() {
+    if let Some(why) = e2e::netns::cannot_run() {
+        return e2e::skip_or_fail(&why);
+    }
+    let ns = Netns::create();
+    let d2 = TestDaemon::start_in(Some(&ns.name));
+    d2.load_session_image();
+
+    let mut control = ControlStack::prepare("");
+    let pki = control.dir.dir.path().join("pki");
+    certs(&pki, &ns.addr);
+    let file = |name: &str| pki.join(name).display().to_string();
+    let config = std::fs::read_to_string(control.dir.config_path()).expect("config");
+    let addr = &ns.addr;
+    control.dir.write_config(&format!(
+        "{config}\n[[docker.hosts]]\nname = \"far\"\nendpoint = \"tls://{addr}:7443\"\n\
+         ttyd_pool = [\"tls://{addr}:7681\"]\nviewer_pool = [\"tls://{addr}:7682\"]\ncapacity = 4\n"
+    ));
+    control.unset_env("TERMGATE__CONTROL__DOCKER_HOST");
+    control.set_env("TERMGATE__PKI__CA_FILE", &file("ca.pem"));
+    control.set_env(
+        "TERMGATE__CONTROL__TLS_CERT_FILE",
+        &file("control-control.pem"),
+    );
+    control.set_env(
+        "TERMGATE__CONTROL__TLS_KEY_FILE",
+        &file("control-control-key.pem"),
+    );
+
+    // The host elsewhere: its pools on private sockets, attaching through its
+    // dockgate's attach socket; then its dockgate, which fronts them.
+    let agent_dir = private_dir("tg-far.");
+    let attach = format!("unix://{}/far-attach.sock", agent_dir.path().display());
+    let pool = TtydPool::start_for_docker(&control.instance, &attach);
+    let viewers = TtydPool::start_viewers_for_docker(&control.instance, &attach);
+    let mut agent = HostAgent::start(
+        agent_dir,
+        &ns,
+        &control,
+        &d2.host,
+        &pki,
+        [
+            pool.socket_path().expect("a unix pool"),
+            viewers.socket_path().expect("a unix pool"),
+        ],
+    );
+
+    control.spawn(&[]);
+    let local = TtydPool::start_for(&control.instance);
+    let counter = CountingProxy::start(local.target());
+    let gateway_env = [
+        ("TERMGATE__PKI__CA_FILE", file("ca.pem")),
+        (
+            "TERMGATE__GATEWAY__CLIENT_CERT_FILE",
+            file("gateway-gw.pem"),
+        ),
+        (
+            "TERMGATE__GATEWAY__CLIENT_KEY_FILE",
+            file("gateway-gw-key.pem"),
+        ),
+    ];
+    let stack = GatewayStack::assemble_with_env(control, local, counter, &gateway_env);
+
+    // Placed on the host elsewhere: its container runs on that daemon.
+    let alice = stack.control.token("alice", false);
+    let s = stack.control.create(&alice);
+    assert_eq!(s["host"], "far", "{s}");
+    let id = s["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        d2.containers(&format!("termgate.session={id}")).len(),
+        1,
+        "the container runs on the remote daemon"
+    );
+    assert!(
+        stack.control.containers().is_empty(),
+        "nothing on the machine's own daemon"
+    );
+
+    // Opened and typed into through the gateway, the pool's front and the host's pool.
+    let cookie = stack.sign_in("alice");
+    let t = stack
+        .open_as(0, &id, &cookie)
+        .expect("alice opens her session");
+    t.send_input(b"echo far-$((40+2))\r").unwrap();
+    t.read_until("far-42", T).unwrap();
+    assert_eq!(
+        stack.counter.connections(),
+        0,
+        "the local pool saw nothing: the terminal went to the host's"
+    );
+    let front = agent.log_text();
+    assert!(
+        front.contains("gateway/gw"),
+        "the front admitted the gateway's identity:\n{front}"
+    );
+
+    // Shared: a viewer watches through the host's read-only pool.
+    let share = stack.control.call(
+        "POST",
+        &format!("/v1/sessions/{id}/shares"),
+        Some(&alice),
+        Some(json!({ "ttl_seconds": 600 })),
+    );
+    assert_eq!(share.status, 201, "{}", share.text);
+    let url = share.body["url"].as_str().unwrap().to_owned();
+    let origin = stack.origin(0);
+    let viewer = wait_for("the share reaches the gateway", T, || {
+        stack
+            .open(0, &format!("{url}/ws"), &[("Origin", origin.as_str())])
+            .ok()
+    });
+    t.send_input(b"echo seen-$((50+2))\r").unwrap();
+    viewer.read_until("seen-52", T).unwrap();
+
+    // Renewal: every certificate issued again while the terminal is open. It stays
+    // open and keeps working; new connections present the renewed ones.
+    let before = pem_of(&pki.join("gateway-gw.pem"));
+    certs_renew(&pki, &ns.addr);
+    assert_ne!(pem_of(&pki.join("gateway-gw.pem")), before, "renewed");
+    agent.hang_up();
+    std::thread::sleep(Duration::from_millis(2500));
+    t.send_input(b"echo still-$((60+2))\r").unwrap();
+    t.read_until("still-62", T).unwrap();
+    let t2 = stack
+        .open_as(0, &id, &cookie)
+        .expect("a new terminal after renewal");
+    t2.send_input(b"echo renewed-$((70+2))\r").unwrap();
+    t2.read_until("renewed-72", T).unwrap();
+    drop(t2);
+    let bob = stack.control.token("bob", false);
+    let s2 = stack.control.create(&bob);
+    assert_eq!(s2["host"], "far", "control still reaches the host: {s2}");
+
+    // Ended: the container goes on the remote daemon, the terminal closes saying why.
+    let end = stack
+        .control
+        .call("DELETE", &format!("/v1/sessions/{id}"), Some(&alice), None);
+    assert_eq!(end.status, 204, "{}", end.text);
+    t.wait_closed(T).expect("the terminal closes");
+    wait_for("the container to go", T, || {
+        d2.containers(&format!("termgate.session={id}"))
+            .is_empty()
+            .then_some(())
+    });
+
+    // The host stops answering (its dockgate gone): its sessions are unreachable and a
+    // terminal is answered 502 host_unavailable.
+    let id2 = s2["id"].as_str().unwrap().to_owned();
+    agent.stop();
+    wait_for("bob's session to be unreachable", T, || {
+        (session(&stack, &bob, &id2)["state"] == "unreachable").then_some(())
+    });
+    let bob_cookie = stack.sign_in("bob");
+    let e = stack
+        .open_as(0, &id2, &bob_cookie)
+        .expect_err("an unreachable host's terminal");
+    assert_eq!(e.status(), Some(502));
+    assert_eq!(
+        e.json().unwrap_or_default()["error"],
+        "host_unavailable",
+        "{e:?}"
+    );
+}
+
+/// Issues control's, the gateway's and the host's certificates again with the same CA.
+fn certs_renew(dir: &Path, remote_addr: &str) {
+    for args in [
+        vec!["issue", "--role", "control", "--name", "control"],
+        vec!["issue", "--role", "gateway", "--name", "gw"],
+        vec![
+            "issue",
+            "--role",
+            "dockgate",
+            "--name",
+            "far",
+            "--san",
+            remote_addr,
+        ],
+    ] {
+        let o = Command::new(e2e::binary("termgate-control"))
+            .arg("certs")
+            .args(&args)
+            .arg("--dir")
+            .arg(dir)
+            .output()
+            .expect("termgate-control certs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+}
