@@ -175,6 +175,8 @@ pub struct Certificate {
 #[derive(Debug, Clone)]
 struct Loaded {
     key: Arc<CertifiedKey>,
+    /// The private key of `key`, for [`Certificate::current_der`].
+    key_der: Arc<PrivateKeyDer<'static>>,
     stamp: Stamp,
 }
 
@@ -228,6 +230,14 @@ impl Certificate {
     /// The certificate and key in use.
     pub fn current(&self) -> Arc<CertifiedKey> {
         Arc::clone(&self.loaded().key)
+    }
+
+    /// The certificate in use with its private key as DER, for TLS stacks that take a
+    /// chain and a key rather than a resolver (Pingora's upstream peers). The two always
+    /// belong together.
+    pub fn current_der(&self) -> (Arc<CertifiedKey>, Arc<PrivateKeyDer<'static>>) {
+        let loaded = self.loaded();
+        (loaded.key, loaded.key_der)
     }
 
     fn loaded(&self) -> Loaded {
@@ -293,11 +303,13 @@ fn load(cert_file: &Path, key_file: &Path, keys: &[String; 2]) -> Result<Loaded,
             format!("no usable private key in the file: {e}"),
         )
     })?;
+    let key_der = Arc::new(key.clone_key());
     let provider = rustls::crypto::ring::default_provider();
     let key = CertifiedKey::from_der(certs, key, &provider)
         .map_err(|e| PkiError::new(&keys[1], key_file, e))?;
     Ok(Loaded {
         key: Arc::new(key),
+        key_der,
         stamp,
     })
 }

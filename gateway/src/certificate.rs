@@ -1,175 +1,43 @@
-//! The TLS listener's certificate, picked up again when its files change.
+//! The gateway's certificates, picked up again when their files change: the TLS
+//! listener's (`gateway.tls_cert_file`) and the one it presents to the ttyd pools of
+//! other hosts (`gateway.client_cert_file`, role `gateway`).
 //!
-//! The listener asks [`Certificate`] for the certificate at each handshake, so a renewed
-//! one (certbot replacing the files, or an operator's `SIGHUP`) is used by every new
-//! handshake from then on, while the connections open on the old one stay open. A
-//! renewal that cannot be read (a half-written file, a key that does not match the
-//! certificate) keeps the certificate in use and says why in the log.
+//! Both are [`config::pki::Certificate`]s, asked for at each handshake, so a renewed one
+//! (certbot or `termgate-control certs issue` replacing the files, or an operator's
+//! `SIGHUP`) is used by every new handshake from then on, while the connections open on
+//! the old one stay open. A renewal that cannot be read (a half-written file, a key that
+//! does not match the certificate) keeps the certificate in use and says why in the log.
 
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
+use config::pki;
+use pingora::prelude::HttpPeer;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use rustls::server::{ClientHello, ResolvesServerCert};
+use pingora::utils::tls::{CertKey, WrappedX509};
+use pingora::{Error, ErrorType};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
+
+pub use config::pki::Certificate;
 
 /// How often the files are looked at for a renewal.
 const POLL: Duration = Duration::from_secs(2);
 
-/// The certificate and key files of the TLS listener, and what was loaded from them.
-#[derive(Debug)]
-pub struct Certificate {
-    cert_file: PathBuf,
-    key_file: PathBuf,
-    current: RwLock<Loaded>,
+/// A certificate that [`Renewals`] looks after, and what the log calls it.
+pub struct Renewable {
+    /// What the certificate is, in log lines ("TLS certificate": the listener's).
+    pub what: &'static str,
+    /// The certificate.
+    pub certificate: Arc<Certificate>,
 }
 
-/// A certificate as loaded, and the files' state it was loaded from.
-#[derive(Debug, Clone)]
-struct Loaded {
-    key: Arc<CertifiedKey>,
-    stamp: Stamp,
-}
-
-/// What tells a renewed file from the one loaded: its modification time and length.
-type Stamp = [(Option<SystemTime>, u64); 2];
-
-/// Why a certificate could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    /// A file could not be read or held nothing usable.
-    #[error("{key} {path}: {why}")]
-    File {
-        /// The config key that names the file.
-        key: &'static str,
-        /// The file.
-        path: String,
-        /// What was wrong.
-        why: String,
-    },
-    /// The key does not belong to the certificate, or is of a kind TLS cannot use.
-    #[error("gateway.tls_key_file: {0}")]
-    Key(String),
-}
-
-impl Certificate {
-    /// Loads the certificate chain and key; an error names the config key at fault.
-    pub fn load(cert_file: &Path, key_file: &Path) -> Result<Arc<Self>, LoadError> {
-        let loaded = load(cert_file, key_file)?;
-        Ok(Arc::new(Certificate {
-            cert_file: cert_file.to_owned(),
-            key_file: key_file.to_owned(),
-            current: RwLock::new(loaded),
-        }))
-    }
-
-    /// Loads the files again if they changed since they were last loaded (`force`: even
-    /// if they look unchanged). Whether a new certificate is now in use.
-    pub fn reload(&self, force: bool) -> Result<bool, LoadError> {
-        let stamp = stamp(&self.cert_file, &self.key_file);
-        if !force && stamp == self.loaded().stamp {
-            return Ok(false);
-        }
-        let loaded = match load(&self.cert_file, &self.key_file) {
-            Ok(loaded) => loaded,
-            Err(e) => {
-                // Not tried again until the files change once more (or a SIGHUP).
-                self.write().stamp = stamp;
-                return Err(e);
-            }
-        };
-        let changed = loaded.key.cert != self.loaded().key.cert;
-        *self.write() = loaded;
-        Ok(changed)
-    }
-
-    fn loaded(&self) -> Loaded {
-        self.current
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Loaded> {
-        self.current
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-impl ResolvesServerCert for Certificate {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(Arc::clone(
-            &self
-                .current
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .key,
-        ))
-    }
-}
-
-fn stamp(cert_file: &Path, key_file: &Path) -> Stamp {
-    [cert_file, key_file].map(|p| match std::fs::metadata(p) {
-        Ok(m) => (m.modified().ok(), m.len()),
-        Err(_) => (None, 0),
-    })
-}
-
-fn load(cert_file: &Path, key_file: &Path) -> Result<Loaded, LoadError> {
-    // Taken before reading: a file changed while it is read is read again next time.
-    let stamp = stamp(cert_file, key_file);
-    let file_error = |key, path: &Path, why: String| LoadError::File {
-        key,
-        path: path.display().to_string(),
-        why,
-    };
-    let cert_path = cert_file.to_string_lossy();
-    let key_path = key_file.to_string_lossy();
-    for (key, path) in [
-        ("gateway.tls_cert_file", cert_file),
-        ("gateway.tls_key_file", key_file),
-    ] {
-        std::fs::metadata(path).map_err(|e| file_error(key, path, e.to_string()))?;
-    }
-    let (certs, key) = match pingora::tls::load_certs_and_key_files(&cert_path, &key_path) {
-        Ok(Some(pair)) => pair,
-        Ok(None) => {
-            return Err(file_error(
-                "gateway.tls_key_file",
-                key_file,
-                "no private key in the file".into(),
-            ))
-        }
-        Err(e) => {
-            return Err(file_error(
-                "gateway.tls_cert_file",
-                cert_file,
-                e.to_string(),
-            ))
-        }
-    };
-    if certs.is_empty() {
-        return Err(file_error(
-            "gateway.tls_cert_file",
-            cert_file,
-            "no certificate in the file".into(),
-        ));
-    }
-    let provider = rustls::crypto::ring::default_provider();
-    let key =
-        CertifiedKey::from_der(certs, key, &provider).map_err(|e| LoadError::Key(e.to_string()))?;
-    Ok(Loaded {
-        key: Arc::new(key),
-        stamp,
-    })
-}
-
-/// Looks at the files every [`POLL`] and at each `SIGHUP`.
-pub struct Renewals(pub Arc<Certificate>);
+/// Looks at the files of each certificate every [`POLL`], and at each `SIGHUP` (which
+/// loads them again even if they look unchanged).
+pub struct Renewals(pub Vec<Renewable>);
 
 #[async_trait]
 impl BackgroundService for Renewals {
@@ -178,7 +46,7 @@ impl BackgroundService for Renewals {
         let mut hangup = match signal(SignalKind::hangup()) {
             Ok(s) => Some(s),
             Err(e) => {
-                tracing::warn!(error = %e, "SIGHUP cannot reload the certificate; file changes still do");
+                tracing::warn!(error = %e, "SIGHUP cannot reload certificates; file changes still do");
                 None
             }
         };
@@ -195,21 +63,407 @@ impl BackgroundService for Renewals {
                     }
                 } => true,
             };
-            match self.0.reload(force) {
-                Ok(true) => tracing::info!(
-                    cert = %self.0.cert_file.display(),
-                    "a renewed TLS certificate is in use for new connections"
-                ),
-                Ok(false) if force => tracing::info!(
-                    cert = %self.0.cert_file.display(),
-                    "SIGHUP: the TLS certificate is unchanged"
-                ),
-                Ok(false) => {}
-                Err(e) => tracing::error!(
-                    error = %e,
-                    "the renewed TLS certificate could not be loaded; the previous one stays in use"
-                ),
+            for r in &self.0 {
+                r.reload(force);
             }
         }
+    }
+}
+
+impl Renewable {
+    /// Loads the files again if they changed (`force`: even if not), and logs what
+    /// came of it.
+    fn reload(&self, force: bool) {
+        let cert = self.certificate.cert_file().display();
+        match self.certificate.reload(force) {
+            Ok(true) => tracing::info!(
+                %cert,
+                "a renewed {} is in use for new connections",
+                self.what
+            ),
+            Ok(false) if force => {
+                tracing::info!(%cert, "SIGHUP: the {} is unchanged", self.what)
+            }
+            Ok(false) => {}
+            Err(e) => tracing::error!(
+                error = %e,
+                "the renewed {} could not be loaded; the previous one stays in use",
+                self.what
+            ),
+        }
+    }
+}
+
+/// What the gateway presents to the `tls://` ttyd pools of other hosts and checks them
+/// against: its certificate (`gateway.client_cert_file`, role `gateway`) and the
+/// deployment's CA (`pki.ca_file`), in the two forms the two paths to a ttyd take them —
+/// rustls settings for the terminal's own tunnel, and a Pingora peer for the page and
+/// `/token`.
+pub struct PoolTls {
+    certificate: Arc<Certificate>,
+    /// The tunnel's settings: they ask `certificate` at each handshake.
+    client: Arc<rustls::ClientConfig>,
+    /// The CA, as Pingora's peers take it.
+    ca: Arc<[WrappedX509]>,
+    /// Pingora's copy of the certificate in use, and the one it was made from: made
+    /// again once a renewal is in use (Pingora takes a chain and key, not a resolver).
+    pingora: RwLock<(Arc<CertifiedKey>, Arc<CertKey>)>,
+}
+
+/// The config keys of the gateway's client certificate.
+const CERT_KEY: &str = "gateway.client_cert_file";
+const KEY_KEY: &str = "gateway.client_key_file";
+
+impl PoolTls {
+    /// Loads the gateway's client certificate and the CA, when
+    /// `gateway.client_cert_file` is set; an error names the key at fault.
+    pub fn from_config(config: &config::Config) -> anyhow::Result<Option<Arc<PoolTls>>> {
+        let g = &config.gateway;
+        let (cert, key) = match (&g.client_cert_file, &g.client_key_file) {
+            (None, None) => return Ok(None),
+            (Some(cert), Some(key)) => (config.resolve(cert), config.resolve(key)),
+            (Some(_), None) => anyhow::bail!("{KEY_KEY}: required with {CERT_KEY}"),
+            (None, Some(_)) => anyhow::bail!("{CERT_KEY}: required with {KEY_KEY}"),
+        };
+        let certificate = Certificate::load(&cert, &key, CERT_KEY, KEY_KEY)?;
+        let ca_file = config.pki.ca_file.as_ref().ok_or_else(|| {
+            anyhow::anyhow!(
+                "pki.ca_file: required with {CERT_KEY} (the pools' certificates are checked against it)"
+            )
+        })?;
+        let ca_file = config.resolve(ca_file);
+        let roots = pki::load_roots(&ca_file, "pki.ca_file")?;
+        let ca = ca_for_pingora(
+            &std::fs::read(&ca_file)
+                .map_err(|e| anyhow::anyhow!("pki.ca_file {}: {e}", ca_file.display()))?,
+        )
+        .map_err(|why| anyhow::anyhow!("pki.ca_file {}: {why}", ca_file.display()))?;
+        let mut client = pki::client(roots, Some(Arc::clone(&certificate)))
+            .map_err(|e| anyhow::anyhow!("{CERT_KEY}: {e}"))?;
+        // What Pingora's peers offer too: a front that cannot speak HTTP/1.1 fails both
+        // paths alike.
+        client.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // A resumed session carries the certificate of the handshake it resumes: a front
+        // would go on seeing the one before a renewal. Every terminal makes a full one.
+        client.resumption = rustls::client::Resumption::disabled();
+        let (current, key_der) = certificate.current_der();
+        let cert_key = cert_key(&current, &key_der).map_err(|why| {
+            anyhow::anyhow!("{CERT_KEY} {}: {why}", certificate.cert_file().display())
+        })?;
+        Ok(Some(Arc::new(PoolTls {
+            certificate,
+            client: Arc::new(client),
+            ca,
+            pingora: RwLock::new((current, Arc::new(cert_key))),
+        })))
+    }
+
+    /// The certificate, for [`Renewals`].
+    pub fn certificate(&self) -> &Arc<Certificate> {
+        &self.certificate
+    }
+
+    /// The tunnel's rustls settings.
+    pub fn client(&self) -> &Arc<rustls::ClientConfig> {
+        &self.client
+    }
+
+    /// Pingora's peer for a pool's front at `addr` (`host:port`, as resolved into
+    /// `resolved`): TLS, the server's certificate checked against the CA and for the
+    /// address's host (an IP address as an IP address), the gateway's certificate
+    /// presented.
+    pub fn peer(&self, addr: &str, resolved: std::net::SocketAddr) -> HttpPeer {
+        let mut peer = HttpPeer::new(resolved, true, server_name(addr).to_owned());
+        peer.client_cert_key = Some(self.cert_key());
+        peer.options.ca = Some(Arc::clone(&self.ca));
+        peer.options.verify_cert = true;
+        peer.options.verify_hostname = true;
+        peer
+    }
+
+    /// Pingora's copy of the certificate in use, made again after a renewal. A renewal
+    /// Pingora cannot take keeps the copy it has (the tunnel presents the renewal).
+    fn cert_key(&self) -> Arc<CertKey> {
+        let (current, key_der) = self.certificate.current_der();
+        let held = self
+            .pingora
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if Arc::ptr_eq(&held.0, &current) {
+            return held.1;
+        }
+        let made = match cert_key(&current, &key_der) {
+            Ok(made) => Arc::new(made),
+            Err(why) => {
+                tracing::error!(
+                    cert = %self.certificate.cert_file().display(),
+                    error = %why,
+                    "the renewed {CERT_KEY} cannot be presented on the pages' connections; the previous one is"
+                );
+                held.1
+            }
+        };
+        *self
+            .pingora
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = (current, Arc::clone(&made));
+        made
+    }
+}
+
+/// The host of `host:port` as a TLS server name: an IP address or a DNS name, without
+/// an IPv6 address's brackets.
+pub fn server_name(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
+
+/// Pingora's copy of a certificate and its key. Checked first: Pingora panics on a
+/// certificate or key it cannot parse.
+fn cert_key(cert: &CertifiedKey, key: &PrivateKeyDer<'_>) -> Result<CertKey, String> {
+    let chain: Vec<Vec<u8>> = cert.cert.iter().map(|c| c.as_ref().to_vec()).collect();
+    if chain.is_empty() {
+        return Err("no certificate".into());
+    }
+    for der in &chain {
+        x509_parser::parse_x509_certificate(der).map_err(|e| format!("a certificate: {e}"))?;
+    }
+    let key = key.secret_der().to_vec();
+    PrivateKeyDer::try_from(key.as_slice()).map_err(|e| format!("the key: {e}"))?;
+    Ok(CertKey::new(chain, key))
+}
+
+/// The CA certificates of a PEM file as Pingora's peers take them.
+fn ca_for_pingora(pem: &[u8]) -> Result<Arc<[WrappedX509]>, String> {
+    let mut ca = Vec::new();
+    for der in CertificateDer::pem_slice_iter(pem) {
+        let der = der.map_err(|e| e.to_string())?;
+        x509_parser::parse_x509_certificate(&der).map_err(|e| e.to_string())?;
+        ca.push(WrappedX509::new(
+            der.to_vec(),
+            pingora::utils::tls::parse_x509,
+        ));
+    }
+    if ca.is_empty() {
+        return Err("no certificate in the file".into());
+    }
+    Ok(ca.into())
+}
+
+/// The error of a `tls://` pool that this gateway cannot reach: it has no certificate.
+pub fn no_client_certificate() -> Box<Error> {
+    let mut e = Error::explain(
+        ErrorType::ConnectNoRoute,
+        "a tls:// pool needs the gateway's certificate: gateway.client_cert_file is not set",
+    );
+    e.esource = pingora::ErrorSource::Upstream;
+    e
+}
+
+/// A deployment's CA and its parts' certificates, made for tests.
+#[cfg(test)]
+pub(crate) mod test_pki {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
+
+    /// A CA in a temporary directory, as `termgate-control certs init` makes one.
+    pub(crate) struct TestPki {
+        pub(crate) dir: tempfile::TempDir,
+        ca: rcgen::Certificate,
+        ca_key: KeyPair,
+    }
+
+    static SERIAL: AtomicU64 = AtomicU64::new(1);
+
+    impl TestPki {
+        pub(crate) fn new() -> TestPki {
+            let dir = tempfile::tempdir().unwrap();
+            let mut params = CertificateParams::default();
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            let ca_key = KeyPair::generate().unwrap();
+            let ca = params.self_signed(&ca_key).unwrap();
+            std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+            TestPki { dir, ca, ca_key }
+        }
+
+        pub(crate) fn ca_file(&self) -> PathBuf {
+            self.dir.path().join("ca.pem")
+        }
+
+        /// Issues (or renews) `spiffe://termgate/<role>/<name>` for `sans`: its
+        /// certificate and key files.
+        pub(crate) fn issue(&self, role: &str, name: &str, sans: &[&str]) -> (PathBuf, PathBuf) {
+            let sans: Vec<String> = sans.iter().map(|s| (*s).to_owned()).collect();
+            let mut params = CertificateParams::new(sans).unwrap();
+            params.subject_alt_names.push(SanType::URI(
+                format!("spiffe://termgate/{role}/{name}")
+                    .try_into()
+                    .unwrap(),
+            ));
+            params.serial_number = Some(SERIAL.fetch_add(1, Ordering::Relaxed).into());
+            let key = KeyPair::generate().unwrap();
+            let cert = params.signed_by(&key, &self.ca, &self.ca_key).unwrap();
+            let (cert_file, key_file) = (
+                self.dir.path().join(format!("{role}-{name}.pem")),
+                self.dir.path().join(format!("{role}-{name}-key.pem")),
+            );
+            std::fs::write(&key_file, key.serialize_pem()).unwrap();
+            std::fs::write(&cert_file, cert.pem()).unwrap();
+            (cert_file, key_file)
+        }
+
+        /// A gateway's configuration with `gateway.client_cert_file` (when `client`)
+        /// and `pki.ca_file` (when `ca`).
+        pub(crate) fn config(&self, client: Option<(&Path, &Path)>, ca: bool) -> config::Config {
+            let secret = self.dir.path().join("hs");
+            std::fs::write(&secret, [7u8; 40]).unwrap();
+            let mut toml = format!(
+                "[auth]\nissuer=\"t\"\naudience=\"t\"\nhs256_secret_file={secret:?}\n[control]\nservice_token_file={secret:?}\n[profiles.p]\nimage=\"i\"\n[gateway]\n"
+            );
+            if let Some((cert, key)) = client {
+                toml += &format!("client_cert_file={cert:?}\nclient_key_file={key:?}\n");
+            }
+            if ca {
+                toml += &format!("[pki]\nca_file={:?}\n", self.ca_file());
+            }
+            config::load_from_str(&toml, self.dir.path(), Vec::new()).unwrap()
+        }
+
+        /// A pool front's TLS settings: `cert` presented, client certificates of this
+        /// CA required.
+        pub(crate) fn front(&self, cert: &(PathBuf, PathBuf)) -> Arc<rustls::ServerConfig> {
+            let cert = super::Certificate::load(&cert.0, &cert.1, "cert", "key").unwrap();
+            let roots = config::pki::load_roots(&self.ca_file(), "ca").unwrap();
+            Arc::new(config::pki::mutual_server(cert, roots).unwrap())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_pki::TestPki;
+    use super::*;
+
+    #[test]
+    fn a_pools_server_name_is_its_host() {
+        assert_eq!(server_name("10.0.0.5:7681"), "10.0.0.5");
+        assert_eq!(server_name("[fd00::5]:7681"), "fd00::5");
+        assert_eq!(server_name("pool.example:7681"), "pool.example");
+        for addr in ["10.0.0.5:7681", "[fd00::5]:7681", "pool.example:7681"] {
+            assert!(
+                rustls::pki_types::ServerName::try_from(server_name(addr)).is_ok(),
+                "{addr}"
+            );
+        }
+        assert!(matches!(
+            rustls::pki_types::ServerName::try_from(server_name("[fd00::5]:7681")),
+            Ok(rustls::pki_types::ServerName::IpAddress(_))
+        ));
+    }
+
+    #[test]
+    fn what_pingora_cannot_parse_is_refused_rather_than_panicking_later() {
+        assert!(ca_for_pingora(b"").is_err());
+        let garbage = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        assert!(ca_for_pingora(garbage).is_err());
+    }
+
+    #[test]
+    fn no_client_certificate_means_no_pool_tls_and_one_without_a_ca_is_refused() {
+        let pki = TestPki::new();
+        assert!(PoolTls::from_config(&pki.config(None, true))
+            .unwrap()
+            .is_none());
+        let (cert, key) = pki.issue("gateway", "gw", &["gw"]);
+        let e = PoolTls::from_config(&pki.config(Some((&cert, &key)), false))
+            .err()
+            .expect("refused without pki.ca_file");
+        assert!(e.to_string().starts_with("pki.ca_file"), "{e}");
+    }
+
+    fn serial(peer: &HttpPeer) -> String {
+        peer.client_cert_key
+            .as_ref()
+            .expect("a client certificate")
+            .serial()
+    }
+
+    #[test]
+    fn pingoras_peer_checks_the_pool_and_presents_the_renewed_certificate() {
+        let pki = TestPki::new();
+        let (cert, key) = pki.issue("gateway", "gw", &["gw"]);
+        let tls = PoolTls::from_config(&pki.config(Some((&cert, &key)), true))
+            .unwrap()
+            .expect("a client certificate");
+        let at = "127.0.0.1:7681".parse().unwrap();
+        let peer = tls.peer("127.0.0.1:7681", at);
+        assert!(peer.is_tls());
+        assert_eq!(peer.sni, "127.0.0.1");
+        assert!(peer.options.verify_cert && peer.options.verify_hostname);
+        assert_eq!(peer.options.ca.as_ref().map(|ca| ca.len()), Some(1));
+        let first = serial(&peer);
+        // Unchanged: the same copy, not one made per request.
+        let again = tls.peer("127.0.0.1:7681", at);
+        assert!(Arc::ptr_eq(
+            peer.client_cert_key.as_ref().unwrap(),
+            again.client_cert_key.as_ref().unwrap()
+        ));
+
+        pki.issue("gateway", "gw", &["gw"]);
+        assert!(tls.certificate().reload(true).unwrap());
+        let renewed = serial(&tls.peer("127.0.0.1:7681", at));
+        assert_ne!(renewed, first, "the renewal is presented");
+    }
+
+    #[tokio::test]
+    async fn pingora_connects_to_a_pool_front_with_the_gateways_identity_and_checks_its_name() {
+        let pki = TestPki::new();
+        let (cert, key) = pki.issue("gateway", "gw", &["gw"]);
+        let tls = PoolTls::from_config(&pki.config(Some((&cert, &key)), true))
+            .unwrap()
+            .unwrap();
+        let front = pki.front(&pki.issue("dockgate", "far", &["127.0.0.1"]));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = listener.local_addr().unwrap();
+        let accepting = tokio::spawn(async move {
+            let (s, _) = listener.accept().await.unwrap();
+            let s = tokio_rustls::TlsAcceptor::from(front)
+                .accept(s)
+                .await
+                .unwrap();
+            pki::peer_of(s.get_ref().1)
+        });
+        let connector = pingora::connectors::TransportConnector::new(None);
+        let addr = format!("127.0.0.1:{}", at.port());
+        connector
+            .new_stream(&tls.peer(&addr, at))
+            .await
+            .expect("Pingora's TLS connection to the front");
+        let id = accepting.await.unwrap().expect("the gateway's identity");
+        assert_eq!((id.role, id.name.as_str()), (pki::PeerRole::Gateway, "gw"));
+
+        // A front whose certificate is not for the address it is reached at.
+        let elsewhere = pki.front(&pki.issue("dockgate", "other", &["10.9.9.9"]));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (s, _) = listener.accept().await.unwrap();
+            let _ = tokio_rustls::TlsAcceptor::from(elsewhere).accept(s).await;
+        });
+        let addr = format!("127.0.0.1:{}", at.port());
+        let refused = connector
+            .new_stream(&tls.peer(&addr, at))
+            .await
+            .expect_err("refused: the front's certificate is not for 127.0.0.1");
+        assert!(
+            refused.to_string().contains("not valid for name"),
+            "{refused}"
+        );
     }
 }

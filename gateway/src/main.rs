@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use gateway::certificate::{Certificate, Renewals};
+use gateway::certificate::{Certificate, Renewable, Renewals};
 use gateway::head_deadline::HeadDeadlineApp;
 use gateway::module::Module;
 use gateway::proxy::TestHooks;
@@ -96,7 +96,12 @@ fn run(config: config::Config, upgrade: bool) -> anyhow::Result<()> {
     );
     let renewals = match (&g.tls_cert_file, &g.tls_key_file) {
         (Some(cert), Some(key)) => {
-            let certificate = Certificate::load(&config.resolve(cert), &config.resolve(key))?;
+            let certificate = Certificate::load(
+                &config.resolve(cert),
+                &config.resolve(key),
+                "gateway.tls_cert_file",
+                "gateway.tls_key_file",
+            )?;
             // The certificate is asked for at each handshake (renewals without a restart).
             let mut tls = TlsSettings::intermediate("", "")
                 .map_err(|e| anyhow::anyhow!("gateway.tls_cert_file: {e}"))?;
@@ -108,7 +113,10 @@ fn run(config: config::Config, upgrade: bool) -> anyhow::Result<()> {
                     .tls(tls)
                     .l4_buffer(L4BufferSettings::unbuffered()),
             );
-            Some(Renewals(certificate))
+            Some(Renewals(vec![Renewable {
+                what: "TLS certificate",
+                certificate,
+            }]))
         }
         _ => {
             proxy.add_tcp(&g.listen);

@@ -111,6 +111,7 @@ use pingora::services::background::background_service;
 use pingora::services::ServiceWithDependents;
 use policy::{Refusal, SessionId, TerminalPart};
 
+use crate::certificate::{Renewable, Renewals};
 use crate::proxy::{mounted, Proxy, TestHooks, TtydUpstream};
 use crate::services::feed::{ExpirySweeper, FeedFollower};
 use crate::services::reporter::ActivityReporter;
@@ -214,6 +215,15 @@ impl Module {
         if let Some(h) = health {
             services.push(Box::new(h));
         }
+        if let Some(tls) = &state.pool_tls {
+            services.push(Box::new(background_service(
+                "pool certificate renewals",
+                Renewals(vec![Renewable {
+                    what: "certificate for the pools (gateway.client_cert_file)",
+                    certificate: Arc::clone(tls.certificate()),
+                }]),
+            )));
+        }
         Ok(Module {
             proxy: Proxy {
                 g: state,
@@ -228,7 +238,8 @@ impl Module {
     /// The background services the terminal path needs, for the server the module runs
     /// in (`Server::add_services`): the route feed and its enforcement, the token-expiry
     /// sweeper, the reporters of input, open terminals and audit lines to control, the
-    /// recording uploader, and ttyd's health check when `gateway.ttyd_upstreams` is set.
+    /// recording uploader, ttyd's health check when `gateway.ttyd_upstreams` is set, and
+    /// the renewals of `gateway.client_cert_file` when it is set.
     /// Handed out once; later calls return none.
     pub fn take_services(&mut self) -> Vec<Box<dyn ServiceWithDependents>> {
         std::mem::take(&mut self.services)

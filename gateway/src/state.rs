@@ -53,6 +53,9 @@ pub struct Gateway {
     pub viewer_pool: policy::feed::TtydAddress,
     /// The recordings player, read once at start when `gateway.player_dir` is set.
     pub player: Option<crate::ui::Player>,
+    /// The certificate and CA of the `tls://` pools of other hosts, when
+    /// `gateway.client_cert_file` is set.
+    pub pool_tls: Option<Arc<crate::certificate::PoolTls>>,
 }
 
 /// The gateway's own read-only pool: `gateway.viewer_upstreams`, else the unix socket
@@ -103,6 +106,7 @@ impl Gateway {
             target_credentials: TargetCredentials::from_config(&config),
             oidc: crate::oidc::Oidc::from_config(&config)?,
             signer: config.signer(),
+            pool_tls: crate::certificate::PoolTls::from_config(&config)?,
             recordings: Arc::new(
                 crate::recording::Spool::new(config.resolve(&g.recordings_dir), g.recording_queue)
                     .with_limits(crate::recording::Limits {

@@ -94,12 +94,12 @@ impl TestDaemon {
             .open(self.path("dockerd.log"))
             .expect("dockerd log");
         let p = |rel: &str| self.path(rel).display().to_string();
-        // `unshare` and `ip netns exec` exec dockerd: the pid of this child is the
-        // daemon's.
+        // `unshare` and `nsenter` exec dockerd: the pid of this child is the daemon's.
+        // (`ip netns exec` would mount a sysfs of its own, hiding the cgroups.)
         let mut command = match &self.netns {
             Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, "dockerd"]);
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net=/var/run/netns/{ns}")).args(["--", "dockerd"]);
                 c
             }
             None => {

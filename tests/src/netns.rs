@@ -1,7 +1,7 @@
 //! Another machine on this one: a network namespace of the test's own, joined to the
 //! host's by a veth pair with an address on each end, so that what a part listens on
 //! there is reached across a network, not on loopback. Programs run inside it through
-//! `ip netns exec`; unix sockets (a filesystem) still cross, as on a host where the
+//! `nsenter --net`; unix sockets (a filesystem) still cross, as on a host where the
 //! pool and dockgate share a directory. Everything goes when it is dropped.
 
 use std::process::Command;
@@ -80,11 +80,14 @@ impl Netns {
         ns
     }
 
-    /// A command that runs `program` inside the namespace (`ip netns exec` execs it:
-    /// the child's pid is the program's).
+    /// A command that runs `program` inside the namespace. `nsenter` enters the network
+    /// namespace only (`ip netns exec` would also mount a sysfs of its own, hiding the
+    /// cgroup hierarchies a dockerd needs) and execs it: the child's pid is the
+    /// program's.
     pub fn command(&self, program: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.name, program]);
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net=/var/run/netns/{}", self.name))
+            .args(["--", program]);
         c
     }
 
@@ -93,7 +96,7 @@ impl Netns {
             .command(args[0])
             .args(&args[1..])
             .output()
-            .expect("ip netns exec");
+            .expect("nsenter");
         assert!(
             o.status.success(),
             "{}: {}",

@@ -188,7 +188,8 @@ impl Proxy {
     /// The peer of the upstream chosen in `ctx`, bounded in connecting.
     pub(super) fn peer(&self, ctx: &Ctx) -> Result<Box<HttpPeer>> {
         let upstream = ctx.upstream.as_ref().ok_or_else(no_upstream)?;
-        let mut peer = upstream.peer(&self.control_addr, &self.ttyd, ctx.request_id)?;
+        let pools = self.g.pool_tls.as_deref();
+        let mut peer = upstream.peer(&self.control_addr, &self.ttyd, pools, ctx.request_id)?;
         if peer.options.connection_timeout.is_none() {
             peer.options.connection_timeout = Some(Duration::from_millis(
                 self.g.config.gateway.control_timeout_ms,

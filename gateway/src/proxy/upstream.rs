@@ -14,6 +14,8 @@ use std::net::ToSocketAddrs;
 use policy::feed::{TtydAddr, TtydAddress};
 use policy::{Principal, TerminalPart};
 
+use crate::certificate::{no_client_certificate, PoolTls};
+
 /// Where ttyd is.
 pub enum TtydUpstream {
     /// A unix socket (single host).
@@ -66,11 +68,14 @@ pub struct TtydRequest {
 }
 
 impl Upstream {
-    /// The peer to connect to; `key` spreads requests over the ttyd pool.
+    /// The peer to connect to; `key` spreads requests over the ttyd pool. A `tls://`
+    /// pool's front is a TLS peer that presents `pools`' certificate (without one, an
+    /// error that names `gateway.client_cert_file`).
     pub(super) fn peer(
         &self,
         control_addr: &str,
         ttyd: &TtydUpstream,
+        pools: Option<&PoolTls>,
         key: u64,
     ) -> Result<HttpPeer> {
         Ok(match self {
@@ -88,24 +93,10 @@ impl Upstream {
                 ..
             }) => match address.pick(key) {
                 Some(TtydAddr::Unix(path)) => HttpPeer::new_uds(path, false, String::new())?,
-                Some(TtydAddr::Tcp(addr)) => {
-                    let resolved = addr
-                        .to_socket_addrs()
-                        .ok()
-                        .and_then(|mut a| a.next())
-                        .ok_or_else(|| {
-                            Error::explain(
-                                ErrorType::ConnectNoRoute,
-                                "the ttyd address does not resolve",
-                            )
-                        })?;
-                    HttpPeer::new(resolved, false, String::new())
-                }
-                Some(TtydAddr::Tls(_)) => {
-                    return Err(Error::explain(
-                        ErrorType::ConnectNoRoute,
-                        "a pool over mutual TLS is not reachable from this gateway",
-                    ))
+                Some(TtydAddr::Tcp(addr)) => HttpPeer::new(resolve(addr)?, false, String::new()),
+                Some(TtydAddr::Tls(addr)) => {
+                    let pools = pools.ok_or_else(no_client_certificate)?;
+                    pools.peer(addr, resolve(addr)?)
                 }
                 None => {
                     return Err(Error::explain(
@@ -224,6 +215,19 @@ pub(super) fn strip_identity(up: &mut RequestHeader) {
     for k in claimed {
         up.remove_header(&k);
     }
+}
+
+/// The first address `host:port` resolves to.
+fn resolve(addr: &str) -> Result<std::net::SocketAddr> {
+    addr.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| {
+            Error::explain(
+                ErrorType::ConnectNoRoute,
+                "the ttyd address does not resolve",
+            )
+        })
 }
 
 fn set_uri(up: &mut RequestHeader, target: &str) -> Result<()> {

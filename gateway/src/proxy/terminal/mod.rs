@@ -85,7 +85,7 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
         ctx.principal.as_ref(),
         ctx.token.as_deref(),
     )?;
-    let (up, answer) = ask_ttyd(p, ctx, &head).await?;
+    let (mut up, answer) = ask_ttyd(p, ctx, &head).await?;
     let record = match upstream {
         Upstream::Ttyd(t) => t.record,
         Upstream::Control(_) => Default::default(),
@@ -111,7 +111,7 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
     ctx.decorate(&mut resp)?;
     if answer.status != 101 {
         let timeout = Duration::from_millis(p.g.config.gateway.header_timeout_ms);
-        return pass_refusal(session, resp, answer, &up, timeout).await;
+        return pass_refusal(session, resp, answer, &mut up, timeout).await;
     }
     let mut recorder = match (record.is_off(), ctx.session) {
         (false, Some(id)) => {
@@ -142,11 +142,13 @@ pub(super) async fn open(p: &Proxy, session: &mut Session, ctx: &mut Ctx) -> Res
     Ok(())
 }
 
-/// Connects to the ttyd, sends it `head` (bounded by `control_timeout_ms`) and reads its
-/// answer (bounded by `header_timeout_ms`).
+/// Connects to the ttyd (a `tls://` pool's front: with the TLS handshake), sends it
+/// `head` (bounded by `control_timeout_ms`) and reads its answer (bounded by
+/// `header_timeout_ms`).
 async fn ask_ttyd(p: &Proxy, ctx: &Ctx, head: &RequestHeader) -> Result<(Socket, Answer)> {
     let upstream = ctx.upstream.as_ref().ok_or_else(no_upstream)?;
-    let peer = upstream.peer(&p.control_addr, &p.ttyd, ctx.request_id)?;
+    let pools = p.g.pool_tls.as_deref();
+    let peer = upstream.peer(&p.control_addr, &p.ttyd, pools, ctx.request_id)?;
     let target = head.uri.path_and_query().map_or("/", |pq| pq.as_str());
     let request_line = format!("{} {target} HTTP/1.1", head.method);
     let out = head_bytes(request_line.as_bytes(), &head.headers, &[]);
@@ -154,10 +156,10 @@ async fn ask_ttyd(p: &Proxy, ctx: &Ctx, head: &RequestHeader) -> Result<(Socket,
     let connect_timeout = Duration::from_millis(gateway.control_timeout_ms);
     let up = pingora_timeout::timeout(
         connect_timeout,
-        Socket::connect_and_send(&peer._address, &out),
+        Socket::connect_and_send(&peer, pools.map(|t| t.client()), &out),
     )
     .await;
-    let up = match up {
+    let mut up = match up {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             return Err(up_error(
@@ -175,7 +177,7 @@ async fn ask_ttyd(p: &Proxy, ctx: &Ctx, head: &RequestHeader) -> Result<(Socket,
         }
     };
     let answer_timeout = Duration::from_millis(gateway.header_timeout_ms);
-    match pingora_timeout::timeout(answer_timeout, read_answer(&up)).await {
+    match pingora_timeout::timeout(answer_timeout, read_answer(&mut up)).await {
         Ok(Ok(a)) => Ok((up, a)),
         Ok(Err(e)) => Err(up_error(
             ErrorType::ReadError,
@@ -196,7 +198,7 @@ async fn pass_refusal(
     session: &mut Session,
     mut resp: ResponseHeader,
     answer: Answer,
-    up: &Socket,
+    up: &mut Socket,
     timeout: Duration,
 ) -> Result<()> {
     let mut body = answer.rest;

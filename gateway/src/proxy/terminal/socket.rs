@@ -1,15 +1,21 @@
-//! The two ends of a terminal's tunnel: the ttyd's socket (TCP or unix) and the
-//! browser's connection (a bare TCP socket, or Pingora's TLS stream), and the reading
-//! of the ttyd's answer to the upgrade.
+//! The two ends of a terminal's tunnel: the ttyd's socket (TCP or unix, or TLS to a
+//! `tls://` pool's front) and the browser's connection (a bare TCP socket, or Pingora's
+//! TLS stream), and the reading of the ttyd's answer to the upgrade.
 
 use std::io::{self, ErrorKind};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use pingora::prelude::HttpPeer;
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
+
+/// A connection to a `tls://` pool's front.
+type TlsToPool = tokio_rustls::client::TlsStream<TcpStream>;
 
 /// Largest response head accepted from a ttyd.
 pub(super) const MAX_HEAD: usize = 16 * 1024;
@@ -22,14 +28,35 @@ pub(super) enum Socket {
     /// connection of an embedding proxy's listener (the library's `Module`). Written through
     /// its own buffer, so flushed.
     Stream(pingora::protocols::Stream),
+    /// A `tls://` pool's front: rustls over TCP (boxed: rustls's state is large). Written
+    /// through rustls's buffer, so flushed.
+    Tls(Box<TlsToPool>),
 }
 
 impl Socket {
-    /// Connects to `addr` and sends `head`. A unix socket connects at once (or not at
-    /// all), so its head is written before the socket is registered with the runtime:
+    /// Connects to `peer` and sends `head`; a TLS peer (a `tls://` pool's front) with
+    /// `tls`, checked for the peer's server name. A unix socket connects at once (or not
+    /// at all), so its head is written before the socket is registered with the runtime:
     /// no wait for the runtime to report it writable first.
-    pub(super) async fn connect_and_send(addr: &PeerAddr, head: &[u8]) -> io::Result<Socket> {
-        let (mut socket, sent) = match addr {
+    pub(super) async fn connect_and_send(
+        peer: &HttpPeer,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+        head: &[u8],
+    ) -> io::Result<Socket> {
+        let (mut socket, sent) = match &peer._address {
+            PeerAddr::Inet(a) if peer.is_tls() => {
+                let tls = tls.ok_or_else(|| {
+                    io::Error::other("a tls:// pool needs gateway.client_cert_file")
+                })?;
+                let name = ServerName::try_from(peer.sni.clone())
+                    .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e))?;
+                let s = TcpStream::connect(a).await?;
+                s.set_nodelay(true)?;
+                let s = tokio_rustls::TlsConnector::from(Arc::clone(tls))
+                    .connect(name, s)
+                    .await?;
+                (Socket::Tls(Box::new(s)), 0)
+            }
             PeerAddr::Inet(a) => {
                 let s = TcpStream::connect(a).await?;
                 s.set_nodelay(true)?;
@@ -55,18 +82,31 @@ impl Socket {
         Ok(socket)
     }
 
-    /// Waits until a ttyd's socket has bytes (the upgrade's answer; not for TLS).
-    async fn readable(&self) -> io::Result<()> {
-        match self {
-            Socket::Tcp(s) => s.readable().await,
-            Socket::Unix(s) => s.readable().await,
-            Socket::Stream(_) => Err(io::Error::other("not a ttyd's socket")),
+    /// Reads what the ttyd sent (its answer to the upgrade) into `buf`, waiting for
+    /// some. A socket is read when the runtime reports it readable, one `recv` per
+    /// wake-up ([`Socket::try_read`]); TLS through rustls, which decrypts whole records.
+    async fn read_some(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Socket::Tls(s) = self {
+            return s.read(buf).await;
+        }
+        loop {
+            match self {
+                Socket::Tcp(s) => s.readable().await?,
+                Socket::Unix(s) => s.readable().await?,
+                Socket::Stream(_) | Socket::Tls(_) => {
+                    return Err(io::Error::other("not a ttyd's socket"))
+                }
+            }
+            match self.try_read(buf) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                other => return other,
+            }
         }
     }
 
     /// Whether what is written may wait in the connection's own buffer until flushed.
     pub(super) fn buffers(&self) -> bool {
-        matches!(self, Socket::Stream(_))
+        matches!(self, Socket::Stream(_) | Socket::Tls(_))
     }
 
     /// Reads what the connection holds into `buf`. A short read of a socket clears its
@@ -82,6 +122,7 @@ impl Socket {
             Socket::Tcp(s) => Pin::new(s).poll_read(cx, &mut read),
             Socket::Unix(s) => Pin::new(s).poll_read(cx, &mut read),
             Socket::Stream(s) => Pin::new(s).poll_read(cx, &mut read),
+            Socket::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, &mut read),
         };
         polled.map_ok(|()| read.filled().len())
     }
@@ -95,12 +136,14 @@ impl Socket {
             Socket::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Socket::Unix(s) => Pin::new(s).poll_write(cx, buf),
             Socket::Stream(s) => Pin::new(s).poll_write(cx, buf),
+            Socket::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
     pub(super) fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
             Socket::Stream(s) => Pin::new(s).poll_flush(cx),
+            Socket::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Socket::Tcp(_) | Socket::Unix(_) => Poll::Ready(Ok(())),
         }
     }
@@ -108,8 +151,14 @@ impl Socket {
     /// Ends a TLS connection with its close_notify, after what rustls still holds;
     /// bounded by `grace`. A socket is simply closed when dropped.
     pub(super) async fn close(self, grace: Duration) {
-        if let Socket::Stream(mut s) = self {
-            let _ = pingora_timeout::timeout(grace, s.shutdown()).await;
+        match self {
+            Socket::Stream(mut s) => {
+                let _ = pingora_timeout::timeout(grace, s.shutdown()).await;
+            }
+            Socket::Tls(mut s) => {
+                let _ = pingora_timeout::timeout(grace, s.shutdown()).await;
+            }
+            Socket::Tcp(_) | Socket::Unix(_) => {}
         }
     }
 
@@ -131,7 +180,7 @@ impl Socket {
         let read = match self {
             Socket::Tcp(s) => s.try_io(Interest::READABLE, || took(s.try_read(buf), &mut short)),
             Socket::Unix(s) => s.try_io(Interest::READABLE, || took(s.try_read(buf), &mut short)),
-            Socket::Stream(_) => Err(io::Error::other("not a ttyd's socket")),
+            Socket::Stream(_) | Socket::Tls(_) => Err(io::Error::other("not a plain socket")),
         };
         match read {
             Err(e) if e.kind() == ErrorKind::WouldBlock && short > 0 => Ok(short),
@@ -148,6 +197,10 @@ impl Socket {
                 s.write_all(buf).await?;
                 s.flush().await
             }
+            Socket::Tls(s) => {
+                s.write_all(buf).await?;
+                s.flush().await
+            }
         }
     }
 }
@@ -160,7 +213,7 @@ pub(super) struct Answer {
 }
 
 /// Reads a response head (bounded by [`MAX_HEAD`]).
-pub(super) async fn read_answer(up: &Socket) -> io::Result<Answer> {
+pub(super) async fn read_answer(up: &mut Socket) -> io::Result<Answer> {
     let mut buf = Vec::with_capacity(1024);
     let end = loop {
         if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -172,18 +225,15 @@ pub(super) async fn read_answer(up: &Socket) -> io::Result<Answer> {
                 "the ttyd's response head is too large",
             ));
         }
-        up.readable().await?;
         let mut chunk = [0u8; 2048];
-        match up.try_read(&mut chunk) {
-            Ok(0) => {
+        match up.read_some(&mut chunk).await? {
+            0 => {
                 return Err(io::Error::new(
                     ErrorKind::UnexpectedEof,
                     "the ttyd closed before answering",
                 ))
             }
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
+            n => buf.extend_from_slice(&chunk[..n]),
         }
     };
     let bad = || io::Error::new(ErrorKind::InvalidData, "a malformed response head");
@@ -222,15 +272,15 @@ pub(super) async fn read_answer(up: &Socket) -> io::Result<Answer> {
 }
 
 /// Reads from `up` until `buf` holds `n` bytes or the ttyd closes.
-pub(super) async fn read_more(up: &Socket, buf: &mut Vec<u8>, n: usize) -> io::Result<()> {
+pub(super) async fn read_more(up: &mut Socket, buf: &mut Vec<u8>, n: usize) -> io::Result<()> {
     let mut chunk = [0u8; 2048];
     while buf.len() < n {
-        up.readable().await?;
-        match up.try_read(&mut chunk[..(n - buf.len()).min(2048)]) {
-            Ok(0) => break,
-            Ok(k) => buf.extend_from_slice(&chunk[..k]),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
+        match up
+            .read_some(&mut chunk[..(n - buf.len()).min(2048)])
+            .await?
+        {
+            0 => break,
+            k => buf.extend_from_slice(&chunk[..k]),
         }
     }
     Ok(())
@@ -292,4 +342,109 @@ pub(super) fn flush(
         pending.drain(..done);
     }
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::certificate::test_pki::TestPki;
+    use crate::certificate::PoolTls;
+    use config::pki::{peer_of, PeerRole};
+    use tokio::io::AsyncWriteExt;
+
+    /// A pool front on 127.0.0.1 presenting `front`: it reads one request head, answers
+    /// a `101` and `hello`, then echoes; its result is the head and who the client was.
+    async fn front(
+        front: Arc<rustls::ServerConfig>,
+    ) -> (
+        std::net::SocketAddr,
+        tokio::task::JoinHandle<io::Result<(Vec<u8>, Option<config::pki::PeerId>)>>,
+    ) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let (s, _) = listener.accept().await?;
+            let mut s = tokio_rustls::TlsAcceptor::from(front).accept(s).await?;
+            let id = peer_of(s.get_ref().1);
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                let mut byte = [0u8; 1];
+                if s.read(&mut byte).await? == 0 {
+                    break;
+                }
+                head.push(byte[0]);
+            }
+            s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\nhello")
+                .await?;
+            s.flush().await?;
+            let mut buf = [0u8; 64];
+            let n = s.read(&mut buf).await?;
+            s.write_all(&buf[..n]).await?;
+            s.flush().await?;
+            Ok((head, id))
+        });
+        (at, task)
+    }
+
+    fn pool_tls(pki: &TestPki) -> Arc<PoolTls> {
+        let (cert, key) = pki.issue("gateway", "gw", &["gw"]);
+        PoolTls::from_config(&pki.config(Some((&cert, &key)), true))
+            .unwrap()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_tls_pool_front_gets_the_head_from_a_gateway_and_its_answer_is_read() {
+        let pki = TestPki::new();
+        let tls = pool_tls(&pki);
+        let (at, front) = front(pki.front(&pki.issue("dockgate", "far", &["127.0.0.1"]))).await;
+        let peer = tls.peer(&format!("127.0.0.1:{}", at.port()), at);
+        let head = b"GET /ws?arg=c1 HTTP/1.1\r\nUpgrade: websocket\r\n\r\n";
+        let mut up = Socket::connect_and_send(&peer, Some(tls.client()), head)
+            .await
+            .expect("connected over TLS");
+        assert!(matches!(up, Socket::Tls(_)) && up.buffers());
+        let answer = read_answer(&mut up).await.unwrap();
+        assert_eq!(answer.status, 101);
+        let mut rest = answer.rest;
+        read_more(&mut up, &mut rest, 5).await.unwrap();
+        assert_eq!(rest, b"hello");
+        up.write_all(b"typed").await.unwrap();
+        let mut echoed = Vec::new();
+        read_more(&mut up, &mut echoed, 5).await.unwrap();
+        assert_eq!(echoed, b"typed");
+        let (got, id) = front.await.unwrap().unwrap();
+        assert_eq!(got, head);
+        let id = id.expect("the gateway presented its certificate");
+        assert_eq!((id.role, id.name.as_str()), (PeerRole::Gateway, "gw"));
+    }
+
+    #[tokio::test]
+    async fn a_front_with_a_certificate_of_another_ca_gets_nothing() {
+        let pki = TestPki::new();
+        let tls = pool_tls(&pki);
+        let other = TestPki::new();
+        let (at, front) = front(other.front(&other.issue("dockgate", "far", &["127.0.0.1"]))).await;
+        let peer = tls.peer(&format!("127.0.0.1:{}", at.port()), at);
+        let sent =
+            Socket::connect_and_send(&peer, Some(tls.client()), b"GET /ws HTTP/1.1\r\n\r\n").await;
+        let e = sent.err().expect("the handshake fails");
+        assert!(e.to_string().contains("invalid peer certificate"), "{e}");
+        let served = front.await.unwrap();
+        assert!(served.is_err(), "the front read no head: {served:?}");
+    }
+
+    #[tokio::test]
+    async fn a_tls_peer_without_the_gateways_settings_is_not_dialled_in_the_clear() {
+        let pki = TestPki::new();
+        let tls = pool_tls(&pki);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = listener.local_addr().unwrap();
+        let peer = tls.peer(&format!("127.0.0.1:{}", at.port()), at);
+        let e = Socket::connect_and_send(&peer, None, b"GET / HTTP/1.1\r\n\r\n")
+            .await
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("gateway.client_cert_file"), "{e}");
+    }
 }

@@ -5,8 +5,8 @@
 //!   its connection has bytes, into a per-thread scratch buffer borrowed only within
 //!   one poll, and written on at once. Only bytes the other side cannot take yet are
 //!   kept, in a buffer owned by that direction until they are written (and that
-//!   direction is not read meanwhile). Under TLS, what rustls took is flushed before
-//!   the tunnel waits or ends.
+//!   direction is not read meanwhile). Under TLS (the browser's connection, or a
+//!   `tls://` pool's front), what rustls took is flushed before the tunnel waits or ends.
 //! - Upward bytes pass each frame's size check (`gateway.max_ws_frame_bytes`) and a
 //!   `ttyd -c` target's first message ([`upward`]); a recorded terminal's bytes pass
 //!   its [`Recorder`] both ways before they are written on.
@@ -80,6 +80,9 @@ pub(super) struct Flow {
     /// Bytes the browser's connection took into its own buffer (TLS) and has not
     /// written yet.
     down_unflushed: bool,
+    /// Bytes the ttyd's connection took into its own buffer (a `tls://` pool's front)
+    /// and has not written yet.
+    up_unflushed: bool,
     up_eof: bool,
     down_eof: bool,
 }
@@ -100,6 +103,23 @@ impl Flow {
     /// Whether everything read from the ttyd is on its way to the browser.
     fn down_written(&self) -> bool {
         self.down_pending.is_empty() && !self.down_unflushed
+    }
+
+    /// Writes to the ttyd what it takes now; keeps the rest.
+    fn send_up(
+        &mut self,
+        up: &mut Socket,
+        cx: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> std::io::Result<()> {
+        send(up, cx, bytes, &mut self.up_pending)?;
+        self.up_unflushed |= up.buffers();
+        Ok(())
+    }
+
+    /// Whether everything read from the browser is on its way to the ttyd.
+    fn up_written(&self) -> bool {
+        self.up_pending.is_empty() && !self.up_unflushed
     }
 }
 
@@ -161,14 +181,14 @@ impl Tunnel {
             // Either side gone (the ttyd done, the browser away) ends the terminal once
             // what it sent is passed on: a websocket has no use for a half-closed
             // connection.
-            if (flow.up_eof && flow.down_written()) || (flow.down_eof && flow.up_pending.is_empty())
-            {
+            if (flow.up_eof && flow.down_written()) || (flow.down_eof && flow.up_written()) {
                 return Poll::Ready(Ok(()));
             }
             let open = self.closing.is_none();
             if open && self.woken.as_mut().poll(cx).is_ready() {
                 // What the browser sent no longer goes anywhere.
                 self.flow.up_pending = Vec::new();
+                self.flow.up_unflushed = false;
                 self.closing = Some(Closing {
                     deadline: Box::pin(tokio::time::sleep(CLOSE_GRACE)),
                     framed: false,
@@ -216,7 +236,15 @@ impl Tunnel {
         }
         if open && !flow.up_pending.is_empty() {
             let n = flush(up, cx, &mut flow.up_pending).map_err(|e| format!("ttyd: {e}"))?;
+            flow.up_unflushed |= n > 0 && up.buffers();
             moved |= n > 0;
+        }
+        if open && flow.up_unflushed && flow.up_pending.is_empty() {
+            if let Poll::Ready(r) = up.poll_flush(cx) {
+                r.map_err(|e| format!("ttyd: {e}"))?;
+                flow.up_unflushed = false;
+                moved = true;
+            }
         }
         Ok(moved)
     }
@@ -247,7 +275,8 @@ impl Tunnel {
                 return Ok(true);
             };
             self.ctx.bytes_up += bytes.len() as u64;
-            send(&mut self.up, cx, &bytes, &mut self.flow.up_pending)
+            self.flow
+                .send_up(&mut self.up, cx, &bytes)
                 .map_err(|e| format!("ttyd: {e}"))?;
             Ok(true)
         })
