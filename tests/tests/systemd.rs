@@ -9,12 +9,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const UNITS: [&str; 5] = [
+const UNITS: [&str; 8] = [
     "termgate-dockgate@.service",
     "termgate-control.service",
     "termgate-ttyd@.service",
     "termgate-ttyd-view@.service",
     "termgate-gateway.service",
+    "termgate-host-dockgate@.service",
+    "termgate-host-ttyd@.service",
+    "termgate-host-ttyd-view@.service",
 ];
 
 fn units_dir() -> PathBuf {
@@ -75,6 +78,9 @@ fn verify(analyze: &Path, dir: &Path) -> Output {
             "./termgate-ttyd@local.service",
             "./termgate-ttyd-view@local.service",
             "./termgate-gateway.service",
+            "./termgate-host-dockgate@far.service",
+            "./termgate-host-ttyd@far.service",
+            "./termgate-host-ttyd-view@far.service",
         ])
         .output()
         .expect("systemd-analyze verify")
@@ -407,6 +413,50 @@ fn systemd_units_verify_and_keep_the_red_lines() {
         assert!(!gateway.contains_key(key), "gateway has {key}=");
     }
 
+    // A host elsewhere: dockgate listens only with mutual TLS, its fronts lead to
+    // the host's own pools, and only it (group termgate-front) reaches their sockets;
+    // the pools reach Docker only through its attach socket, and no network at all.
+    let host = keys("termgate-host-dockgate@.service");
+    let start = one(&host, "host dockgate", "ExecStart");
+    for flag in [
+        "--config /etc/termgate/termgate.toml",
+        "--tls-listen ${TERMGATE_API_LISTEN}",
+        "--tls-cert /etc/termgate/pki/dockgate-%i.pem",
+        "--tls-key /etc/termgate/pki/dockgate-%i-key.pem",
+        "--tls-ca /etc/termgate/pki/ca.pem",
+        "--pool-listen ${TERMGATE_POOL_LISTEN} --pool-socket /run/termgate-host-ttyd-%i/ttyd.sock",
+        "--viewer-listen ${TERMGATE_VIEW_LISTEN} --viewer-socket /run/termgate-host-ttyd-view-%i/ttyd.sock",
+    ] {
+        assert!(start.contains(flag), "host dockgate without {flag}: {start}");
+    }
+    assert!(one(&host, "host dockgate", "SupplementaryGroups").contains("termgate-front"));
+    for (unit, writable) in [
+        ("termgate-host-ttyd@.service", true),
+        ("termgate-host-ttyd-view@.service", false),
+    ] {
+        let k = keys(unit);
+        let start = one(&k, unit, "ExecStart");
+        assert_eq!(start.contains(" -W "), writable, "{unit}: {start}");
+        assert_eq!(one(&k, unit, "Group"), "termgate-front", "{unit}");
+        assert_eq!(one(&k, unit, "RuntimeDirectoryMode"), "0710", "{unit}");
+        assert_eq!(one(&k, unit, "PrivateNetwork"), "yes", "{unit}");
+        assert_eq!(one(&k, unit, "RestrictAddressFamilies"), "AF_UNIX", "{unit}");
+        assert!(
+            one(&k, unit, "InaccessiblePaths").contains("/var/run/docker.sock"),
+            "{unit}"
+        );
+        assert!(
+            !one(&k, unit, "SupplementaryGroups").contains("docker"),
+            "{unit}"
+        );
+        assert!(
+            k["Environment"]
+                .iter()
+                .any(|e| e == "DOCKER_HOST=unix:///run/termgate-dockgate/%i-attach.sock"),
+            "{unit}"
+        );
+    }
+
     // systemd's own exposure score of each unit (0 best, 10 worst), offline.
     let mut scores = Vec::new();
     for unit in [
@@ -415,6 +465,9 @@ fn systemd_units_verify_and_keep_the_red_lines() {
         "termgate-ttyd@local.service",
         "termgate-ttyd-view@local.service",
         "termgate-gateway.service",
+        "termgate-host-dockgate@far.service",
+        "termgate-host-ttyd@far.service",
+        "termgate-host-ttyd-view@far.service",
     ] {
         let out = Command::new(&analyze)
             .current_dir(dir.path())
