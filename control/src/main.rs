@@ -241,6 +241,14 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
     let mut store = Store::open(&store_path, config.store.change_log_len)
         .with_context(|| format!("store.path: cannot open {}", store_path.display()))?;
     let timeout = Duration::from_secs(config.control.docker_timeout_seconds);
+    let direct = config
+        .docker
+        .hosts
+        .iter()
+        .filter(|h| config.docker.enabled && !h.dockgate);
+    for h in direct {
+        tracing::warn!(host = %h.name, "control speaks to docker host {}'s daemon directly; nothing compares its calls with the configuration", h.name);
+    }
     let mut specs = config.docker_hosts();
     let (hosts, seccomp) = match specs.pop() {
         // No [[docker.hosts]]: the one daemon, which must answer at start as it always had to.

@@ -99,7 +99,8 @@ impl TestDaemon {
         let mut command = match &self.netns {
             Some(ns) => {
                 let mut c = Command::new("nsenter");
-                c.arg(format!("--net=/var/run/netns/{ns}")).args(["--", "dockerd"]);
+                c.arg(format!("--net=/var/run/netns/{ns}"))
+                    .args(["--", "dockerd"]);
                 c
             }
             None => {

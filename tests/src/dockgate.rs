@@ -190,6 +190,12 @@ pub struct DeclaredGate {
 impl DeclaredGate {
     /// Starts dockgate with `--config` on the example configuration plus `extra`.
     pub fn start(instance: &str, extra: &str) -> DeclaredGate {
+        Self::start_with(instance, extra, &[])
+    }
+
+    /// Like [`DeclaredGate::start`], with more arguments for dockgate (its TLS
+    /// listeners, another `--daemon`).
+    pub fn start_with(instance: &str, extra: &str, args: &[&str]) -> DeclaredGate {
         let dir = crate::ConfigDir::example(extra);
         let env = vec![
             ("TERMGATE__INSTANCE".to_owned(), instance.to_owned()),
@@ -199,7 +205,7 @@ impl DeclaredGate {
                     .unwrap_or_else(|_| "termgate/session:dev".into()),
             ),
         ];
-        let mut gate = Dockgate::prepare_declared(&dir.config_path(), &[]);
+        let mut gate = Dockgate::prepare_declared(&dir.config_path(), args);
         gate.launch(&env);
         DeclaredGate { dir, gate, env }
     }

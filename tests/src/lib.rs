@@ -10,6 +10,7 @@ pub mod dockgate;
 pub mod hostile;
 pub mod netns;
 pub mod nginx;
+pub mod pki;
 pub mod raw;
 pub mod stack;
 pub mod stats;

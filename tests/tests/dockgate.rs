@@ -4,15 +4,22 @@
 //! rule, and the daemon shows that it never happened. (Every other suite runs its
 //! sessions through dockgate too: see `e2e::dockgate`.)
 
-use std::path::Path;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use e2e::dockgate::{DeclaredGate, Dockgate};
+use e2e::pki::{self, Leaf, Pki};
 use e2e::random_hex;
 use e2e::raw::{exchange_unix, RawAnswer};
-use e2e::stack::{docker, ControlStack};
-use e2e::ttyd::SessionContainer;
+use e2e::stack::{docker, free_port, wait_for, ControlStack};
+use e2e::term::Target;
+use e2e::ttyd::{CountingProxy, SessionContainer};
 use serde_json::{json, Value};
 
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -801,4 +808,411 @@ fn a_profile_reaches_dockgate_when_the_configuration_changes_and_not_before() {
         "{said}"
     );
     drop(declared);
+}
+
+/// The machine's daemon socket, as dockgate finds it without `--daemon`.
+fn daemon_socket() -> PathBuf {
+    std::env::var("DOCKER_HOST")
+        .ok()
+        .and_then(|h| h.strip_prefix("unix://").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/var/run/docker.sock"))
+}
+
+/// A unix socket server of the test's own that echoes every connection's bytes back
+/// (a ttyd pool's place), counting the connections it accepted.
+struct Echo {
+    dir: tempfile::TempDir,
+    accepted: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Echo {
+    fn start() -> Echo {
+        let dir = e2e::ttyd::private_dir("tg-echo.");
+        let listener = UnixListener::bind(dir.path().join("pool.sock")).expect("bind the pool");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let (accepted, stop) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (count, stopped) = (Arc::clone(&accepted), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stopped.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((mut s, _)) => {
+                        count.fetch_add(1, Ordering::SeqCst);
+                        let _ = s.set_nonblocking(false);
+                        std::thread::spawn(move || {
+                            if let Ok(mut back) = s.try_clone() {
+                                let _ = std::io::copy(&mut s, &mut back);
+                            }
+                        });
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        Echo {
+            dir,
+            accepted,
+            stop,
+        }
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("pool.sock")
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A declared dockgate whose Docker API and pool fronts listen on loopback over mutual
+/// TLS (`--tls-listen`, `--pool-listen` to an [`Echo`], `--viewer-listen` to a socket
+/// nobody serves), in front of the real daemon through a counting proxy.
+struct TlsGate {
+    declared: DeclaredGate,
+    pki: Pki,
+    /// Its own certificate (`--tls-cert`), for 127.0.0.1.
+    server: Leaf,
+    api: SocketAddr,
+    pool: SocketAddr,
+    viewer: SocketAddr,
+    /// Every connection dockgate made to the daemon.
+    daemon: CountingProxy,
+    echo: Echo,
+}
+
+impl TlsGate {
+    fn start() -> TlsGate {
+        let instance = format!("dg{}", random_hex(4));
+        let pki = Pki::init();
+        let server = pki.issue("dockgate", "local", &["127.0.0.1"]);
+        let daemon = CountingProxy::start(Target::Unix(daemon_socket()));
+        let echo = Echo::start();
+        let [api, pool, viewer] = [0; 3].map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())));
+        let daemon_flag = format!("unix://{}", daemon.socket_path().display());
+        let (api_flag, pool_flag, viewer_flag) =
+            (api.to_string(), pool.to_string(), viewer.to_string());
+        let path = |p: &Path| p.display().to_string();
+        let (cert, key, ca) = (path(&server.cert), path(&server.key), path(&pki.ca()));
+        let (pool_socket, viewer_socket) = (
+            path(&echo.socket()),
+            path(&echo.dir.path().join("nobody.sock")),
+        );
+        let declared = DeclaredGate::start_with(
+            &instance,
+            "",
+            &[
+                "--daemon",
+                &daemon_flag,
+                "--tls-listen",
+                &api_flag,
+                "--tls-cert",
+                &cert,
+                "--tls-key",
+                &key,
+                "--tls-ca",
+                &ca,
+                "--pool-listen",
+                &pool_flag,
+                "--pool-socket",
+                &pool_socket,
+                "--viewer-listen",
+                &viewer_flag,
+                "--viewer-socket",
+                &viewer_socket,
+            ],
+        );
+        TlsGate {
+            declared,
+            pki,
+            server,
+            api,
+            pool,
+            viewer,
+            daemon,
+            echo,
+        }
+    }
+
+    /// One request on a new connection presenting `leaf` (none: no certificate).
+    fn call(&self, leaf: Option<&Leaf>, method: &str, target: &str, body: Option<&[u8]>) -> Call {
+        let mut stream = pki::connect(self.api, self.pki.client(leaf)).expect("connect");
+        let local = pki::local_addr(&stream);
+        let mut req =
+            format!("{method} {target} HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n");
+        if let Some(b) = body {
+            req.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                b.len()
+            ));
+        }
+        req.push_str("\r\n");
+        let mut bytes = req.into_bytes();
+        bytes.extend_from_slice(body.unwrap_or_default());
+        let answer = pki::request(&mut stream, &bytes, DEADLINE);
+        Call { answer, local }
+    }
+
+    /// The create of `session`'s container as declared, with `Image` another one: what
+    /// the configuration does not declare.
+    fn undeclared_create(&self, leaf: &Leaf, session: &str) -> (String, Call) {
+        let (name, body) = self.declared.session_body("default", session, "alice");
+        let body = with(body, &["Image"], json!("busybox:latest"));
+        let bytes = body.to_string().into_bytes();
+        let target = format!("/v1.41/containers/create?name={name}");
+        (name, self.call(Some(leaf), "POST", &target, Some(&bytes)))
+    }
+
+    /// The log line saying `says` about the connection from `peer`, once written.
+    fn log_line(&self, peer: SocketAddr, says: &str) -> String {
+        let peer = format!("peer={peer}");
+        wait_for(&format!("{peer}: {says}"), DEADLINE, || {
+            self.declared
+                .gate
+                .log_text()
+                .lines()
+                .find(|l| l.contains(&peer) && l.contains(says))
+                .map(str::to_owned)
+        })
+    }
+}
+
+/// An answer, and the client's address the server saw.
+struct Call {
+    answer: RawAnswer,
+    local: SocketAddr,
+}
+
+#[test]
+fn over_mutual_tls_a_control_certificate_gets_the_control_policy_and_a_pool_certificate_the_attach_policy(
+) {
+    let g = TlsGate::start();
+    let control = g.pki.issue("control", "control", &[]);
+    let pool = g.pki.issue("pool", "pool-1", &[]);
+    let _names = Cleanup(Vec::new());
+
+    for (leaf, role) in [(&control, "control"), (&pool, "pool")] {
+        let a = g.call(Some(leaf), "GET", "/version", None).answer;
+        assert_eq!(a.status, 200, "{role}: /version passes: {}", a.text);
+        assert!(json_of(&a)["ApiVersion"].is_string(), "{role}: {}", a.text);
+    }
+    // Control may read the daemon's info; a pool may not.
+    let a = g.call(Some(&control), "GET", "/info", None).answer;
+    assert_eq!(a.status, 200, "control reads /info: {}", a.text);
+    let a = g.call(Some(&pool), "GET", "/info", None).answer;
+    assert_refused(&a, "endpoint_not_allowed", "a pool's /info");
+
+    // A create is compared with the configuration for control, and never passes for a
+    // pool; Docker makes nothing either way.
+    let session = session_id();
+    let _cleanup = Cleanup(vec![format!("termgate-{session}")]);
+    let (name, c) = g.undeclared_create(&control, &session);
+    assert_refused(&c.answer, "not_declared", "control's undeclared create");
+    assert!(
+        json_of(&c.answer)["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Image"),
+        "{}",
+        c.answer.text
+    );
+    let (_, p) = g.undeclared_create(&pool, &session);
+    assert_refused(&p.answer, "endpoint_not_allowed", "a pool's create");
+    assert!(!container_exists(&name), "Docker made {name}");
+
+    // A pool attaches to its deployment's session over TLS: the stream is copied both
+    // ways on the TLS connection itself.
+    let session = SessionContainer::start_labelled(Some(&g.declared.config().instance));
+    let id = session.full_id();
+    let mut s = pki::connect(g.api, g.pki.client(Some(&pool))).expect("connect");
+    let head = format!(
+        "POST /v1.41/containers/{id}/attach?stream=1&stdin=1&stdout=1&stderr=1 HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n"
+    );
+    let a = pki::request(&mut s, head.as_bytes(), DEADLINE);
+    assert_eq!(a.status, 101, "the pool attaches: {}", a.text);
+    s.write_all(b"echo tls-$((20+22))\r").expect("type");
+    s.flush().expect("flush");
+    let mut seen = Vec::new();
+    wait_for(
+        "the session's answer through the TLS stream",
+        DEADLINE,
+        || {
+            let mut buf = [0u8; 4096];
+            if let Ok(n) = s.read(&mut buf) {
+                seen.extend_from_slice(&buf[..n]);
+            }
+            String::from_utf8_lossy(&seen)
+                .contains("tls-42")
+                .then_some(())
+        },
+    );
+
+    let log = g.declared.gate.log_text();
+    assert!(
+        log.contains("role=control") && log.contains("role=attach"),
+        "each refusal names the role the certificate chose:\n{log}"
+    );
+}
+
+#[test]
+fn the_docker_api_over_tls_closes_on_no_certificate_another_ca_or_a_gateway_certificate_before_the_daemon(
+) {
+    let g = TlsGate::start();
+    let other = Pki::init();
+    let foreign = other.issue("control", "control", &[]);
+    let gateway = g.pki.issue("gateway", "gw", &[]);
+    let ping = |leaf: Option<&Leaf>| g.call(leaf, "GET", "/_ping", None);
+
+    let none = ping(None);
+    assert_eq!(
+        none.answer.status, 0,
+        "no certificate: {}",
+        none.answer.text
+    );
+    let line = g.log_line(none.local, "TLS handshake failed");
+    assert!(
+        line.contains("WARN") && line.contains("peer sent no certificates"),
+        "{line}"
+    );
+
+    let stranger = ping(Some(&foreign));
+    assert_eq!(stranger.answer.status, 0, "{}", stranger.answer.text);
+    let line = g.log_line(stranger.local, "TLS handshake failed");
+    assert!(
+        line.contains("WARN") && line.contains("invalid peer certificate"),
+        "{line}"
+    );
+
+    let gw = ping(Some(&gateway));
+    assert_eq!(gw.answer.status, 0, "a gateway: {}", gw.answer.text);
+    let line = g.log_line(gw.local, "refused a peer");
+    assert!(
+        line.contains("WARN") && line.contains("gateway/gw") && line.contains("docker-api"),
+        "{line}"
+    );
+    assert_eq!(g.daemon.connections(), 0, "nothing reached the daemon");
+
+    // The same request with control's certificate does reach it.
+    let control = g.pki.issue("control", "control", &[]);
+    let ok = ping(Some(&control));
+    assert_eq!(ok.answer.status, 200, "{}", ok.answer.text);
+    assert_eq!(
+        g.daemon.connections(),
+        1,
+        "control's ping reached the daemon"
+    );
+}
+
+#[test]
+fn a_pool_front_splices_only_gateway_certificates_to_the_pool_socket() {
+    let g = TlsGate::start();
+    let other = Pki::init();
+    let gateway = g.pki.issue("gateway", "gw", &[]);
+    let foreign = other.issue("gateway", "gw", &[]);
+    let control = g.pki.issue("control", "control", &[]);
+
+    // A gateway's bytes reach the pool and its answers come back, both ways at once.
+    let mut s = pki::connect(g.pool, g.pki.client(Some(&gateway))).expect("connect");
+    for word in ["hello pool\n", "again\n"] {
+        s.write_all(word.as_bytes()).expect("write");
+        s.flush().expect("flush");
+        let echoed = wait_for("the pool's echo", DEADLINE, || {
+            let mut buf = [0u8; 64];
+            match s.read(&mut buf) {
+                Ok(n) if n > 0 => Some(buf[..n].to_vec()),
+                _ => None,
+            }
+        });
+        assert_eq!(echoed, word.as_bytes());
+    }
+    let line = g.log_line(pki::local_addr(&s), "peer admitted");
+    assert!(line.contains("gateway/gw"), "{line}");
+    assert_eq!(g.echo.accepted(), 1);
+
+    // No certificate, another CA's gateway, control's: closed before the pool.
+    for (leaf, what, logged) in [
+        (None, "no certificate", "TLS handshake failed"),
+        (Some(&foreign), "another CA", "TLS handshake failed"),
+        (Some(&control), "a control certificate", "refused a peer"),
+    ] {
+        let mut s = pki::connect(g.pool, g.pki.client(leaf)).expect("connect");
+        let _ = s.write_all(b"GET /token HTTP/1.1\r\nHost: ttyd\r\n\r\n");
+        let _ = s.flush();
+        let (got, closed) = pki::read_until_closed(&mut s, DEADLINE);
+        assert!(closed && got.is_empty(), "{what}: {got:?}");
+        let line = g.log_line(pki::local_addr(&s), logged);
+        assert!(line.contains("WARN"), "{what}: {line}");
+    }
+    assert!(g.declared.gate.log_text().contains("control/control"));
+    assert_eq!(g.echo.accepted(), 1, "the pool saw only the gateway");
+
+    // A pool that does not take the connection: closed, and said.
+    let mut s = pki::connect(g.viewer, g.pki.client(Some(&gateway))).expect("connect");
+    let (got, closed) = pki::read_until_closed(&mut s, DEADLINE);
+    assert!(closed && got.is_empty(), "{got:?}");
+    let line = g.log_line(pki::local_addr(&s), "did not take the connection");
+    assert!(
+        line.contains("WARN") && line.contains("nobody.sock"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_renewed_dockgate_certificate_serves_new_connections_while_open_ones_stay() {
+    let g = TlsGate::start();
+    let control = g.pki.issue("control", "control", &[]);
+    let first = g.server.der();
+    let ping = b"GET /_ping HTTP/1.1\r\nHost: docker\r\n\r\n";
+    let mut open = pki::connect(g.api, g.pki.client(Some(&control))).expect("connect");
+    assert_eq!(pki::request(&mut open, ping, DEADLINE).status, 200);
+    assert_eq!(pki::server_der(&open), first);
+
+    let renewed = g.pki.issue("dockgate", "local", &["127.0.0.1"]).der();
+    assert_ne!(renewed, first, "renewed");
+    let renewals = |g: &TlsGate| {
+        g.declared
+            .gate
+            .log_text()
+            .matches("a renewed TLS certificate is in use for new connections")
+            .count()
+    };
+    wait_for("the renewal picked up", DEADLINE, || {
+        (renewals(&g) == 1).then_some(())
+    });
+    let a = pki::request(&mut open, ping, DEADLINE);
+    assert_eq!(
+        a.status, 200,
+        "the open connection still answers: {}",
+        a.text
+    );
+    let mut fresh = pki::connect(g.api, g.pki.client(Some(&control))).expect("connect");
+    assert_eq!(
+        pki::server_der(&fresh),
+        renewed,
+        "a new connection gets the renewal"
+    );
+    assert_eq!(pki::request(&mut fresh, ping, DEADLINE).status, 200);
+
+    // A renewal that cannot be read leaves the one in use.
+    std::fs::write(&g.server.cert, "not a certificate").expect("write");
+    wait_for("the bad renewal logged", DEADLINE, || {
+        g.declared
+            .gate
+            .log_text()
+            .contains("the renewed TLS certificate cannot be used")
+            .then_some(())
+    });
+    let mut after = pki::connect(g.api, g.pki.client(Some(&control))).expect("connect");
+    assert_eq!(pki::server_der(&after), renewed);
+    assert_eq!(pki::request(&mut after, ping, DEADLINE).status, 200);
+    assert_eq!(renewals(&g), 1);
 }

@@ -13,56 +13,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use config::pki::{self, PeerId, PeerRole};
+use e2e::pki::{Leaf, Pki};
 use e2e::stack::{free_port, http_with, wait_for, ControlStack, GatewayStack};
 use e2e::ttyd::{CountingProxy, TtydPool};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
 
 const T: Duration = Duration::from_secs(30);
-
-/// Runs `termgate-control certs <args> --dir <dir>`.
-fn certs(dir: &Path, args: &[&str]) {
-    let o = Command::new(e2e::binary("termgate-control"))
-        .arg("certs")
-        .args(args)
-        .arg("--dir")
-        .arg(dir)
-        .output()
-        .expect("termgate-control certs");
-    assert!(
-        o.status.success(),
-        "certs {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// A CA in `dir` with a front's certificate for 127.0.0.1 and a gateway's.
-fn deployment_pki(dir: &Path) {
-    certs(dir, &["init"]);
-    certs(
-        dir,
-        &[
-            "issue",
-            "--role",
-            "dockgate",
-            "--name",
-            "host1",
-            "--san",
-            "127.0.0.1",
-        ],
-    );
-    certs(dir, &["issue", "--role", "gateway", "--name", "gw"]);
-}
-
-/// The first certificate of a PEM file, as DER.
-fn der_of(path: &Path) -> Vec<u8> {
-    CertificateDer::pem_file_iter(path)
-        .expect("certificate file")
-        .next()
-        .expect("a certificate")
-        .expect("PEM")
-        .to_vec()
-}
 
 /// One handshake the front completed: who the client's certificate says it is, and
 /// the certificate itself.
@@ -167,7 +122,10 @@ impl Front {
 struct Setup {
     stack: GatewayStack,
     front: Front,
-    pki: PathBuf,
+    /// The deployment's CA, the front's certificate (for 127.0.0.1) and the gateway's.
+    pki: Pki,
+    front_cert: Leaf,
+    gateway_cert: Leaf,
     /// The configuration as the stack was started, without the host's section.
     base_config: String,
 }
@@ -175,16 +133,13 @@ struct Setup {
 impl Setup {
     fn start() -> Setup {
         let mut control = ControlStack::prepare("");
-        let pki = control.dir.dir.path().join("pki");
-        deployment_pki(&pki);
+        let pki = Pki::init();
+        let front_cert = pki.issue("dockgate", "host1", &["127.0.0.1"]);
+        let gateway_cert = pki.issue("gateway", "gw", &[]);
         let ttyd = TtydPool::start_for(&control.instance);
         let counter = CountingProxy::start(ttyd.target());
         let front = Front::start(
-            server_config(
-                &pki.join("dockgate-host1.pem"),
-                &pki.join("dockgate-host1-key.pem"),
-                &pki.join("ca.pem"),
-            ),
+            server_config(&front_cert.cert, &front_cert.key, &pki.ca()),
             counter.socket_path().to_path_buf(),
         );
         let base_config = std::fs::read_to_string(control.dir.config_path()).expect("config");
@@ -192,19 +147,18 @@ impl Setup {
             .ok()
             .filter(|h| h.starts_with("unix://"))
             .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
-        let file = |name: &str| pki.join(name).display().to_string();
         let with_certs = base_config
             .replace(
                 "[gateway]\n",
                 &format!(
                     "[gateway]\nclient_cert_file = {:?}\nclient_key_file = {:?}\n",
-                    file("gateway-gw.pem"),
-                    file("gateway-gw-key.pem")
+                    gateway_cert.cert.display().to_string(),
+                    gateway_cert.key.display().to_string()
                 ),
             )
             .replace(
                 "[pki]\n",
-                &format!("[pki]\nca_file = {:?}\n", file("ca.pem")),
+                &format!("[pki]\nca_file = {:?}\n", pki.ca().display().to_string()),
             );
         assert_ne!(
             with_certs, base_config,
@@ -221,6 +175,8 @@ impl Setup {
             stack,
             front,
             pki,
+            front_cert,
+            gateway_cert,
             base_config,
         }
     }
@@ -264,7 +220,7 @@ fn a_terminal_on_a_tls_pool_opens_as_the_gateway_and_a_renewal_is_presented_to_n
         (id_seen.role, id_seen.name.as_str()),
         (PeerRole::Gateway, "gw")
     );
-    let first = der_of(&s.pki.join("gateway-gw.pem"));
+    let first = s.gateway_cert.der();
     assert_eq!(seen[0].cert, first, "the configured certificate");
     assert_eq!(
         s.stack.counter.connections(),
@@ -283,8 +239,7 @@ fn a_terminal_on_a_tls_pool_opens_as_the_gateway_and_a_renewal_is_presented_to_n
     assert_eq!(seen[1].cert, first);
 
     // Renewed while the terminal is open.
-    certs(&s.pki, &["issue", "--role", "gateway", "--name", "gw"]);
-    let renewed = der_of(&s.pki.join("gateway-gw.pem"));
+    let renewed = s.pki.issue("gateway", "gw", &[]).der();
     assert_ne!(renewed, first, "issued again");
     wait_for("the gateway to pick the renewal up", T, || {
         s.stack
@@ -329,25 +284,10 @@ fn a_front_of_another_ca_gets_nothing_and_a_gateway_without_a_certificate_opens_
     drop(t);
 
     // The front now presents a certificate of another CA for the same address.
-    let other = s.pki.join("other");
-    certs(&other, &["init"]);
-    certs(
-        &other,
-        &[
-            "issue",
-            "--role",
-            "dockgate",
-            "--name",
-            "host1",
-            "--san",
-            "127.0.0.1",
-        ],
-    );
-    s.front.present(server_config(
-        &other.join("dockgate-host1.pem"),
-        &other.join("dockgate-host1-key.pem"),
-        &s.pki.join("ca.pem"),
-    ));
+    let other = Pki::init();
+    let impostor = other.issue("dockgate", "host1", &["127.0.0.1"]);
+    s.front
+        .present(server_config(&impostor.cert, &impostor.key, &s.pki.ca()));
     let reached = s.stack.counter.connections();
     let (seen, failed) = (s.front.seen().len(), s.front.failed().len());
     let refused = s
@@ -410,9 +350,9 @@ fn a_front_of_another_ca_gets_nothing_and_a_gateway_without_a_certificate_opens_
     // A gateway whose own configuration names no host (routes come from control) and
     // no certificate: the terminal is 502, and its log says which key is missing.
     s.front.present(server_config(
-        &s.pki.join("dockgate-host1.pem"),
-        &s.pki.join("dockgate-host1-key.pem"),
-        &s.pki.join("ca.pem"),
+        &s.front_cert.cert,
+        &s.front_cert.key,
+        &s.pki.ca(),
     ));
     s.stack.control.dir.write_config(&s.base_config);
     let n = s.stack.spawn_gateway(&[]);

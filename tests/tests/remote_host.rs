@@ -14,41 +14,12 @@ use std::time::{Duration, Instant};
 
 use e2e::daemon::TestDaemon;
 use e2e::netns::Netns;
+use e2e::pki::{Leaf, Pki};
 use e2e::stack::{wait_for, ControlStack, GatewayStack};
 use e2e::ttyd::{private_dir, CountingProxy, TtydPool};
 use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(30);
-
-/// The deployment's CA and its parts' certificates, made by `termgate-control certs`.
-fn certs(dir: &Path, remote_addr: &str) {
-    let run = |args: &[&str]| {
-        let o = Command::new(e2e::binary("termgate-control"))
-            .arg("certs")
-            .args(args)
-            .arg("--dir")
-            .arg(dir)
-            .output()
-            .expect("termgate-control certs");
-        assert!(
-            o.status.success(),
-            "certs {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    };
-    run(&["init"]);
-    run(&["issue", "--role", "control", "--name", "control"]);
-    run(&["issue", "--role", "gateway", "--name", "gw"]);
-    run(&[
-        "issue",
-        "--role",
-        "dockgate",
-        "--name",
-        "far",
-        "--san",
-        remote_addr,
-    ]);
-}
 
 /// What runs on the host elsewhere: its dockgate, started inside its namespace.
 struct HostAgent {
@@ -64,12 +35,11 @@ impl HostAgent {
         ns: &Netns,
         control: &ControlStack,
         daemon: &str,
-        pki: &Path,
+        (ca, cert): (&Path, &Leaf),
         [pool, viewers]: [&Path; 2],
     ) -> HostAgent {
         let log = dir.path().join("dockgate.log");
         let log_file = std::fs::File::create(&log).expect("log");
-        let file = |name: &str| pki.join(name).display().to_string();
         let addr = &ns.addr;
         let mut cmd = ns.command(e2e::binary("termgate-dockgate").to_str().expect("utf-8"));
         cmd.arg("--config")
@@ -78,9 +48,12 @@ impl HostAgent {
             .arg(dir.path())
             .args(["--daemon", daemon])
             .args(["--tls-listen", &format!("{addr}:7443")])
-            .args(["--tls-cert", &file("dockgate-far.pem")])
-            .args(["--tls-key", &file("dockgate-far-key.pem")])
-            .args(["--tls-ca", &file("ca.pem")])
+            .arg("--tls-cert")
+            .arg(&cert.cert)
+            .arg("--tls-key")
+            .arg(&cert.key)
+            .arg("--tls-ca")
+            .arg(ca)
             .args(["--pool-listen", &format!("{addr}:7681")])
             .arg("--pool-socket")
             .arg(pool)
@@ -161,11 +134,6 @@ fn session(stack: &GatewayStack, token: &str, id: &str) -> Value {
     a.body
 }
 
-/// A certificate file's text, for telling a renewed one.
-fn pem_of(path: &Path) -> String {
-    std::fs::read_to_string(path).expect("certificate")
-}
-
 #[test]
 fn a_session_on_a_host_reached_over_mutual_tls_opens_types_shares_ends_and_survives_renewal() {
     if let Some(why) = e2e::netns::cannot_run() {
@@ -176,25 +144,49 @@ fn a_session_on_a_host_reached_over_mutual_tls_opens_types_shares_ends_and_survi
     d2.load_session_image();
 
     let mut control = ControlStack::prepare("");
-    let pki = control.dir.dir.path().join("pki");
-    certs(&pki, &ns.addr);
-    let file = |name: &str| pki.join(name).display().to_string();
-    let config = std::fs::read_to_string(control.dir.config_path()).expect("config");
+    let pki = Pki::init();
+    let issue = || {
+        (
+            pki.issue("control", "control", &[]),
+            pki.issue("gateway", "gw", &[]),
+            pki.issue("dockgate", "far", &[&ns.addr]),
+        )
+    };
+    let (control_cert, gateway_cert, host_cert) = issue();
+    let file = |p: &Path| p.display().to_string();
+    // The CA and the certificates in the file itself: every part (and the harness's
+    // token minting) reads the same configuration.
+    let config = std::fs::read_to_string(control.dir.config_path())
+        .expect("config")
+        .replacen(
+            "[pki]\n",
+            &format!("[pki]\nca_file = \"{}\"\n", file(&pki.ca())),
+            1,
+        )
+        .replacen(
+            "[control]\n",
+            &format!(
+                "[control]\ntls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n",
+                file(&control_cert.cert),
+                file(&control_cert.key)
+            ),
+            1,
+        )
+        .replacen(
+            "[gateway]\n",
+            &format!(
+                "[gateway]\nclient_cert_file = \"{}\"\nclient_key_file = \"{}\"\n",
+                file(&gateway_cert.cert),
+                file(&gateway_cert.key)
+            ),
+            1,
+        );
     let addr = &ns.addr;
     control.dir.write_config(&format!(
         "{config}\n[[docker.hosts]]\nname = \"far\"\nendpoint = \"tls://{addr}:7443\"\n\
          ttyd_pool = [\"tls://{addr}:7681\"]\nviewer_pool = [\"tls://{addr}:7682\"]\ncapacity = 4\n"
     ));
     control.unset_env("TERMGATE__CONTROL__DOCKER_HOST");
-    control.set_env("TERMGATE__PKI__CA_FILE", &file("ca.pem"));
-    control.set_env(
-        "TERMGATE__CONTROL__TLS_CERT_FILE",
-        &file("control-control.pem"),
-    );
-    control.set_env(
-        "TERMGATE__CONTROL__TLS_KEY_FILE",
-        &file("control-control-key.pem"),
-    );
 
     // The host elsewhere: its pools on private sockets, attaching through its
     // dockgate's attach socket; then its dockgate, which fronts them.
@@ -207,7 +199,7 @@ fn a_session_on_a_host_reached_over_mutual_tls_opens_types_shares_ends_and_survi
         &ns,
         &control,
         &d2.host,
-        &pki,
+        (&pki.ca(), &host_cert),
         [
             pool.socket_path().expect("a unix pool"),
             viewers.socket_path().expect("a unix pool"),
@@ -217,18 +209,7 @@ fn a_session_on_a_host_reached_over_mutual_tls_opens_types_shares_ends_and_survi
     control.spawn(&[]);
     let local = TtydPool::start_for(&control.instance);
     let counter = CountingProxy::start(local.target());
-    let gateway_env = [
-        ("TERMGATE__PKI__CA_FILE", file("ca.pem")),
-        (
-            "TERMGATE__GATEWAY__CLIENT_CERT_FILE",
-            file("gateway-gw.pem"),
-        ),
-        (
-            "TERMGATE__GATEWAY__CLIENT_KEY_FILE",
-            file("gateway-gw-key.pem"),
-        ),
-    ];
-    let stack = GatewayStack::assemble_with_env(control, local, counter, &gateway_env);
+    let stack = GatewayStack::assemble(control, local, counter);
 
     // Placed on the host elsewhere: its container runs on that daemon.
     let alice = stack.control.token("alice", false);
@@ -263,7 +244,28 @@ fn a_session_on_a_host_reached_over_mutual_tls_opens_types_shares_ends_and_survi
         "the front admitted the gateway's identity:\n{front}"
     );
 
-    // Shared: a viewer watches through the host's read-only pool.
+    // Someone else on the network between the hosts, speaking plain HTTP to the pool's
+    // front and the Docker API: nothing answers, and each attempt is logged.
+    let refused = || agent.log_text().matches("TLS handshake failed").count();
+    let before = refused();
+    for port in [7681, 7443] {
+        use std::io::{Read, Write};
+        let mut raw = TcpStream::connect((ns.addr.as_str(), port)).expect("connect");
+        raw.set_read_timeout(Some(T)).unwrap();
+        let _ = raw.write_all(b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n");
+        let mut got = Vec::new();
+        let _ = raw.read_to_end(&mut got);
+        assert!(
+            !String::from_utf8_lossy(&got).contains("HTTP/1.1 200"),
+            "port {port} answered in the clear: {}",
+            String::from_utf8_lossy(&got)
+        );
+    }
+    wait_for("both refusals in the host's log", T, || {
+        (refused() >= before + 2).then_some(())
+    });
+
+    // Shared: a signed-in viewer watches through the host's read-only pool.
     let share = stack.control.call(
         "POST",
         &format!("/v1/sessions/{id}/shares"),
@@ -273,21 +275,43 @@ fn a_session_on_a_host_reached_over_mutual_tls_opens_types_shares_ends_and_survi
     assert_eq!(share.status, 201, "{}", share.text);
     let url = share.body["url"].as_str().unwrap().to_owned();
     let origin = stack.origin(0);
+    let carol = stack.sign_in("carol");
     let viewer = wait_for("the share reaches the gateway", T, || {
         stack
-            .open(0, &format!("{url}/ws"), &[("Origin", origin.as_str())])
+            .open(
+                0,
+                &format!("{url}/ws"),
+                &[("Origin", origin.as_str()), ("Cookie", carol.as_str())],
+            )
             .ok()
     });
-    t.send_input(b"echo seen-$((50+2))\r").unwrap();
-    viewer.read_until("seen-52", T).unwrap();
+    // The viewer's attach starts after its websocket opens: echo until it sees one.
+    let start = Instant::now();
+    while viewer
+        .read_until("seen-52", Duration::from_secs(1))
+        .is_err()
+    {
+        assert!(start.elapsed() < T, "the viewer never saw alice's output");
+        t.send_input(b"echo seen-$((50+2))\r").unwrap();
+    }
 
     // Renewal: every certificate issued again while the terminal is open. It stays
     // open and keeps working; new connections present the renewed ones.
-    let before = pem_of(&pki.join("gateway-gw.pem"));
-    certs_renew(&pki, &ns.addr);
-    assert_ne!(pem_of(&pki.join("gateway-gw.pem")), before, "renewed");
+    let before = gateway_cert.der();
+    let _ = issue();
+    assert_ne!(gateway_cert.der(), before, "renewed");
     agent.hang_up();
-    std::thread::sleep(Duration::from_millis(2500));
+    wait_for(
+        "the host's dockgate and the gateway to take the renewals",
+        T,
+        || {
+            (agent
+                .log_text()
+                .contains("a renewed TLS certificate is in use")
+                && stack.gw().log_text().contains("a renewed"))
+            .then_some(())
+        },
+    );
     t.send_input(b"echo still-$((60+2))\r").unwrap();
     t.read_until("still-62", T).unwrap();
     let t2 = stack
@@ -299,6 +323,13 @@ fn a_session_on_a_host_reached_over_mutual_tls_opens_types_shares_ends_and_survi
     let bob = stack.control.token("bob", false);
     let s2 = stack.control.create(&bob);
     assert_eq!(s2["host"], "far", "control still reaches the host: {s2}");
+    assert!(
+        stack
+            .control
+            .log_text()
+            .contains("control's renewed TLS certificate is in use"),
+        "control presented its renewed certificate to the host"
+    );
 
     // Ended: the container goes on the remote daemon, the terminal closes saying why.
     let end = stack
@@ -325,34 +356,8 @@ fn a_session_on_a_host_reached_over_mutual_tls_opens_types_shares_ends_and_survi
         .expect_err("an unreachable host's terminal");
     assert_eq!(e.status(), Some(502));
     assert_eq!(
-        e.json().unwrap_or_default()["error"],
+        e.json().unwrap_or_default()["error"]["code"],
         "host_unavailable",
         "{e:?}"
     );
-}
-
-/// Issues control's, the gateway's and the host's certificates again with the same CA.
-fn certs_renew(dir: &Path, remote_addr: &str) {
-    for args in [
-        vec!["issue", "--role", "control", "--name", "control"],
-        vec!["issue", "--role", "gateway", "--name", "gw"],
-        vec![
-            "issue",
-            "--role",
-            "dockgate",
-            "--name",
-            "far",
-            "--san",
-            remote_addr,
-        ],
-    ] {
-        let o = Command::new(e2e::binary("termgate-control"))
-            .arg("certs")
-            .args(&args)
-            .arg("--dir")
-            .arg(dir)
-            .output()
-            .expect("termgate-control certs");
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    }
 }

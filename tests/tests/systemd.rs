@@ -440,7 +440,11 @@ fn systemd_units_verify_and_keep_the_red_lines() {
         assert_eq!(one(&k, unit, "Group"), "termgate-front", "{unit}");
         assert_eq!(one(&k, unit, "RuntimeDirectoryMode"), "0710", "{unit}");
         assert_eq!(one(&k, unit, "PrivateNetwork"), "yes", "{unit}");
-        assert_eq!(one(&k, unit, "RestrictAddressFamilies"), "AF_UNIX", "{unit}");
+        assert_eq!(
+            one(&k, unit, "RestrictAddressFamilies"),
+            "AF_UNIX",
+            "{unit}"
+        );
         assert!(
             one(&k, unit, "InaccessiblePaths").contains("/var/run/docker.sock"),
             "{unit}"

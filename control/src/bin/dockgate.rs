@@ -1,6 +1,9 @@
 //! `termgate-dockgate`: the fail-closed sockets in front of one Docker daemon, one a
 //! role: `<dir>/<host>-attach.sock` for the host's ttyd pools and
-//! `<dir>/<host>-control.sock` for control (README "dockgate").
+//! `<dir>/<host>-control.sock` for control (README "dockgate"). On a host control
+//! reaches over the network, also the Docker API on a TCP port with mutual TLS
+//! (`--tls-listen`: the client's certificate chooses the role) and the fronts of the
+//! host's ttyd pools for gateways (`--pool-listen`, `--viewer-listen`).
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -9,9 +12,11 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
-use control::dockgate::{AuditSender, DeclaredSource, Gate};
+use config::pki::{self, Certificate};
+use control::dockgate::{AuditSender, DeclaredSource, Front, Gate, TlsListener};
 use policy::dockgate::{is_plain_ref, Role};
-use tokio::net::UnixListener;
+use rustls::ServerConfig;
+use tokio::net::{TcpListener, UnixListener};
 
 #[derive(Parser)]
 #[command(
@@ -50,7 +55,39 @@ struct Cli {
     /// The service token presented to control (`control.service_token_file`).
     #[arg(long, requires = "control_url")]
     service_token_file: Option<PathBuf>,
+    /// Also serve the Docker API on this `host:port` over mutual TLS: a `control`
+    /// certificate gets the control policy, a `pool` certificate the attach policy,
+    /// anything else is refused.
+    #[arg(long, requires_all = ["tls_cert", "tls_key", "tls_ca"])]
+    tls_listen: Option<String>,
+    /// This dockgate's certificate (PEM, issued with `--san` its address), presented on
+    /// every TLS listener; read again when it changes and on SIGHUP.
+    #[arg(long, requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// The private key of `--tls-cert` (PEM).
+    #[arg(long, requires_all = ["tls_cert", "tls_ca"])]
+    tls_key: Option<PathBuf>,
+    /// The deployment's CA (`pki.ca_file`): clients must present a certificate it issued.
+    #[arg(long, requires_all = ["tls_cert", "tls_key"])]
+    tls_ca: Option<PathBuf>,
+    /// Front the host's ttyd pool on this `host:port` over mutual TLS, for `gateway`
+    /// certificates only.
+    #[arg(long, requires_all = ["pool_socket", "tls_cert", "tls_key", "tls_ca"])]
+    pool_listen: Option<String>,
+    /// The ttyd pool's unix socket that `--pool-listen` fronts.
+    #[arg(long, requires = "pool_listen")]
+    pool_socket: Option<PathBuf>,
+    /// Front the host's read-only pool (share-link viewers) on this `host:port`, as
+    /// `--pool-listen` does.
+    #[arg(long, requires_all = ["viewer_socket", "tls_cert", "tls_key", "tls_ca"])]
+    viewer_listen: Option<String>,
+    /// The read-only pool's unix socket that `--viewer-listen` fronts.
+    #[arg(long, requires = "viewer_listen")]
+    viewer_socket: Option<PathBuf>,
 }
+
+/// How often the TLS certificate's files are checked for a renewal.
+const CERT_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -126,7 +163,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             "--control-group",
         ),
     ];
+    // The TCP ports are bound before the unix sockets: once those accept, so do these.
+    let tls = tls_settings(&cli)?;
+    let mut tcp_listeners = Vec::new();
+    if tls.is_some() {
+        let addrs = [
+            (cli.tls_listen.as_deref(), "--tls-listen"),
+            (cli.pool_listen.as_deref(), "--pool-listen"),
+            (cli.viewer_listen.as_deref(), "--viewer-listen"),
+        ];
+        for (addr, flag) in addrs {
+            let listener = match addr {
+                Some(addr) => Some(
+                    TcpListener::bind(addr)
+                        .await
+                        .with_context(|| format!("{flag}: cannot listen on {addr}"))?,
+                ),
+                None => None,
+            };
+            tcp_listeners.push(listener);
+        }
+    }
     let mut paths = Vec::new();
+    let mut gates = Vec::new();
     for (role, group, flag) in roles {
         let gid = group
             .map(|g| group_id(g).with_context(|| format!("{flag}: {g}")))
@@ -142,13 +201,39 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             gate = gate.with_declared(d.clone());
         }
         let gate = Arc::new(gate);
-        tokio::spawn(gate.serve(listener));
+        tokio::spawn(gate.clone().serve(listener));
+        gates.push(gate);
         paths.push(path);
     }
+    let certificate = match tls {
+        Some((certificate, server)) => {
+            // In the order of `roles`.
+            let (attach, control) = (gates[0].clone(), gates[1].clone());
+            let fronts = [
+                Front::Api { control, attach },
+                pool_front("pool", cli.pool_socket.as_deref()),
+                pool_front("viewer", cli.viewer_socket.as_deref()),
+            ];
+            for (tcp, front) in tcp_listeners.into_iter().zip(fronts) {
+                let Some(tcp) = tcp else { continue };
+                let address = tcp.local_addr().context("a TLS listener's address")?;
+                tracing::info!(listener = front.name(), address = %address, certificate = %certificate.cert_file().display(), "dockgate listening (mutual TLS)");
+                let mut listener = TlsListener::new(front, server.clone(), &cli.host);
+                if let Some(a) = &audit {
+                    listener = listener.with_audit(a.clone());
+                }
+                tokio::spawn(Arc::new(listener).serve(tcp));
+            }
+            Some(certificate)
+        }
+        None => None,
+    };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot watch SIGTERM")?;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("cannot watch SIGHUP")?;
+    let mut cert_poll = tokio::time::interval(CERT_POLL);
+    cert_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
@@ -156,6 +241,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             _ = hup.recv() => {
                 if let Some(d) = &declared {
                     d.reload();
+                }
+                if let Some(c) = &certificate {
+                    renew(c, true);
+                }
+            }
+            _ = cert_poll.tick(), if certificate.is_some() => {
+                if let Some(c) = &certificate {
+                    renew(c, false);
                 }
             }
         }
@@ -165,6 +258,47 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     tracing::info!("dockgate stopped");
     Ok(())
+}
+
+/// The certificate and server settings of the TLS listeners, when any is asked for.
+fn tls_settings(cli: &Cli) -> anyhow::Result<Option<(Arc<Certificate>, Arc<ServerConfig>)>> {
+    let (Some(cert), Some(key), Some(ca)) = (&cli.tls_cert, &cli.tls_key, &cli.tls_ca) else {
+        return Ok(None);
+    };
+    if cli.tls_listen.is_none() && cli.pool_listen.is_none() && cli.viewer_listen.is_none() {
+        bail!("--tls-cert: given, but nothing listens over TLS (--tls-listen, --pool-listen or --viewer-listen)");
+    }
+    let certificate = Certificate::load(cert, key, "--tls-cert", "--tls-key")?;
+    let roots = pki::load_roots(ca, "--tls-ca")?;
+    let mut server = pki::mutual_server(certificate.clone(), roots)
+        .context("--tls-ca: cannot build the TLS server settings")?;
+    // Every connection a full handshake: its client's certificate is checked now (a
+    // resumed session would carry the one of an earlier handshake, expired or not).
+    server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    server.send_tls13_tickets = 0;
+    Ok(Some((certificate, Arc::new(server))))
+}
+
+/// A pool's front; its socket is given whenever its listener is (the flags require it).
+fn pool_front(name: &'static str, socket: Option<&Path>) -> Front {
+    Front::Pool {
+        name,
+        socket: socket.map(Path::to_owned).unwrap_or_default(),
+    }
+}
+
+/// Picks up a renewed certificate (`force`: even if its files look unchanged); the one
+/// in use stays when the new one cannot be loaded. Open connections keep theirs.
+fn renew(certificate: &Certificate, force: bool) {
+    match certificate.reload(force) {
+        Ok(true) => {
+            tracing::info!(certificate = %certificate.cert_file().display(), "a renewed TLS certificate is in use for new connections")
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::error!(error = %e, "the renewed TLS certificate cannot be used; the one in use stays")
+        }
+    }
 }
 
 fn daemon_socket(flag: Option<&str>) -> anyhow::Result<PathBuf> {

@@ -10,6 +10,7 @@
 
 mod body;
 mod convert;
+mod tls;
 mod types;
 
 pub use types::{
@@ -119,9 +120,10 @@ impl Docker {
     }
 
     /// A client for `docker_host` (as [`Docker::connect`]; with `tls` = (CA,
-    /// certificate, key) files, a `tcp://` host is spoken to over TLS) that has not
-    /// talked to the daemon yet: for a host that may be down when control starts.
-    /// Fails only for an endpoint it cannot use at all.
+    /// certificate, key) files, a `tcp://` host is spoken to over TLS, and a `tls://`
+    /// host is a dockgate spoken to over mutual TLS, see [`tls`]) that has not talked
+    /// to the daemon yet: for a host that may be down when control starts. Fails only
+    /// for an endpoint it cannot use at all.
     pub fn unnegotiated(
         docker_host: Option<&str>,
         tls: Option<(&std::path::Path, &std::path::Path, &std::path::Path)>,
@@ -130,13 +132,25 @@ impl Docker {
         const OP: &str = "connect";
         let secs = whole_secs(timeout);
         let inner = match (docker_host, tls) {
+            (Some(h), Some(files)) if h.starts_with(tls::SCHEME) => {
+                let inner = tls::connect(h, files, secs)?.with_timeout(Duration::from_secs(secs));
+                return Ok(Docker { inner, timeout });
+            }
             (Some(h), Some((ca, cert, key))) if h.starts_with("tcp://") => {
                 bollard::Docker::connect_with_ssl(h, key, cert, ca, secs, API_DEFAULT_VERSION)
             }
             (h, Some(_)) => {
                 return Err(DockerError::Other {
                     op: OP,
-                    message: format!("TLS needs a tcp:// docker host, not {h:?}"),
+                    message: format!("TLS needs a tcp:// or tls:// docker host, not {h:?}"),
+                })
+            }
+            (Some(h), None) if h.starts_with(tls::SCHEME) => {
+                return Err(DockerError::Other {
+                    op: OP,
+                    message: format!(
+                        "{h:?} needs pki.ca_file, control.tls_cert_file and control.tls_key_file"
+                    ),
                 })
             }
             (docker_host, None) => match docker_host {

@@ -1,7 +1,8 @@
 //! dockgate: a fail-closed proxy between one privileged part (a ttyd pool, control)
-//! and the Docker daemon, one unix socket per role. The decisions are
-//! [`policy::dockgate`]'s; this module reads requests off the socket, asks it, looks
-//! up the labels a verdict depends on, and forwards what passes.
+//! and the Docker daemon, one unix socket per role, and on another host one TCP port
+//! whose clients' certificates choose the role. The decisions are
+//! [`policy::dockgate`]'s; this module reads requests off the connection, asks it,
+//! looks up the labels a verdict depends on, and forwards what passes.
 //!
 //! Architecture invariant: **nothing reaches the daemon that `policy::dockgate` did
 //! not pass**, and what is forwarded is rebuilt from the judged parts: the target as
@@ -11,11 +12,14 @@
 //!
 //! `upstream.rs` speaks to the daemon (one connection a request, as the Docker CLI);
 //! `audit.rs` sends refusals to control's audit trail; `body.rs` holds the body type
-//! every answer has.
+//! every answer has; `tls.rs` accepts mutual-TLS connections and hands each to the
+//! gate its peer's role chooses, or to `pool.rs`, the fronts of the host's ttyd pools.
 
 mod audit;
 mod body;
 mod declared;
+mod pool;
+mod tls;
 mod upstream;
 
 use std::convert::Infallible;
@@ -35,12 +39,13 @@ use policy::dockgate::{
     Asked, BodyInfo, CreateLookups, Denied, ObjectKind, Reason, Role, Verdict, MAX_BODY,
 };
 use serde_json::json;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
 pub use audit::AuditSender;
 pub use body::{empty, Body};
 pub use declared::{DeclaredError, DeclaredSource};
+pub use tls::{api_role, pool_admits, Front, TlsListener};
 pub use upstream::{Daemon, Found, UpstreamError};
 
 /// How long a client may take to send a request's head.
@@ -112,27 +117,38 @@ impl Gate {
                     continue;
                 }
             };
-            let gate = self.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| {
-                    let gate = gate.clone();
-                    async move { Ok::<_, Infallible>(gate.handle(req).await) }
-                });
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_TIMEOUT)
-                    .max_buf_size(MAX_HEAD)
-                    .serve_connection(TokioIo::new(stream), service)
-                    .with_upgrades();
-                if let Err(e) = conn.await {
-                    tracing::debug!("dockgate: connection: {e}");
-                }
-            });
+            tokio::spawn(self.clone().serve_connection(stream));
         }
     }
 
-    /// Judges one request and answers it: forwarded, or refused with `403`.
-    pub async fn handle(&self, mut req: Request<Incoming>) -> Response<Body> {
+    /// Serves one client connection (a unix socket, or a TLS stream whose peer's
+    /// certificate chose this gate) until it ends; an attach stream is copied on
+    /// `stream` itself once upgraded.
+    pub async fn serve_connection<S>(self: Arc<Self>, stream: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let service = hyper::service::service_fn(move |req| {
+            let gate = self.clone();
+            async move { Ok::<_, Infallible>(gate.handle::<S>(req).await) }
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_TIMEOUT)
+            .max_buf_size(MAX_HEAD)
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades();
+        if let Err(e) = conn.await {
+            tracing::debug!("dockgate: connection: {e}");
+        }
+    }
+
+    /// Judges one request and answers it: forwarded, or refused with `403`. A passed
+    /// attach's stream is copied on the client's transport `S` itself.
+    async fn handle<S>(&self, mut req: Request<Incoming>) -> Response<Body>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let method = req.method().as_str().to_owned();
         let target = origin_target(&req);
         let seen = Seen {
@@ -208,7 +224,7 @@ impl Gate {
             Ok(upstream::Answer::Plain(resp)) => resp.map(BodyExt::boxed),
             Ok(upstream::Answer::Upgraded(head, daemon_side)) => {
                 if let Some(client_side) = upgrade {
-                    tokio::spawn(splice(client_side, daemon_side));
+                    tokio::spawn(splice::<S>(client_side, daemon_side));
                 }
                 head
             }
@@ -491,9 +507,13 @@ fn wants_tcp_upgrade(req: &Request<Incoming>) -> bool {
     tcp && connection
 }
 
-/// Copies the attach stream both ways until both sides are done, on the two unix
-/// sockets themselves once hyper hands them back (what either side sent early first).
-async fn splice(client: hyper::upgrade::OnUpgrade, daemon: hyper::upgrade::Upgraded) {
+/// Copies the attach stream both ways until both sides are done, on the client's
+/// transport `S` and the daemon's unix socket themselves once hyper hands them back
+/// (what either side sent early first).
+async fn splice<S>(client: hyper::upgrade::OnUpgrade, daemon: hyper::upgrade::Upgraded)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let client = match client.await {
         Ok(c) => c,
         Err(e) => {
@@ -501,8 +521,10 @@ async fn splice(client: hyper::upgrade::OnUpgrade, daemon: hyper::upgrade::Upgra
             return;
         }
     };
-    type Raw = TokioIo<UnixStream>;
-    let result = match (client.downcast::<Raw>(), daemon.downcast::<Raw>()) {
+    let result = match (
+        client.downcast::<TokioIo<S>>(),
+        daemon.downcast::<TokioIo<UnixStream>>(),
+    ) {
         (Ok(c), Ok(d)) => {
             let (mut client, mut daemon) = (c.io.into_inner(), d.io.into_inner());
             async {
@@ -518,8 +540,9 @@ async fn splice(client: hyper::upgrade::OnUpgrade, daemon: hyper::upgrade::Upgra
             }
             .await
         }
-        // Both ends are the unix sockets `serve` and `upstream` made; anything else
-        // is a bug, and the stream is closed rather than copied some other way.
+        // Both ends are the transports `serve_connection` and `upstream` were given;
+        // anything else is a bug, and the stream is closed rather than copied some
+        // other way.
         _ => {
             tracing::error!("dockgate: an attach stream on an unexpected transport; closed");
             return;
