@@ -43,16 +43,18 @@ fn ip(args: &[&str]) {
 }
 
 impl Netns {
-    /// Makes the namespace and its link: `10.213.<n>.1` here, `10.213.<n>.2` there.
+    /// Makes the namespace and its link, a /30 of 10.213.0.0/16 chosen at random
+    /// (tests run side by side): `.1` here, `.2` there.
     pub fn create() -> Netns {
         let tag = random_hex(3);
-        let n = u8::from_str_radix(&tag[..2], 16).expect("hex");
+        let byte = |i: usize| u8::from_str_radix(&tag[2 * i..2 * i + 2], 16).expect("hex");
+        let (n, m) = (byte(0), (byte(1) & 0x3f) * 4);
         let name = format!("tgh{tag}");
         let (outer, inner) = (format!("tgo{tag}"), format!("tgi{tag}"));
         let ns = Netns {
             name: name.clone(),
-            host_addr: format!("10.213.{n}.1"),
-            addr: format!("10.213.{n}.2"),
+            host_addr: format!("10.213.{n}.{}", m + 1),
+            addr: format!("10.213.{n}.{}", m + 2),
         };
         ip(&["netns", "add", &name]);
         ip(&[

@@ -66,6 +66,11 @@ impl Pki {
             args.extend(["--san", s]);
         }
         self.certs(&args);
+        self.leaf(role, name)
+    }
+
+    /// The files of a certificate issued before (`issue` writes them there).
+    pub fn leaf(&self, role: &str, name: &str) -> Leaf {
         Leaf {
             cert: self.dir.path().join(format!("{role}-{name}.pem")),
             key: self.dir.path().join(format!("{role}-{name}-key.pem")),

@@ -8,36 +8,58 @@
 //! still answers 502 `host_unavailable`.
 
 use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use e2e::daemon::TestDaemon;
 use e2e::netns::Netns;
-use e2e::pki::{Leaf, Pki};
+use e2e::pki::Pki;
 use e2e::stack::{wait_for, ControlStack, GatewayStack};
 use e2e::ttyd::{private_dir, CountingProxy, TtydPool};
 use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(30);
 
-/// What runs on the host elsewhere: its dockgate, started inside its namespace.
+/// How the host elsewhere is run.
+#[derive(Clone, Copy)]
+enum Run {
+    /// Its dockgate and pools started by the test, one by one.
+    ByHand,
+    /// `deploy/host-up CONFIG far`, as an operator runs it.
+    HostUp,
+}
+
+/// What runs on the host elsewhere, inside its namespace: its dockgate (Docker API
+/// on `<addr>:7443`, the pools' fronts on `:7681` and `:7682`) and its two pools.
 struct HostAgent {
     child: Option<Child>,
     log: PathBuf,
-    /// Its sockets' directory (and log), removed with it.
+    /// The dockgate's own pid, for SIGHUP (by hand: the child's).
+    by_hand: bool,
+    /// The pools started by hand, stopped with it.
+    _pools: Vec<TtydPool>,
+    /// Its sockets' directory and logs, removed with it.
     _dir: tempfile::TempDir,
 }
 
 impl HostAgent {
-    fn start(
-        dir: tempfile::TempDir,
-        ns: &Netns,
-        control: &ControlStack,
-        daemon: &str,
-        (ca, cert): (&Path, &Leaf),
-        [pool, viewers]: [&Path; 2],
-    ) -> HostAgent {
+    fn start(run: Run, ns: &Netns, control: &ControlStack, daemon: &str, pki: &Pki) -> HostAgent {
+        let agent = match run {
+            Run::ByHand => Self::by_hand(ns, control, daemon, pki),
+            Run::HostUp => Self::host_up(ns, control, daemon, pki),
+        };
+        agent.wait_listening(ns)
+    }
+
+    fn by_hand(ns: &Netns, control: &ControlStack, daemon: &str, pki: &Pki) -> HostAgent {
+        let dir = private_dir("tg-far.");
+        // The pools attach through the dockgate's attach socket, which it makes.
+        let attach = format!("unix://{}/far-attach.sock", dir.path().display());
+        let pool = TtydPool::start_for_docker(&control.instance, &attach);
+        let viewers = TtydPool::start_viewers_for_docker(&control.instance, &attach);
+        let cert = pki.leaf("dockgate", "far");
         let log = dir.path().join("dockgate.log");
         let log_file = std::fs::File::create(&log).expect("log");
         let addr = &ns.addr;
@@ -53,13 +75,13 @@ impl HostAgent {
             .arg("--tls-key")
             .arg(&cert.key)
             .arg("--tls-ca")
-            .arg(ca)
+            .arg(pki.ca())
             .args(["--pool-listen", &format!("{addr}:7681")])
             .arg("--pool-socket")
-            .arg(pool)
+            .arg(pool.socket_path().expect("a unix pool"))
             .args(["--viewer-listen", &format!("{addr}:7682")])
             .arg("--viewer-socket")
-            .arg(viewers)
+            .arg(viewers.socket_path().expect("a unix pool"))
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("log"))
@@ -68,50 +90,105 @@ impl HostAgent {
         for (k, v) in control.overrides() {
             cmd.env(k, v);
         }
-        let mut agent = HostAgent {
+        HostAgent {
             child: Some(cmd.spawn().expect("spawn dockgate in the namespace")),
             log,
+            by_hand: true,
+            _pools: vec![pool, viewers],
             _dir: dir,
-        };
+        }
+    }
+
+    fn host_up(ns: &Netns, control: &ControlStack, daemon: &str, pki: &Pki) -> HostAgent {
+        // A state directory the pools' own user may traverse (deploy/host-up checks).
+        let dir = tempfile::Builder::new()
+            .prefix("tg-hostup.")
+            .tempdir()
+            .expect("state dir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+            .expect("chmod");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/host-up");
+        let out = std::fs::File::create(dir.path().join("host-up.out")).expect("log");
+        let mut cmd = ns.command("bash");
+        cmd.arg(script)
+            .arg(control.dir.config_path())
+            .arg("far")
+            .env("TERMGATE_HOST_STATE_DIR", dir.path().join("state"))
+            .env(
+                "TERMGATE_PKI_DIR",
+                pki.ca().parent().expect("the CA's directory"),
+            )
+            .env("TERMGATE_BUILD_PROFILE", "debug")
+            .env("DOCKER_HOST", daemon)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out);
+        for (k, v) in control.overrides() {
+            cmd.env(k, v);
+        }
+        HostAgent {
+            child: Some(cmd.spawn().expect("spawn deploy/host-up in the namespace")),
+            log: dir.path().join("state/logs/dockgate.log"),
+            by_hand: false,
+            _pools: Vec::new(),
+            _dir: dir,
+        }
+    }
+
+    fn wait_listening(mut self, ns: &Netns) -> HostAgent {
+        let addr = ns.addr.as_str();
+        // deploy/host-up builds and checks first; its dockgate then binds its ports.
+        let bound = Duration::from_secs(300);
         let started = Instant::now();
-        while TcpStream::connect((addr.as_str(), 7443)).is_err()
-            || TcpStream::connect((addr.as_str(), 7681)).is_err()
+        while [7443, 7681, 7682]
+            .iter()
+            .any(|port| TcpStream::connect((addr, *port)).is_err())
         {
-            if let Some(status) = agent
+            if let Some(status) = self
                 .child
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten())
             {
-                panic!(
-                    "the host's dockgate exited ({status}):\n{}",
-                    agent.log_text()
-                );
+                panic!("the host's agent exited ({status}):\n{}", self.log_text());
             }
             assert!(
-                started.elapsed() < T,
+                started.elapsed() < bound,
                 "the host's dockgate did not listen:\n{}",
-                agent.log_text()
+                self.log_text()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        agent
+        self
     }
 
     fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        let mut text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        if !self.by_hand {
+            text +=
+                &std::fs::read_to_string(self._dir.path().join("host-up.out")).unwrap_or_default();
+        }
+        text
     }
 
+    /// SIGHUP to the dockgate started by hand (deploy/host-up's is left to its poll).
     fn hang_up(&self) {
-        if let Some(c) = &self.child {
+        if let (true, Some(c)) = (self.by_hand, &self.child) {
             let _ = Command::new("kill")
                 .args(["-HUP", &c.id().to_string()])
                 .status();
         }
     }
 
+    /// Stops the dockgate (by hand), or everything deploy/host-up started (SIGTERM).
     fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
+            if self.by_hand {
+                let _ = c.kill();
+            } else {
+                let _ = Command::new("kill")
+                    .args(["-TERM", &c.id().to_string()])
+                    .status();
+            }
             let _ = c.wait();
         }
     }
@@ -120,7 +197,7 @@ impl HostAgent {
 impl Drop for HostAgent {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("--- the host's dockgate ---\n{}", self.log_text());
+            eprintln!("--- the host's agent ---\n{}", self.log_text());
         }
         self.stop();
     }
@@ -136,6 +213,16 @@ fn session(stack: &GatewayStack, token: &str, id: &str) -> Value {
 
 #[test]
 fn a_session_on_a_host_reached_over_mutual_tls_opens_types_shares_ends_and_survives_renewal() {
+    whole_path(Run::ByHand);
+}
+
+#[test]
+fn deploy_host_up_runs_a_host_that_control_and_gateways_reach_over_mutual_tls() {
+    whole_path(Run::HostUp);
+}
+
+/// A session on the host elsewhere, from placement to its end, and the host's loss.
+fn whole_path(run: Run) {
     if let Some(why) = e2e::netns::cannot_run() {
         return e2e::skip_or_fail(&why);
     }
@@ -152,7 +239,7 @@ fn a_session_on_a_host_reached_over_mutual_tls_opens_types_shares_ends_and_survi
             pki.issue("dockgate", "far", &[&ns.addr]),
         )
     };
-    let (control_cert, gateway_cert, host_cert) = issue();
+    let (control_cert, gateway_cert, _) = issue();
     let file = |p: &Path| p.display().to_string();
     // The CA and the certificates in the file itself: every part (and the harness's
     // token minting) reads the same configuration.
@@ -188,23 +275,9 @@ fn a_session_on_a_host_reached_over_mutual_tls_opens_types_shares_ends_and_survi
     ));
     control.unset_env("TERMGATE__CONTROL__DOCKER_HOST");
 
-    // The host elsewhere: its pools on private sockets, attaching through its
-    // dockgate's attach socket; then its dockgate, which fronts them.
-    let agent_dir = private_dir("tg-far.");
-    let attach = format!("unix://{}/far-attach.sock", agent_dir.path().display());
-    let pool = TtydPool::start_for_docker(&control.instance, &attach);
-    let viewers = TtydPool::start_viewers_for_docker(&control.instance, &attach);
-    let mut agent = HostAgent::start(
-        agent_dir,
-        &ns,
-        &control,
-        &d2.host,
-        (&pki.ca(), &host_cert),
-        [
-            pool.socket_path().expect("a unix pool"),
-            viewers.socket_path().expect("a unix pool"),
-        ],
-    );
+    // The host elsewhere: its dockgate, which fronts its pools and which they attach
+    // through.
+    let mut agent = HostAgent::start(run, &ns, &control, &d2.host, &pki);
 
     control.spawn(&[]);
     let local = TtydPool::start_for(&control.instance);
