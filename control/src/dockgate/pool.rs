@@ -16,20 +16,19 @@ use tokio_rustls::server::TlsStream;
 const TERMINAL_BUFFER: usize = 16 * 1024;
 
 /// Copies between an admitted gateway's stream and a new connection to the pool at
-/// `socket` until both sides are done; a pool that does not take the connection closes
-/// it, logged.
+/// `socket` until both sides are done. A pool that does not take the connection is
+/// logged, and the stream handed back for the caller to close.
 pub(super) async fn splice(
     mut tls: TlsStream<TcpStream>,
     socket: &Path,
     listener: &'static str,
     peer: SocketAddr,
-) {
+) -> Option<TlsStream<TcpStream>> {
     let mut pool = match UnixStream::connect(socket).await {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(target: "termgate::dockgate", listener, peer = %peer, socket = %socket.display(), error = %e, "dockgate: the ttyd pool did not take the connection; closed");
-            super::tls::close(tls).await;
-            return;
+            return Some(tls);
         }
     };
     let copied = tokio::io::copy_bidirectional_with_sizes(
@@ -42,4 +41,5 @@ pub(super) async fn splice(
     if let Err(e) = copied {
         tracing::debug!(listener, peer = %peer, "dockgate: pool stream: {e}");
     }
+    None
 }

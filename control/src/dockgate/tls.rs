@@ -165,7 +165,9 @@ impl TlsListener {
             }
             Ok(Route::Pool(socket)) => {
                 tracing::info!(listener, peer = %peer, identity = %identity, "dockgate: peer admitted");
-                pool::splice(tls, socket, listener, peer).await;
+                if let Some(refused) = pool::splice(tls, socket, listener, peer).await {
+                    close(refused).await;
+                }
             }
             Err(reason) => {
                 self.refuse(peer, &identity, &reason);
