@@ -161,7 +161,7 @@ pub fn request(stream: &mut TlsStream, request: &[u8], deadline: Duration) -> Ra
         .is_ok()
     {
         let mut buf = [0u8; 8192];
-        while start.elapsed() < deadline && !complete(&got) {
+        while start.elapsed() < deadline && !crate::raw::complete(&got) {
             match stream.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => got.extend_from_slice(&buf[..n]),
@@ -201,24 +201,4 @@ fn is_wait(e: &std::io::Error) -> bool {
         e.kind(),
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
     )
-}
-
-/// A response head plus a body as long as its `Content-Length`, a chunked body's end,
-/// or a `101`'s head.
-fn complete(got: &[u8]) -> bool {
-    let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return false;
-    };
-    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
-    if head.starts_with("http/1.1 101") {
-        return true;
-    }
-    let len = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse::<usize>().ok());
-    match len {
-        Some(n) => got.len() >= end + 4 + n,
-        None => head.contains("transfer-encoding: chunked") && got.ends_with(b"0\r\n\r\n"),
-    }
 }

@@ -91,8 +91,9 @@ fn exchange_on(
     RawAnswer { status, text }
 }
 
-/// A response head plus a body as long as its `Content-Length` (or a 101's head).
-fn complete(got: &[u8]) -> bool {
+/// A response head plus a body as long as its `Content-Length`, a chunked body's end,
+/// or a `101`'s head.
+pub(crate) fn complete(got: &[u8]) -> bool {
     let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
         return false;
     };

@@ -504,6 +504,13 @@ impl ControlStack {
         out.lines().map(str::to_owned).collect()
     }
 
+    /// `GET /v1/sessions/<id>` as the holder of `token`: the session's view (200 asserted).
+    pub fn session(&self, token: &str, id: &str) -> Value {
+        let a = self.call("GET", &format!("/v1/sessions/{id}"), Some(token), None);
+        assert_eq!(a.status, 200, "{}", a.text);
+        a.body
+    }
+
     /// Creates a session as `token` and returns its JSON (asserting 201).
     pub fn create(&self, token: &str) -> Value {
         self.create_with(token, "default")

@@ -40,11 +40,7 @@ fn container_of(stack: &GatewayStack, id: &str) -> String {
 }
 
 fn session(stack: &GatewayStack, token: &str, id: &str) -> Value {
-    let a = stack
-        .control
-        .call("GET", &format!("/v1/sessions/{id}"), Some(token), None);
-    assert_eq!(a.status, 200, "{}", a.text);
-    a.body
+    stack.control.session(token, id)
 }
 
 /// How one end went, measured from the moment the `DELETE` was sent.

@@ -13,11 +13,7 @@ use serde_json::Value;
 const T: Duration = Duration::from_secs(30);
 
 fn session(stack: &GatewayStack, token: &str, id: &str) -> Value {
-    let a = stack
-        .control
-        .call("GET", &format!("/v1/sessions/{id}"), Some(token), None);
-    assert_eq!(a.status, 200, "{}", a.text);
-    a.body
+    stack.control.session(token, id)
 }
 
 fn create(stack: &GatewayStack, token: &str) -> Value {

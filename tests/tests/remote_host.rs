@@ -204,11 +204,7 @@ impl Drop for HostAgent {
 }
 
 fn session(stack: &GatewayStack, token: &str, id: &str) -> Value {
-    let a = stack
-        .control
-        .call("GET", &format!("/v1/sessions/{id}"), Some(token), None);
-    assert_eq!(a.status, 200, "{}", a.text);
-    a.body
+    stack.control.session(token, id)
 }
 
 #[test]
