@@ -217,3 +217,32 @@ fn oidc_without_a_key_to_sign_sessions_stops_both_binaries_naming_the_key() {
         assert!(o.status.success(), "{bin}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn a_pool_in_the_clear_off_loopback_stops_control_and_the_gateway_naming_the_key() {
+    // Terminals of another machine's pool over plain TCP: anyone on the path opens one.
+    let dir = ConfigDir::example(
+        "[[docker.hosts]]\nname = \"far\"\nendpoint = \"unix:///var/run/docker.sock\"\n\
+         ttyd_pool = [\"10.0.0.5:7681\"]\ncapacity = 2\n",
+    );
+    for (bin, check) in [
+        ("termgate-control", "check"),
+        ("termgate-gateway", "--check"),
+    ] {
+        let o = dir.run(bin, &[check]);
+        assert_eq!(o.status.code(), Some(2), "{bin}");
+        let e = stderr(&o);
+        assert!(
+            e.contains("docker.hosts[0].ttyd_pool[0]") && e.contains("tls://10.0.0.5:7681"),
+            "{bin}: {e}"
+        );
+    }
+    // The same address over mutual TLS loads for control, which never dials a pool
+    // (the gateway's certificate is the gateway's to have).
+    let tls = ConfigDir::example(
+        "[[docker.hosts]]\nname = \"far\"\nendpoint = \"unix:///var/run/docker.sock\"\n\
+         ttyd_pool = [\"tls://10.0.0.5:7681\"]\ncapacity = 2\n",
+    );
+    let o = tls.run("termgate-control", &["check"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
