@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use config::pki::Certificate;
 use control::api::{self, Listener};
 use control::docker::Docker;
 use control::hosts::{Host, Hosts};
 use control::reconcile::Reconciler;
 use control::service::{now, Control};
 use control::store::Store;
+use tokio_rustls::TlsAcceptor;
 
 #[derive(Parser)]
 #[command(name = "termgate-control", version, about = "termgate control service")]
@@ -294,6 +296,10 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
     let api_listener = tokio::net::TcpListener::bind(&config.control.listen)
         .await
         .with_context(|| format!("control.listen: cannot listen on {}", config.control.listen))?;
+    let tls_api = match &config.control.tls_listen {
+        Some(addr) => Some(tls_listener(&config, addr).await?),
+        None => None,
+    };
     let admin_listener = tokio::net::TcpListener::bind(&config.control.admin_listen)
         .await
         .with_context(|| {
@@ -337,24 +343,45 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
         Arc::clone(&control),
         api_listener,
         Listener::Api,
+        None,
         stop_rx.clone(),
         grace,
     ));
+    // The same API over TLS, for gateways on other machines.
+    let tls_api = tls_api.map(|(listener, acceptor, certificate)| {
+        tokio::spawn(renew_certificate(certificate));
+        tokio::spawn(api::serve(
+            Arc::clone(&control),
+            listener,
+            Listener::Api,
+            Some(acceptor),
+            stop_rx.clone(),
+            grace,
+        ))
+    });
     let admin = tokio::spawn(api::serve(
         Arc::clone(&control),
         admin_listener,
         Listener::Admin,
+        None,
         stop_rx,
         grace,
     ));
-    tracing::info!(listen = %config.control.listen, admin = %config.control.admin_listen, instance = %config.instance, "control is serving");
+    tracing::info!(listen = %config.control.listen, tls_listen = config.control.tls_listen.as_deref().unwrap_or("-"), admin = %config.control.admin_listen, instance = %config.instance, "control is serving");
 
     shutdown_signal().await;
     tracing::info!("shutting down");
     // Fails only when every receiver is gone, that is when every task already ended.
     let _ = stop_tx.send(true);
     let stopped = tokio::time::timeout(Duration::from_secs(3), async {
-        for (task, handle) in [("api", api), ("admin", admin), ("reconciler", reconciler)] {
+        let tasks = [
+            ("api", Some(api)),
+            ("tls api", tls_api),
+            ("admin", Some(admin)),
+            ("reconciler", Some(reconciler)),
+        ];
+        for (task, handle) in tasks {
+            let Some(handle) = handle else { continue };
             if let Err(e) = handle.await {
                 tracing::error!(task, error = %e, "task ended abnormally");
             }
@@ -369,6 +396,54 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
     control.flush().context("flushing the store")?;
     tracing::info!("stopped; store flushed");
     Ok(())
+}
+
+/// How often control's certificate files are looked at for a renewal.
+const CERT_POLL: Duration = Duration::from_secs(2);
+
+/// `control.tls_listen`: its listener, and the TLS settings that present control's
+/// certificate (`control.tls_cert_file`), asked for at each handshake.
+async fn tls_listener(
+    config: &config::Config,
+    addr: &str,
+) -> anyhow::Result<(tokio::net::TcpListener, TlsAcceptor, Arc<Certificate>)> {
+    let (Some(cert), Some(key)) = (&config.control.tls_cert_file, &config.control.tls_key_file)
+    else {
+        anyhow::bail!("control.tls_listen: needs control.tls_cert_file and control.tls_key_file");
+    };
+    let certificate = Certificate::load(
+        &config.resolve(cert),
+        &config.resolve(key),
+        "control.tls_cert_file",
+        "control.tls_key_file",
+    )?;
+    let mut server =
+        config::pki::plain_server(Arc::clone(&certificate)).context("control.tls_cert_file")?;
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("control.tls_listen: cannot listen on {addr}"))?;
+    Ok((listener, TlsAcceptor::from(Arc::new(server)), certificate))
+}
+
+/// Looks at control's certificate files every [`CERT_POLL`]: a renewal is presented on
+/// `control.tls_listen` from the next handshake on, while open connections stay.
+async fn renew_certificate(certificate: Arc<Certificate>) {
+    let mut tick = tokio::time::interval(CERT_POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let cert = certificate.cert_file().display();
+        match certificate.reload(false) {
+            Ok(true) => {
+                tracing::info!(%cert, "a renewed TLS certificate is in use for new connections to control.tls_listen")
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "the renewed TLS certificate could not be loaded; the previous one stays in use on control.tls_listen")
+            }
+        }
+    }
 }
 
 /// Waits for SIGTERM or Ctrl-C. A signal that cannot be listened for is logged and the

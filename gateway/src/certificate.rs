@@ -1,6 +1,7 @@
 //! The gateway's certificates, picked up again when their files change: the TLS
 //! listener's (`gateway.tls_cert_file`) and the one it presents to the ttyd pools of
-//! other hosts (`gateway.client_cert_file`, role `gateway`).
+//! other hosts (`gateway.client_cert_file`, role `gateway`); and the CA it checks an
+//! `https://` control against ([`ControlEndpoint`]).
 //!
 //! Both are [`config::pki::Certificate`]s, asked for at each handshake, so a renewed one
 //! (certbot or `termgate-control certs issue` replacing the files, or an operator's
@@ -209,6 +210,113 @@ impl PoolTls {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = (current, Arc::clone(&made));
         made
+    }
+}
+
+/// How the gateway reaches control's API (`gateway.control_url`): its `host:port`, and
+/// for `https://` the CA control's certificate is checked against (`pki.ca_file`), in
+/// the two forms the gateway's two clients of control take it — a Pingora peer for the
+/// `/api` calls it proxies, rustls settings for its own calls (route feed, lookups,
+/// reports). No client certificate: the calls carry the service token or a user's.
+#[derive(Clone)]
+pub struct ControlEndpoint {
+    addr: String,
+    tls: Option<ControlTls>,
+}
+
+/// The CA of an `https://` `gateway.control_url`, as each client takes it.
+#[derive(Clone)]
+struct ControlTls {
+    ca: Arc<[WrappedX509]>,
+    client: Arc<rustls::ClientConfig>,
+}
+
+impl ControlEndpoint {
+    /// From `gateway.control_url` and, for `https://`, `pki.ca_file`; an error names the
+    /// key at fault. An `http://` URL off loopback (which the configuration accepts only
+    /// with `gateway.allow_plain_control`) is logged as a warning.
+    pub fn from_config(config: &config::Config) -> anyhow::Result<ControlEndpoint> {
+        const KEY: &str = "gateway.control_url";
+        let url = &config.gateway.control_url;
+        let (tls, addr) = config.control_api().ok_or_else(|| {
+            anyhow::anyhow!("{KEY}: {url:?} is not http://host:port or https://host:port")
+        })?;
+        if !tls && !policy::feed::is_loopback(addr) {
+            if !config.gateway.allow_plain_control {
+                anyhow::bail!(
+                    "{KEY}: {url:?} would send the service token in the clear off loopback (gateway.allow_plain_control)"
+                );
+            }
+            tracing::warn!(
+                control_url = %url,
+                "gateway.allow_plain_control = true: the service token goes to control in the clear; only a private network of one machine you trust may carry it"
+            );
+        }
+        let tls = if tls {
+            let ca_file = config.pki.ca_file.as_ref().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "pki.ca_file: required with an https:// {KEY} (control's certificate is checked against it)"
+                )
+            })?;
+            let ca_file = config.resolve(ca_file);
+            let roots = pki::load_roots(&ca_file, "pki.ca_file")?;
+            let ca = ca_for_pingora(
+                &std::fs::read(&ca_file)
+                    .map_err(|e| anyhow::anyhow!("pki.ca_file {}: {e}", ca_file.display()))?,
+            )
+            .map_err(|why| anyhow::anyhow!("pki.ca_file {}: {why}", ca_file.display()))?;
+            let client = pki::client(roots, None).map_err(|e| anyhow::anyhow!("{KEY}: {e}"))?;
+            Some(ControlTls {
+                ca,
+                client: Arc::new(client),
+            })
+        } else {
+            None
+        };
+        Ok(ControlEndpoint {
+            addr: addr.to_owned(),
+            tls,
+        })
+    }
+
+    /// Control's `host:port`.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The rustls settings of the gateway's own calls to an `https://` control: its
+    /// certificate checked against the CA (`None`: plain HTTP).
+    pub fn client_tls(&self) -> Option<&Arc<rustls::ClientConfig>> {
+        self.tls.as_ref().map(|t| &t.client)
+    }
+
+    /// Pingora's peer for control: for `https://`, TLS with control's certificate
+    /// checked against the CA and for the URL's host (an IP address as an IP address);
+    /// plain otherwise. An error when the host does not resolve.
+    pub fn peer(&self) -> pingora::Result<HttpPeer> {
+        use std::net::ToSocketAddrs;
+        let resolved = self
+            .addr
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| {
+                Error::explain(
+                    ErrorType::ConnectNoRoute,
+                    "the host of gateway.control_url does not resolve",
+                )
+            })?;
+        Ok(match &self.tls {
+            None => HttpPeer::new(resolved, false, String::new()),
+            Some(tls) => {
+                // Pingora checks nothing of a peer without a server name: always one.
+                let mut peer = HttpPeer::new(resolved, true, server_name(&self.addr).to_owned());
+                peer.options.ca = Some(Arc::clone(&tls.ca));
+                peer.options.verify_cert = true;
+                peer.options.verify_hostname = true;
+                peer
+            }
+        })
     }
 }
 
@@ -465,5 +573,123 @@ mod tests {
             refused.to_string().contains("not valid for name"),
             "{refused}"
         );
+    }
+
+    /// A TLS server on 127.0.0.1 presenting `cert` without asking for a client
+    /// certificate (control's `tls_listen`): its address, and what each handshake came
+    /// to (`Ok`, or the server's view of the failure).
+    async fn control_listener(
+        cert: &(std::path::PathBuf, std::path::PathBuf),
+    ) -> (
+        std::net::SocketAddr,
+        tokio::sync::mpsc::UnboundedReceiver<Result<(), String>>,
+    ) {
+        let cert = Certificate::load(&cert.0, &cert.1, "cert", "key").unwrap();
+        let server = Arc::new(pki::plain_server(cert).unwrap());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = listener.accept().await {
+                let done = tokio_rustls::TlsAcceptor::from(Arc::clone(&server))
+                    .accept(s)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string());
+                let _ = tx.send(done);
+            }
+        });
+        (at, rx)
+    }
+
+    #[tokio::test]
+    async fn an_https_control_is_checked_against_the_ca_and_for_the_urls_host() {
+        let pki = TestPki::new();
+        let (at, mut handshakes) =
+            control_listener(&pki.issue("control", "control", &["127.0.0.1"])).await;
+        let mut config = pki.config(None, true);
+        config.gateway.control_url = format!("https://127.0.0.1:{}", at.port());
+        let control = ControlEndpoint::from_config(&config).unwrap();
+        assert!(control.client_tls().is_some());
+        let connector = pingora::connectors::TransportConnector::new(None);
+        connector
+            .new_stream(&control.peer().unwrap())
+            .await
+            .expect("Pingora's TLS connection to control");
+        assert_eq!(handshakes.recv().await, Some(Ok(())));
+
+        // Control presenting a certificate of another CA.
+        let other = TestPki::new();
+        let (at, mut handshakes) =
+            control_listener(&other.issue("control", "control", &["127.0.0.1"])).await;
+        config.gateway.control_url = format!("https://127.0.0.1:{}", at.port());
+        let control = ControlEndpoint::from_config(&config).unwrap();
+        let refused = connector
+            .new_stream(&control.peer().unwrap())
+            .await
+            .expect_err("a certificate of another CA is refused");
+        assert!(
+            refused.to_string().contains("invalid peer certificate"),
+            "{refused}"
+        );
+        assert!(matches!(handshakes.recv().await, Some(Err(_))));
+
+        // Control's certificate, but for another address than the URL's.
+        let (at, _) = control_listener(&pki.issue("control", "elsewhere", &["10.9.9.9"])).await;
+        config.gateway.control_url = format!("https://127.0.0.1:{}", at.port());
+        let control = ControlEndpoint::from_config(&config).unwrap();
+        let refused = connector
+            .new_stream(&control.peer().unwrap())
+            .await
+            .expect_err("refused: control's certificate is not for 127.0.0.1");
+        assert!(
+            refused.to_string().contains("not valid for name"),
+            "{refused}"
+        );
+
+        // The gateway's own calls over the same settings: the route feed's client.
+        let ok = pki.issue("control", "control", &["127.0.0.1"]);
+        let (at, mut handshakes) = control_listener(&ok).await;
+        config.gateway.control_url = format!("https://127.0.0.1:{}", at.port());
+        let control = ControlEndpoint::from_config(&config).unwrap();
+        let client = crate::control_client::ControlClient::new(
+            &config.gateway.control_url,
+            b"service-token-for-tests",
+            std::time::Duration::from_secs(2),
+            control.client_tls().cloned(),
+        );
+        // The test's server speaks no HTTP after the handshake: the call fails, but
+        // only after a handshake that verified control's certificate.
+        let _ = client.report_audit(b"{}".to_vec()).await;
+        assert_eq!(handshakes.recv().await, Some(Ok(())));
+        let (at, _) = control_listener(&other.issue("control", "control", &["127.0.0.1"])).await;
+        config.gateway.control_url = format!("https://127.0.0.1:{}", at.port());
+        let client = crate::control_client::ControlClient::new(
+            &config.gateway.control_url,
+            b"service-token-for-tests",
+            std::time::Duration::from_secs(2),
+            control.client_tls().cloned(),
+        );
+        let refused = client.report_audit(b"{}".to_vec()).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("invalid peer certificate"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn an_https_control_without_the_ca_is_refused_naming_pki_ca_file() {
+        let pki = TestPki::new();
+        let mut config = pki.config(None, false);
+        config.gateway.control_url = "https://127.0.0.1:7443".into();
+        let e = ControlEndpoint::from_config(&config).err().unwrap();
+        assert!(e.to_string().starts_with("pki.ca_file:"), "{e}");
+        config.gateway.control_url = "http://10.0.0.1:7070".into();
+        let e = ControlEndpoint::from_config(&config).err().unwrap();
+        assert!(e.to_string().starts_with("gateway.control_url:"), "{e}");
+        config.gateway.allow_plain_control = true;
+        let plain = ControlEndpoint::from_config(&config).unwrap();
+        assert!(plain.client_tls().is_none());
+        assert_eq!(plain.addr(), "10.0.0.1:7070");
     }
 }

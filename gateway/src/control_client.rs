@@ -1,7 +1,10 @@
 //! The gateway's calls to control: one-off route lookups, the route feed and the
 //! reports (input times, open terminals, audit lines). Every call is bounded by
-//! `gateway.control_timeout_ms` (the feed's long poll by its wait on top).
+//! `gateway.control_timeout_ms` (the feed's long poll by its wait on top). Over
+//! `https://` control's certificate is checked against `pki.ca_file` and for the URL's
+//! host.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -9,6 +12,7 @@ use http_body_util::channel::Channel;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Request, StatusCode};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -39,20 +43,43 @@ pub struct SignInReport<'a> {
 /// A client for control's internal API.
 #[derive(Clone)]
 pub struct ControlClient {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<Connector, Full<Bytes>>,
     /// For bodies streamed from a file (recordings).
-    streaming: Client<HttpConnector, Channel<Bytes, std::io::Error>>,
+    streaming: Client<Connector, Channel<Bytes, std::io::Error>>,
     base: String,
     bearer: String,
     timeout: Duration,
 }
 
+/// Plain HTTP, or TLS for an `https://` control.
+type Connector = HttpsConnector<HttpConnector>;
+
 impl ControlClient {
-    /// A client for `base` (`http://host:port`) presenting `service_token`.
-    pub fn new(base: &str, service_token: &[u8], timeout: Duration) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(timeout));
-        connector.set_nodelay(true);
+    /// A client for `base` (`http://host:port`, or `https://host:port` with `tls`, the
+    /// settings control's certificate is checked with) presenting `service_token`.
+    pub fn new(
+        base: &str,
+        service_token: &[u8],
+        timeout: Duration,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Self {
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(timeout));
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        let connector = match tls {
+            Some(tls) => hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(rustls::ClientConfig::clone(&tls))
+                .https_only()
+                .enable_http1()
+                .wrap_connector(http),
+            // Never used for TLS: the base is http://, and an https:// one comes with `tls`.
+            None => hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(no_roots())
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(http),
+        };
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .build(connector.clone());
@@ -361,11 +388,35 @@ impl ControlClient {
     }
 }
 
+/// TLS settings that trust no server: a plain-HTTP client's, which dials no TLS.
+fn no_roots() -> rustls::ClientConfig {
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+}
+
+/// An error with every error under it: a refused certificate is what a failed connect
+/// comes from.
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        let more = inner.to_string();
+        if !text.ends_with(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = inner.source();
+    }
+    text
+}
+
 /// Control's answer, read whole: its status and body.
 async fn status_and_body(
     resp: Result<hyper::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error>,
 ) -> Result<(StatusCode, Bytes), Unavailable> {
-    let resp = resp.map_err(|e| Unavailable(e.to_string()))?;
+    let resp = resp.map_err(|e| Unavailable(with_sources(&e)))?;
     let status = resp.status();
     let body = resp
         .into_body()

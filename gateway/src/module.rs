@@ -156,17 +156,14 @@ pub enum Served {
 impl Module {
     /// Builds termgate's terminal path from its configuration (a [`Config`], or one
     /// shared as an `Arc`). Needs `control.service_token_file` (the route feed),
-    /// `gateway.control_url` and ttyd's address (`ttyd.socket` or
-    /// `gateway.ttyd_upstreams`); nothing runs until the services are added to a server.
+    /// `gateway.control_url` (`http://` on loopback, or `https://` with `pki.ca_file`)
+    /// and ttyd's address (`ttyd.socket` or `gateway.ttyd_upstreams`); nothing runs
+    /// until the services are added to a server.
     pub fn new(config: impl Into<Arc<Config>>) -> anyhow::Result<Module> {
         let config = config.into();
         let g = &config.gateway;
-        let control_addr = g
-            .control_url
-            .strip_prefix("http://")
-            .ok_or_else(|| anyhow::anyhow!("gateway.control_url: must start with http://"))?
-            .to_owned();
         let state = Gateway::new(Arc::clone(&config))?;
+        let control_addr = state.control_endpoint.clone();
         let (ttyd, health) = if g.ttyd_upstreams.is_empty() {
             let socket = config
                 .resolve(&config.ttyd.socket)

@@ -29,6 +29,9 @@ pub struct Gateway {
     pub activity: Arc<crate::activity::Activity>,
     /// Control's internal API.
     pub control: ControlClient,
+    /// Where control is and how its certificate is checked (`gateway.control_url`),
+    /// for the `/api` calls proxied to it.
+    pub control_endpoint: crate::certificate::ControlEndpoint,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Failed authentications per client address, per minute.
@@ -81,10 +84,12 @@ impl Gateway {
             anyhow::anyhow!("control.service_token_file: required to read the route feed")
         })?;
         let g = &config.gateway;
+        let control_endpoint = crate::certificate::ControlEndpoint::from_config(&config)?;
         let control = ControlClient::new(
             &g.control_url,
             token.expose(),
             Duration::from_millis(g.control_timeout_ms),
+            control_endpoint.client_tls().cloned(),
         );
         Ok(Arc::new(Gateway {
             verifier,
@@ -92,6 +97,7 @@ impl Gateway {
             routes: RouteCache::new(Duration::from_millis(g.negative_cache_ms)),
             terminals: Terminals::new(g.max_terminals_per_user, g.max_terminals_per_session),
             control,
+            control_endpoint,
             activity: Default::default(),
             metrics: Arc::new(Metrics::default()),
             auth_failures: Rate::new(Duration::from_secs(60)),

@@ -17,9 +17,15 @@ pub struct ControlConfig {
     /// Admin listener (`/metrics`).
     #[serde(default = "defaults::control_admin_listen")]
     pub admin_listen: String,
+    /// Also serve the internal API on this `host:port` over TLS, with `tls_cert_file`
+    /// (required with it): for gateways on other machines (`gateway.control_url =
+    /// "https://…"`). No client certificate is asked for; callers present their tokens
+    /// as on `listen`.
+    #[serde(default)]
+    pub tls_listen: Option<String>,
     /// Control's certificate (role `control`, `termgate-control certs issue`), presented
     /// to the dockgates of `tls://` hosts, whose certificates are checked against
-    /// `pki.ca_file`. Picked up again when renewed.
+    /// `pki.ca_file`, and served on `tls_listen`. Picked up again when renewed.
     #[serde(default)]
     pub tls_cert_file: Option<PathBuf>,
     /// The key of `tls_cert_file`.

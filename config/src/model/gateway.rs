@@ -26,9 +26,16 @@ pub struct GatewayConfig {
     /// `localhost` spelling when it listens on loopback).
     #[serde(default)]
     pub allowed_origins: Vec<String>,
-    /// Base URL of control's internal API.
+    /// Base URL of control's internal API: `http://host:port` (on loopback unless
+    /// `allow_plain_control`), or `https://host:port` (control's `tls_listen`, its
+    /// certificate checked against `pki.ca_file` and for the URL's host).
     #[serde(default = "defaults::control_url")]
     pub control_url: String,
+    /// Accept an `http://` `control_url` off loopback, which carries the service token
+    /// in the clear: only for a private network of one machine you trust (compose's
+    /// internal network). The gateway warns at start when it is used.
+    #[serde(default)]
+    pub allow_plain_control: bool,
     /// Bound on every call to control, milliseconds.
     #[serde(default = "defaults::control_timeout_ms")]
     pub control_timeout_ms: u64,

@@ -13,6 +13,15 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) -> Option<Se
     let k = &c.control;
     check_addr("control.listen", &k.listen, err);
     check_addr("control.admin_listen", &k.admin_listen, err);
+    if let Some(addr) = &k.tls_listen {
+        check_addr("control.tls_listen", addr, err);
+        if k.tls_cert_file.is_none() || k.tls_key_file.is_none() {
+            err(
+                "control.tls_listen",
+                "needs control.tls_cert_file and control.tls_key_file: the certificate served on it".into(),
+            );
+        }
+    }
     if let Some(h) = &k.docker_host {
         if !(h.starts_with("unix://") || h.starts_with("tcp://") || h.starts_with("http://")) {
             err(

@@ -7,7 +7,7 @@ use std::path::Path;
 use policy::Origin;
 
 use super::common::{check_addr, check_readable, positive, within};
-use crate::model::Config;
+use crate::model::{Config, Part};
 
 /// `gateway.target_credentials_dir`: a directory where credentials may be, and (for the
 /// part that reads it) one that exists, as it resolves.
@@ -33,6 +33,45 @@ fn check_credentials_dir(c: &Config, dir: &Path, err: &mut impl FnMut(&str, Stri
         }
         Ok(_) => err(KEY, format!("{shown} is not a directory")),
         Err(e) => err(KEY, format!("cannot resolve {shown}: {e}")),
+    }
+}
+
+/// `gateway.control_url`: `http://` or `https://` and `host:port`. For the part that
+/// dials it (the gateway), the service token it carries never crosses a network in the
+/// clear unless `gateway.allow_plain_control` accepts it, and `https://` needs the CA
+/// control's certificate is checked against.
+fn check_control_url(c: &Config, err: &mut impl FnMut(&str, String)) {
+    const KEY: &str = "gateway.control_url";
+    let g = &c.gateway;
+    let Some((tls, addr)) = c.control_api() else {
+        return err(
+            KEY,
+            format!(
+                "{:?}: must be http://host:port or https://host:port, with no path",
+                g.control_url
+            ),
+        );
+    };
+    if !matches!(c.part, Part::All | Part::Gateway) {
+        return;
+    }
+    if tls && c.pki.ca_file.is_none() {
+        err(
+            "pki.ca_file",
+            format!(
+                "required with an https:// gateway.control_url ({:?}): control's certificate is checked against it",
+                g.control_url
+            ),
+        );
+    }
+    if !tls && !g.allow_plain_control && !policy::feed::is_loopback(addr) {
+        err(
+            KEY,
+            format!(
+                "{:?} would send the service token in the clear to a host off loopback: use https://{addr} (control.tls_listen, pki.ca_file), or set gateway.allow_plain_control = true on a private network of one machine you trust",
+                g.control_url
+            ),
+        );
     }
 }
 
@@ -75,13 +114,7 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
     if let Err((i, why)) = policy::TrustedProxies::parse(&g.trusted_proxies) {
         err(&format!("gateway.trusted_proxies[{i}]"), why);
     }
-    match g.control_url.strip_prefix("http://") {
-        Some(hostport) if !hostport.is_empty() && !hostport.contains('/') => {}
-        _ => err(
-            "gateway.control_url",
-            "must be http://host:port with no path".into(),
-        ),
-    }
+    check_control_url(c, err);
     for (i, u) in g.ttyd_upstreams.iter().enumerate() {
         check_addr(&format!("gateway.ttyd_upstreams[{i}]"), u, err);
     }
@@ -156,6 +189,23 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
 }
 
 impl Config {
+    /// `gateway.control_url` as whether it is `https://`, and its `host:port`; `None`
+    /// when it is neither scheme followed by a host and a port (no path, no user).
+    pub fn control_api(&self) -> Option<(bool, &str)> {
+        let url = &self.gateway.control_url;
+        let (tls, addr) = match url.strip_prefix("https://") {
+            Some(addr) => (true, addr),
+            None => (false, url.strip_prefix("http://")?),
+        };
+        let (host, port) = addr.rsplit_once(':')?;
+        let bracketed = host.starts_with('[') && host.ends_with(']') && host.len() > 2;
+        let host_ok = !host.is_empty()
+            && (bracketed || !host.contains(':'))
+            && !host.contains(['/', '?', '#', '@', ' ']);
+        let port_ok = port.parse::<u16>().is_ok_and(|p| p > 0);
+        (host_ok && port_ok).then_some((tls, addr))
+    }
+
     /// Origins allowed to open terminals: the configured list, or the listener's own.
     pub fn gateway_origins(&self) -> Vec<Origin> {
         if !self.gateway.allowed_origins.is_empty() {

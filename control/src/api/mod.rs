@@ -20,6 +20,7 @@ use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use crate::error::ApiError;
 use crate::service::Control;
@@ -133,6 +134,9 @@ async fn handle_admin(control: Arc<Control>, req: Request<Incoming>) -> Result<R
     })
 }
 
+/// The longest a client of `control.tls_listen` may take over its TLS handshake.
+pub const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
+
 /// Which of control's two listeners.
 #[derive(Clone, Copy)]
 pub enum Listener {
@@ -143,21 +147,27 @@ pub enum Listener {
 }
 
 /// Serves one listener until `shutdown` fires, then lets open requests finish for up
-/// to `grace`.
+/// to `grace`. With `tls` (`control.tls_listen`) each connection completes a TLS
+/// handshake first, within [`TLS_HANDSHAKE`]; the same handlers answer behind it.
 pub async fn serve(
     control: Arc<Control>,
     listener: TcpListener,
     which: Listener,
+    tls: Option<TlsAcceptor>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
     grace: Duration,
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(10))
+        .max_buf_size(64 * 1024);
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
             _ = shutdown.changed() => break,
         };
-        let (stream, _peer): (_, SocketAddr) = match accepted {
+        let (stream, peer): (_, SocketAddr) = match accepted {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
@@ -175,14 +185,30 @@ pub async fn serve(
                 }
             }
         });
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(10))
-            .max_buf_size(64 * 1024)
-            .serve_connection(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
+        let (http, watcher, tls) = (http.clone(), graceful.watcher(), tls.clone());
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let ended = match tls {
+                None => {
+                    let conn = http.serve_connection(TokioIo::new(stream), service);
+                    watcher.watch(conn).await
+                }
+                Some(tls) => match tokio::time::timeout(TLS_HANDSHAKE, tls.accept(stream)).await {
+                    Ok(Ok(stream)) => {
+                        let conn = http.serve_connection(TokioIo::new(stream), service);
+                        watcher.watch(conn).await
+                    }
+                    Ok(Err(e)) => {
+                        // A client that does not trust control's certificate ends here.
+                        tracing::info!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::info!(%peer, "no TLS handshake within {TLS_HANDSHAKE:?}");
+                        return;
+                    }
+                },
+            };
+            if let Err(e) = ended {
                 // Clients that hang up or send garbage end here; nothing to repair.
                 tracing::debug!(error = %e, "connection ended with an error");
             }

@@ -49,9 +49,15 @@ struct Cli {
     /// Group (name or number) given the control socket, mode 0660; without it 0600.
     #[arg(long)]
     control_group: Option<String>,
-    /// Control's API (`http://host:port`): refusals go to its audit trail too.
+    /// Control's API (`http://host:port`): refusals go to its audit trail too. Off
+    /// loopback it would carry the service token in the clear: refused unless
+    /// `--allow-plain-control`.
     #[arg(long, requires = "service_token_file")]
     control_url: Option<String>,
+    /// Accept a `--control-url` off loopback, the service token in the clear: only on a
+    /// private network of one machine you trust.
+    #[arg(long, requires = "control_url")]
+    allow_plain_control: bool,
     /// The service token presented to control (`control.service_token_file`).
     #[arg(long, requires = "control_url")]
     service_token_file: Option<PathBuf>,
@@ -142,11 +148,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let daemon = daemon_socket(cli.daemon.as_deref())?;
     let audit = match (&cli.control_url, &cli.service_token_file) {
         (Some(url), Some(file)) => {
+            let Some(addr) = url.strip_prefix("http://") else {
+                bail!("--control-url: {url:?} is not http://host:port");
+            };
+            if !policy::feed::is_loopback(addr.trim_end_matches('/')) {
+                if !cli.allow_plain_control {
+                    bail!(
+                        "--control-url: {url:?} would send the service token in the clear to a host off loopback; add --allow-plain-control only on a private network of one machine you trust"
+                    );
+                }
+                tracing::warn!(control_url = %url, "--allow-plain-control: the service token goes to control in the clear");
+            }
             let token = std::fs::read_to_string(file)
                 .with_context(|| format!("--service-token-file: cannot read {}", file.display()))?;
-            if !url.starts_with("http://") {
-                bail!("--control-url: {url:?} is not http://host:port");
-            }
             Some(AuditSender::start(
                 url,
                 &token,

@@ -1,5 +1,5 @@
 //! `Proxy`, the gateway's `ProxyHttp`, and what it is made of: the shared state, the
-//! ttyd pool, control's address and the hooks debug builds honour for tests.
+//! ttyd pool, control's endpoint and the hooks debug builds honour for tests.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,8 +13,8 @@ pub struct Proxy {
     pub g: Arc<Gateway>,
     /// The ttyd pool.
     pub ttyd: TtydUpstream,
-    /// Address of control.
-    pub control_addr: String,
+    /// Where control is, and the CA its certificate is checked against over TLS.
+    pub control_addr: crate::certificate::ControlEndpoint,
     /// Hooks that only debug builds honour, for tests.
     pub hooks: TestHooks,
 }

@@ -14,7 +14,7 @@ use std::net::ToSocketAddrs;
 use policy::feed::{TtydAddr, TtydAddress};
 use policy::{Principal, TerminalPart};
 
-use crate::certificate::{no_client_certificate, PoolTls};
+use crate::certificate::{no_client_certificate, ControlEndpoint, PoolTls};
 
 /// Where ttyd is.
 pub enum TtydUpstream {
@@ -68,12 +68,13 @@ pub struct TtydRequest {
 }
 
 impl Upstream {
-    /// The peer to connect to; `key` spreads requests over the ttyd pool. A `tls://`
+    /// The peer to connect to; `key` spreads requests over the ttyd pool. Control over
+    /// `https://` is a TLS peer checked against `pki.ca_file`. A `tls://`
     /// pool's front is a TLS peer that presents `pools`' certificate (without one, an
     /// error that names `gateway.client_cert_file`).
     pub(super) fn peer(
         &self,
-        control_addr: &str,
+        control: &ControlEndpoint,
         ttyd: &TtydUpstream,
         pools: Option<&PoolTls>,
         key: u64,
@@ -82,7 +83,7 @@ impl Upstream {
             Upstream::Control(call) => {
                 // A control that takes the connection but never answers (hung, or
                 // stopped) holds no caller past these.
-                let mut p = HttpPeer::new(control_addr, false, String::new());
+                let mut p = control.peer()?;
                 p.options.connection_timeout = Some(call.timeout);
                 p.options.write_timeout = Some(call.timeout);
                 p.options.read_timeout = Some(call.answer_within);
