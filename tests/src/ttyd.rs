@@ -211,6 +211,37 @@ impl TtydPool {
         Self::spawn(private_dir("tg-ttyd."), Listen::Tcp(port), None)
     }
 
+    /// Like [`TtydPool::start_for`], on TCP `port` of the loopback interface: a host's
+    /// pool that gateways reach without TLS (`ttyd_pool = ["127.0.0.1:<port>"]`).
+    pub fn start_tcp_for(instance: &str, port: u16) -> TtydPool {
+        Self::spawn(private_dir("tg-ttyd."), Listen::Tcp(port), Some(instance))
+    }
+
+    /// Like [`TtydPool::start_tcp_for`], over ttyd's own TLS (`-S -C <cert> -K <key>
+    /// -A <ca>`): it presents `cert` and admits clients with a certificate of the CA in
+    /// `ca`, of any role (ttyd reads none).
+    pub fn start_ssl_for(
+        instance: &str,
+        port: u16,
+        (cert, key, ca): (&Path, &Path, &Path),
+    ) -> TtydPool {
+        let mut args: Vec<String> = TTYD_ARGS.iter().map(|a| a.to_string()).collect();
+        args.extend(pool_flags());
+        args.push("-S".into());
+        for (flag, file) in [("-C", cert), ("-K", key), ("-A", ca)] {
+            args.extend([flag.to_owned(), file.display().to_string()]);
+        }
+        let command = vec![attach_wrapper().to_string_lossy().into_owned()];
+        Self::run(
+            private_dir("tg-ttyd."),
+            Listen::Tcp(port),
+            &args,
+            &command,
+            Some(instance),
+            &[],
+        )
+    }
+
     /// A ttyd as a team already runs it, without any termgate flag:
     /// `ttyd -W <extra…> (-i <dir>/ttyd.sock | -p <free port> -i lo) sh`.
     pub fn start_plain(unix: bool, extra: &[&str]) -> TtydPool {
