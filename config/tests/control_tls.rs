@@ -4,34 +4,10 @@
 //! start unless `gateway.allow_plain_control` accepts it.
 
 use config::{load_from_str_for, ConfigErrors, Part};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
 
-const EXAMPLE: &str = include_str!("../termgate.example.toml");
+mod common;
 
-/// A directory with the example's secrets, a CA (`pki/ca.pem`) and control's
-/// certificate for 127.0.0.1 (`pki/control.pem`, `pki/control-key.pem`).
-fn dir_with_pki() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("secrets")).unwrap();
-    std::fs::write(dir.path().join("secrets/hs256.key"), "k".repeat(48) + "\n").unwrap();
-    std::fs::write(dir.path().join("secrets/service.token"), "s".repeat(32)).unwrap();
-    let pki = dir.path().join("pki");
-    std::fs::create_dir(&pki).unwrap();
-    let mut ca = CertificateParams::default();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().unwrap();
-    let ca = ca.self_signed(&ca_key).unwrap();
-    std::fs::write(pki.join("ca.pem"), ca.pem()).unwrap();
-    let mut leaf = CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
-    leaf.subject_alt_names.push(SanType::URI(
-        "spiffe://termgate/control/control".try_into().unwrap(),
-    ));
-    let key = KeyPair::generate().unwrap();
-    let cert = leaf.signed_by(&key, &ca, &ca_key).unwrap();
-    std::fs::write(pki.join("control.pem"), cert.pem()).unwrap();
-    std::fs::write(pki.join("control-key.pem"), key.serialize_pem()).unwrap();
-    dir
-}
+use common::{dir_with_pki, EXAMPLE};
 
 /// The example loaded as `part` would load it, with `vars` as `TERMGATE__*` overrides.
 fn load_as(part: Part, vars: &[(&str, &str)]) -> Result<config::Config, ConfigErrors> {

@@ -3,36 +3,10 @@
 //! certificate file is read and parsed at load, each problem naming its key.
 
 use config::{load_from_str, ConfigErrors};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
 
-const EXAMPLE: &str = include_str!("../termgate.example.toml");
+mod common;
 
-/// A directory with the example's secrets and a CA with one `role` leaf in `pki/`.
-fn dir_with_pki() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("secrets")).unwrap();
-    std::fs::write(dir.path().join("secrets/hs256.key"), "k".repeat(48) + "\n").unwrap();
-    std::fs::write(dir.path().join("secrets/service.token"), "s".repeat(32)).unwrap();
-    let pki = dir.path().join("pki");
-    std::fs::create_dir(&pki).unwrap();
-    let mut ca = CertificateParams::default();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().unwrap();
-    let ca = ca.self_signed(&ca_key).unwrap();
-    std::fs::write(pki.join("ca.pem"), ca.pem()).unwrap();
-    for role in ["control", "gateway"] {
-        let mut leaf = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-        leaf.subject_alt_names.push(SanType::URI(
-            format!("spiffe://termgate/{role}/one").try_into().unwrap(),
-        ));
-        let key = KeyPair::generate().unwrap();
-        let cert = leaf.signed_by(&key, &ca, &ca_key).unwrap();
-        std::fs::write(pki.join(format!("{role}.pem")), cert.pem()).unwrap();
-        std::fs::write(pki.join(format!("{role}-key.pem")), key.serialize_pem()).unwrap();
-    }
-    std::fs::write(pki.join("not-a-cert.pem"), "hello\n").unwrap();
-    dir
-}
+use common::{dir_with_pki, EXAMPLE};
 
 fn load(extra: &str) -> Result<config::Config, ConfigErrors> {
     let dir = dir_with_pki();

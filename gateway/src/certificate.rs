@@ -127,18 +127,10 @@ impl PoolTls {
             (None, Some(_)) => anyhow::bail!("{CERT_KEY}: required with {KEY_KEY}"),
         };
         let certificate = Certificate::load(&cert, &key, CERT_KEY, KEY_KEY)?;
-        let ca_file = config.pki.ca_file.as_ref().ok_or_else(|| {
-            anyhow::anyhow!(
-                "pki.ca_file: required with {CERT_KEY} (the pools' certificates are checked against it)"
-            )
-        })?;
-        let ca_file = config.resolve(ca_file);
-        let roots = pki::load_roots(&ca_file, "pki.ca_file")?;
-        let ca = ca_for_pingora(
-            &std::fs::read(&ca_file)
-                .map_err(|e| anyhow::anyhow!("pki.ca_file {}: {e}", ca_file.display()))?,
-        )
-        .map_err(|why| anyhow::anyhow!("pki.ca_file {}: {why}", ca_file.display()))?;
+        let (roots, ca) = load_ca(
+            config,
+            &format!("required with {CERT_KEY} (the pools' certificates are checked against it)"),
+        )?;
         let mut client = pki::client(roots, Some(Arc::clone(&certificate)))
             .map_err(|e| anyhow::anyhow!("{CERT_KEY}: {e}"))?;
         // What Pingora's peers offer too: a front that cannot speak HTTP/1.1 fails both
@@ -253,18 +245,12 @@ impl ControlEndpoint {
             );
         }
         let tls = if tls {
-            let ca_file = config.pki.ca_file.as_ref().ok_or_else(|| {
-                anyhow::anyhow!(
-                    "pki.ca_file: required with an https:// {KEY} (control's certificate is checked against it)"
-                )
-            })?;
-            let ca_file = config.resolve(ca_file);
-            let roots = pki::load_roots(&ca_file, "pki.ca_file")?;
-            let ca = ca_for_pingora(
-                &std::fs::read(&ca_file)
-                    .map_err(|e| anyhow::anyhow!("pki.ca_file {}: {e}", ca_file.display()))?,
-            )
-            .map_err(|why| anyhow::anyhow!("pki.ca_file {}: {why}", ca_file.display()))?;
+            let (roots, ca) = load_ca(
+                config,
+                &format!(
+                    "required with an https:// {KEY} (control's certificate is checked against it)"
+                ),
+            )?;
             let client = pki::client(roots, None).map_err(|e| anyhow::anyhow!("{KEY}: {e}"))?;
             Some(ControlTls {
                 ca,
@@ -345,6 +331,26 @@ fn cert_key(cert: &CertifiedKey, key: &PrivateKeyDer<'_>) -> Result<CertKey, Str
 }
 
 /// The CA certificates of a PEM file as Pingora's peers take them.
+/// `pki.ca_file` as rustls's roots and as Pingora's peers take it; `missing` says why
+/// it is required when it is not set.
+fn load_ca(
+    config: &config::Config,
+    missing: &str,
+) -> anyhow::Result<(Arc<rustls::RootCertStore>, Arc<[WrappedX509]>)> {
+    let ca_file = config
+        .pki
+        .ca_file
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("pki.ca_file: {missing}"))?;
+    let ca_file = config.resolve(ca_file);
+    let roots = pki::load_roots(&ca_file, "pki.ca_file")?;
+    let pem = std::fs::read(&ca_file)
+        .map_err(|e| anyhow::anyhow!("pki.ca_file {}: {e}", ca_file.display()))?;
+    let ca = ca_for_pingora(&pem)
+        .map_err(|why| anyhow::anyhow!("pki.ca_file {}: {why}", ca_file.display()))?;
+    Ok((roots, ca))
+}
+
 fn ca_for_pingora(pem: &[u8]) -> Result<Arc<[WrappedX509]>, String> {
     let mut ca = Vec::new();
     for der in CertificateDer::pem_slice_iter(pem) {

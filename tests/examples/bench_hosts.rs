@@ -25,6 +25,8 @@
 //! `TERMGATE_BIN_DIR=target/release target/release/examples/bench_hosts`
 //! (`cargo build --release --workspace --bins --examples` first). Prints Markdown tables.
 
+#[path = "bench_paths/machine.rs"]
+mod machine;
 // The client every path of bench_paths is measured with; not all of it is used here.
 #[allow(dead_code)]
 #[path = "bench_paths/ws.rs"]
@@ -549,57 +551,6 @@ fn random_bytes() -> [u8; 10] {
     b
 }
 
-fn command_line(cmd: &str, args: &[&str]) -> String {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .map(|o| {
-            let mut s = String::from_utf8_lossy(&o.stdout).into_owned();
-            s.push_str(&String::from_utf8_lossy(&o.stderr));
-            s.lines().next().unwrap_or_default().trim().to_owned()
-        })
-        .unwrap_or_else(|e| format!("unknown ({e})"))
-}
-
-fn machine_facts() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map_or_else(|| "unknown".into(), |(_, v)| v.trim().to_owned());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let mut s = String::from("| machine | |\n|---|---|\n");
-    let _ = writeln!(s, "| CPU | {model}, {cores} cores |");
-    let _ = writeln!(s, "| kernel | {} |", kernel.trim());
-    let _ = writeln!(
-        s,
-        "| Docker | {} |",
-        command_line("docker", &["version", "--format", "{{.Server.Version}}"])
-    );
-    let _ = writeln!(
-        s,
-        "| ttyd | {} |",
-        command_line(&e2e::ttyd::ttyd_binary().to_string_lossy(), &["--version"])
-    );
-    let _ = writeln!(
-        s,
-        "| termgate | {} |",
-        command_line("git", &["describe", "--always", "--dirty"])
-    );
-    let _ = writeln!(
-        s,
-        "| load average at start | {} |",
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
-    s
-}
-
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
@@ -612,7 +563,7 @@ fn main() {
     let bulk_mb = env_num("BENCH_HOSTS_BULK_MB", 32);
     let bulk_rounds = env_num("BENCH_HOSTS_BULK_ROUNDS", 7);
     let creates = env_num("BENCH_HOSTS_CREATES", 60);
-    let facts = machine_facts();
+    let facts = machine::machine_facts(&[]);
 
     let pools = Pools::start();
     eprintln!("stack up in {:.1} s", began.elapsed().as_secs_f64());

@@ -21,6 +21,7 @@
 //! servers, `ssl`) and the gateway on TLS listeners with one self-signed certificate;
 //! direct ttyd and the relay stay plain, as references.
 
+mod machine;
 mod relay;
 mod svg;
 mod ws;
@@ -28,7 +29,6 @@ mod ws;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use e2e::nginx::{Nginx, AUTHZ_SNIPPET, SNIPPET_CONTROL, SNIPPET_LISTEN};
@@ -307,74 +307,6 @@ fn container_of(instance: &str, session: &str) -> String {
     ])
 }
 
-fn command_line(cmd: &str, args: &[&str]) -> String {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .map(|o| {
-            let mut s = String::from_utf8_lossy(&o.stdout).into_owned();
-            s.push_str(&String::from_utf8_lossy(&o.stderr));
-            s.lines().next().unwrap_or_default().trim().to_owned()
-        })
-        .unwrap_or_else(|e| format!("unknown ({e})"))
-}
-
-fn machine_facts() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, v)| v.trim().to_owned())
-        .unwrap_or_else(|| "unknown".into());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let mem_gib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        })
-        .map_or(0.0, |kib| kib / 1024.0 / 1024.0);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let ttyd = e2e::ttyd::ttyd_binary();
-    let mut s = String::new();
-    let _ = writeln!(s, "| machine | |\n|---|---|");
-    let _ = writeln!(s, "| CPU | {model}, {cores} cores |");
-    let _ = writeln!(s, "| memory | {mem_gib:.1} GiB |");
-    let _ = writeln!(s, "| kernel | {} |", kernel.trim());
-    let _ = writeln!(
-        s,
-        "| Docker | {} |",
-        command_line("docker", &["version", "--format", "{{.Server.Version}}"])
-    );
-    let _ = writeln!(
-        s,
-        "| ttyd | {} |",
-        command_line(&ttyd.to_string_lossy(), &["--version"])
-    );
-    let _ = writeln!(
-        s,
-        "| nginx | {} |",
-        command_line(&e2e::nginx::nginx_binary().to_string_lossy(), &["-v"])
-    );
-    let _ = writeln!(
-        s,
-        "| termgate | {} |",
-        command_line("git", &["describe", "--always", "--dirty"])
-    );
-    let _ = writeln!(
-        s,
-        "| load average at start | {} |",
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
-    s
-}
-
 /// CPU time of processes `pids`, all their threads, in nanoseconds (the first field of
 /// each thread's `/proc/<pid>/task/<tid>/schedstat`: time spent running).
 fn cpu_ns(pids: &[u32]) -> u64 {
@@ -479,7 +411,10 @@ fn main() {
     std::fs::create_dir_all(&out_dir).expect("output directory");
     let began = Instant::now();
     let nofile = raise_nofile();
-    let facts = machine_facts();
+    let facts = machine::machine_facts(&[(
+        "nginx",
+        machine::command_line(&e2e::nginx::nginx_binary().to_string_lossy(), &["-v"]),
+    )]);
 
     // The stack: control (its ttyd.socket is the pool's, for the check's answer), the
     // pool, a gateway straight on the pool's socket, nginx with both servers.
