@@ -322,13 +322,17 @@ fn a_peers_row_names_no_viewer_while_one_watches() {
     let url = a.body["url"].as_str().unwrap().to_owned();
     let origin = stack.origin(0);
     let carol = stack.sign_in("carol");
-    let _watching = stack
-        .open(
-            0,
-            &format!("{url}/ws"),
-            &[("Origin", origin.as_str()), ("Cookie", carol.as_str())],
-        )
-        .expect("carol watches");
+    // A new link reaches the gateway with the route feed's next answer (until then it
+    // is unknown there, 404): waited for, not assumed.
+    let _watching = wait_for("the link to reach the gateway", T, || {
+        stack
+            .open(
+                0,
+                &format!("{url}/ws"),
+                &[("Origin", origin.as_str()), ("Cookie", carol.as_str())],
+            )
+            .ok()
+    });
     assert_eq!(invite(&stack, "alice", &id, "bob", 600).status, 201);
     // The owner's row names carol (once the gateway has reported her): the list does
     // show viewers, so their absence below is the peer's row's doing.
