@@ -555,3 +555,45 @@ fn a_store_rebuilt_from_labels_counts_idleness_from_the_rebuild() {
     assert_ended_by(&ended, "idle");
     assert!(u(&ended, "ended_at") >= last_input + IDLE, "{ended}");
 }
+
+/// What the sessions page shows as "last input" moves for every session that is typed
+/// into, not only for those whose profile ends idle sessions or records: a profile
+/// with neither limit and no recording reports its input too, from a client that
+/// offers compression as browsers do (compressed messages could not be told apart:
+/// the gateway has none negotiated on a session's terminal).
+#[test]
+fn input_is_reported_for_a_profile_without_limits_or_recording() {
+    let stack = stack(None, None);
+    let s = create(&stack, "alice");
+    let id = s["id"].as_str().unwrap();
+    assert!(s.get("last_input").is_none(), "{s}");
+    let cookie = stack.sign_in("alice");
+    let origin = stack.origin(0);
+    let t = stack
+        .open(
+            0,
+            &format!("/s/{id}/ws"),
+            &[
+                ("Cookie", cookie.as_str()),
+                ("Origin", origin.as_str()),
+                (
+                    "Sec-WebSocket-Extensions",
+                    "permessage-deflate; client_max_window_bits",
+                ),
+            ],
+        )
+        .unwrap();
+    t.send_input(b"echo typed-$((6*7))\r").unwrap();
+    let typed = now();
+    t.read_until("typed-42", T).expect("the shell answers");
+    let reported = wait_for("the input to reach control", T, || {
+        let s = session(&stack, "alice", id);
+        s.get("last_input").and_then(Value::as_u64).map(|_| s)
+    });
+    let last_input = u(&reported, "last_input");
+    assert!(
+        last_input >= typed - 1 && last_input <= typed + 1,
+        "{reported}"
+    );
+    assert!(reported.get("ends_at").is_none(), "{reported}");
+}

@@ -143,10 +143,12 @@ impl Upstream {
                 if let Some(p) = principal {
                     up.insert_header("X-Termgate-User", p.sub.as_str())?;
                 }
-                if t.auth_token.is_some() || !t.record.is_off() {
-                    // The first message is rewritten on its way up, and a recording reads
-                    // ttyd's messages both ways, so they must be plain frames: no
-                    // compression is negotiated for this websocket.
+                if t.auth_token.is_some() || t.arg.is_some() || !t.record.is_off() {
+                    // The first message is rewritten on its way up, a Docker session's
+                    // input clock reads each message's first byte (typing, not a resize,
+                    // keeps it alive), and a recording reads ttyd's messages both ways:
+                    // they must be plain frames, so no compression is negotiated for
+                    // this websocket.
                     up.remove_header("sec-websocket-extensions");
                 }
                 if let Some((name, value)) = &t.credential {
@@ -249,7 +251,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn claimed_identities_are_stripped_and_the_verified_one_set() {
+    fn claimed_identities_are_stripped_the_verified_one_set_and_read_frames_left_uncompressed() {
         let mut up = RequestHeader::build("GET", b"/s/x/ws", None).unwrap();
         for (k, v) in [
             ("Cookie", "termgate_session=t"),
@@ -259,9 +261,11 @@ mod tests {
             ("Remote-User", "root"),
             ("Proxy-Authorization", "Basic cm9vdDo="),
             ("Upgrade", "websocket"),
+            ("Sec-WebSocket-Extensions", "permessage-deflate"),
         ] {
             up.append_header(k, v).unwrap();
         }
+        let target = up.clone();
         strip_identity(&mut up);
         let principal = Principal {
             sub: policy::Sub::parse("alice").unwrap(),
@@ -292,5 +296,22 @@ mod tests {
         ] {
             assert!(up.headers.get(claimed).is_none(), "{claimed} was passed on");
         }
+        // A Docker session's messages are read for its input clock: no compression.
+        assert!(up.headers.get("sec-websocket-extensions").is_none());
+        // A target's terminal, read for nothing, keeps what the browser offered.
+        let mut up = target;
+        let external = Upstream::Ttyd(TtydRequest {
+            part: TerminalPart::Ws,
+            arg: None,
+            address: None,
+            credential: None,
+            auth_token: None,
+            record: Default::default(),
+        });
+        external.rewrite(&mut up, Some(&principal), None).unwrap();
+        assert_eq!(
+            up.headers.get("sec-websocket-extensions").unwrap(),
+            "permessage-deflate"
+        );
     }
 }
