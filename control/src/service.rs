@@ -48,8 +48,9 @@ pub use names::{container_name, home_volume_name, SYSTEM};
 // The API's bodies and views live in `api::wire`; the operations here take and return
 // them under these paths.
 pub use crate::api::wire::{
-    CreateRequest, CreatedShare, ListedTarget, RedrawRequest, RevocationRequest, SessionView,
-    ShareRequest, ShareView, SignInReport, SignInView, TargetPatch, TargetRequest, TargetView,
+    Allows, CreateRequest, CreatedShare, ListedTarget, RedrawRequest, RevocationRequest,
+    SessionView, ShareRequest, ShareView, SignInReport, SignInView, TargetPatch, TargetRequest,
+    TargetView,
 };
 
 /// Whose sessions a listing asks for.
@@ -242,6 +243,27 @@ impl Control {
             v.ends_at = Some(d.at);
             v.ends_because = Some(d.cause.as_str());
         }
+        if let Some(p) = self.config.profiles.get(&s.profile) {
+            let off = policy::share::ShareMode::Off;
+            v.allows = Allows {
+                share: p.share_mode() != off,
+                peers: p.peers,
+                recording_links: p.recording_link_mode() != off,
+            };
+        }
+        v
+    }
+
+    /// Session `s` as a peer invited until `until` sees it: who else watches or
+    /// co-drives is the owner's to know, and what the owner may do with it is not
+    /// the peer's.
+    pub fn peer_view<'a>(&self, s: &'a Session, until: u64) -> SessionView<'a> {
+        let mut v = self.view(s);
+        v.role = Some("peer");
+        v.peer_until = Some(until);
+        v.peers = &[];
+        v.viewer_subs.clear();
+        v.allows = Allows::default();
         v
     }
 

@@ -56,11 +56,26 @@ async function showProvider() {
   $("oidc-sign-in").hidden = false;
 }
 
-// Where a front proxy's terminal check sent the browser from (`?next=/s/<id>/`): back
-// there once signed in. Only a terminal page of this origin, nothing else.
+// Where to go back to once signed in: a front proxy's terminal check sends the browser
+// here with `?next=/s/<id>/`; the gateway's "sign in" page for a share or recording link
+// with `#next=/v/<token>` (a fragment: the link's secret reaches no server log). Kept
+// in this tab's storage across an identity provider's round trip. Only a terminal,
+// share or recording page of this origin, nothing else (the gateway checks the same).
+const RETURN_PATH = /^\/(s\/[A-Za-z0-9_-]{1,64}\/|[vr]\/[A-Za-z0-9_-]{1,256}\/?)$/;
+
+function keepReturnPath() {
+  const m = location.hash.match(/^#next=(\/[A-Za-z0-9_\/-]*)$/);
+  if (!m) return;
+  history.replaceState(null, "", location.pathname + location.search);
+  if (RETURN_PATH.test(m[1])) sessionStorage.setItem("termgate-next", m[1]);
+}
+
 function returnPath() {
   const next = new URLSearchParams(location.search).get("next");
-  return next && /^\/s\/[A-Za-z0-9_-]{1,64}\/$/.test(next) ? next : null;
+  if (next && /^\/s\/[A-Za-z0-9_-]{1,64}\/$/.test(next)) return next;
+  const kept = sessionStorage.getItem("termgate-next");
+  sessionStorage.removeItem("termgate-next");
+  return kept && RETURN_PATH.test(kept) ? kept : null;
 }
 
 async function signIn(token) {
@@ -249,8 +264,10 @@ async function refresh() {
       tr.append(cell(s.name), cell(s.profile), state, cell(when(s.created_at)), ...glance(s), actions);
       return tr;
     }
-    if (s.state === "running" && s.kind !== "external") actions.append(button("Share", () => openShare(s), "Share " + s.name + " read-only"));
-    if (s.state === "running" && s.kind !== "external") actions.append(button("Peers", () => openPeers(s), "Peers of " + s.name));
+    // Only what the session's profile allows: no button that can only be refused.
+    const allows = s.allows || {};
+    if (s.state === "running" && allows.share) actions.append(button("Share", () => openShare(s), "Share " + s.name + " read-only"));
+    if (s.state === "running" && allows.peers) actions.append(button("Peers", () => openPeers(s), "Peers of " + s.name));
     // A target is a ttyd that runs elsewhere: it can be opened, not ended, from here. A
     // `stopping` session's end is decided already.
     if (s.kind !== "external" && s.state !== "stopping") actions.append(button("End", () => endSession(s), "End session " + s.name));
@@ -305,6 +322,11 @@ async function create(ev) {
     const s = await call("POST", "/api/sessions", body);
     say("Session " + s.name + " is " + s.state + ".");
     $("name").value = "";
+    // Where the user was going: its terminal (unless they chose to stay on the list).
+    if (s.state === "running" && $("open-after-create").checked) {
+      openTerminal(s);
+      return;
+    }
     await refresh();
   } catch (e) {
     say(e.message, true);
@@ -554,7 +576,11 @@ async function checkWatched(s) {
     $("ending").textContent = warning || "";
     $("ending").hidden = !warning;
   } catch (e) {
-    if (e.code === "session_not_found") ended = "This session was ended.";
+    // A peer sees the session only while invited: its end and the invitation's are
+    // one answer to them.
+    if (e.code === "session_not_found") {
+      ended = s.role === "peer" ? "This session was ended, or your invitation to it was." : "This session was ended.";
+    }
     else if (e.code === "user_locked") ended = "This session was ended (" + MESSAGES.user_locked + ")";
     // Anything else (control down, the network): the terminal may well still work.
   }
@@ -783,6 +809,12 @@ async function start() {
   $("share-copy").addEventListener("click", copyShare);
   $("peer-form").addEventListener("submit", invitePeer);
   $("peers-close").addEventListener("click", closePeers);
+  // Whether a new session's terminal opens at once: this browser's choice, kept.
+  const openAfter = $("open-after-create");
+  openAfter.checked = localStorage.getItem("termgate-open-after-create") !== "no";
+  openAfter.addEventListener("change", () => {
+    localStorage.setItem("termgate-open-after-create", openAfter.checked ? "yes" : "no");
+  });
   // Who watches changes by itself: the list follows every few seconds while shown.
   setInterval(() => { if (sharing) refreshShares().catch(() => {}); }, 3000);
   // The list's terminals, viewers and last input move: read again every 10 s while it
@@ -814,6 +846,7 @@ async function start() {
       say(e.message, true);
     }
   });
+  keepReturnPath();
   const token = linkToken();
   if (token) {
     try {
@@ -825,6 +858,11 @@ async function start() {
   }
   try {
     const me = await call("GET", "/auth/session");
+    const back = returnPath();
+    if (back) {
+      location.assign(back);
+      return;
+    }
     await showSessions(me);
   } catch (e) {
     if (e.code !== "unauthenticated") say(e.message, true);

@@ -67,7 +67,8 @@ async function showRecordings(s, get, label) {
       share.setAttribute("aria-label", "Share a link to the recording of " + started);
       share.addEventListener("click", () => openRecordingShare(s, r, get,
         "Share the recording of " + (label || s.name) + (started ? ", " + started : "")));
-      action.append(share);
+      // A session listed with what its profile allows: no link its profile refuses.
+      if (!s.allows || s.allows.recording_links) action.append(share);
       const link = document.createElement("a");
       link.href = src;
       link.download = r.name + ".cast";

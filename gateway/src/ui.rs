@@ -214,19 +214,46 @@ async fn write_with(
 
 /// An HTML error page for browser navigations, with the same code and message as the
 /// JSON answer (so a non-owner and an unknown session still look the same).
+/// Whether the sessions page may send a browser back to `path` once signed in: a
+/// terminal (`/s/<id>/`), a share link (`/v/<token>`) or a recording link
+/// (`/r/<token>`) of this gateway, spelled in the few characters they use (nothing to
+/// escape, nothing that leaves the origin). The page checks the same.
+pub fn returns_after_sign_in(path: &str) -> bool {
+    let rest = ["/s/", "/v/", "/r/"]
+        .iter()
+        .find_map(|p| path.strip_prefix(p));
+    rest.is_some_and(|r| {
+        let token = r.strip_suffix('/').unwrap_or(r);
+        (1..=256).contains(&token.len())
+            && token
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    })
+}
+
 pub async fn error_page(
     session: &mut Session,
     status: u16,
     code: &str,
     message: &str,
+    sign_in_then: Option<&str>,
 ) -> Result<bool> {
     let escape = |t: &str| {
         t.replace('&', "&amp;")
             .replace('<', "&lt;")
             .replace('>', "&gt;")
     };
+    // Signed out on a page that needs a sign-in: the sessions page signs in, then goes
+    // back there. The path rides in the fragment, which no server log sees (a share
+    // link's path is its secret).
+    let next = match sign_in_then.filter(|p| returns_after_sign_in(p)) {
+        Some(path) => format!(
+            "<p><a id=\"sign-in-then\" class=\"button\" href=\"/#next={path}\">Sign in to go on</a></p>"
+        ),
+        None => String::new(),
+    };
     let body = format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{status} · termgate</title><meta name=\"termgate-error\" content=\"{}\"><link rel=\"icon\" href=\"data:,\"><link rel=\"stylesheet\" href=\"/assets/app.css\"></head><body><header><h1>termgate</h1></header><main><h2>{status}: {}</h2><p><code>{}</code></p><p><a href=\"/\">Back to your sessions</a></p></main></body></html>",
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{status} · termgate</title><meta name=\"termgate-error\" content=\"{}\"><link rel=\"icon\" href=\"data:,\"><link rel=\"stylesheet\" href=\"/assets/app.css\"></head><body><header><h1>termgate</h1></header><main><h2>{status}: {}</h2><p><code>{}</code></p>{next}<p><a href=\"/\">Back to your sessions</a></p></main></body></html>",
         escape(code),
         escape(message),
         escape(code)
@@ -246,4 +273,38 @@ pub async fn error_page(
         .write_response_body(Some(Bytes::from(body)), true)
         .await?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::returns_after_sign_in;
+
+    #[test]
+    fn only_a_terminal_share_or_recording_path_of_this_gateway_is_gone_back_to() {
+        for ok in [
+            "/s/abcdefghij234567/",
+            "/v/abcdefghij234567-0123456789abcdef",
+            "/v/abcdefghij234567-0123456789abcdef/",
+            "/r/abcdefghij234567-00ff",
+        ] {
+            assert!(returns_after_sign_in(ok), "{ok}");
+        }
+        for refused in [
+            "/",
+            "/s/",
+            "/s//",
+            "/api/sessions",
+            "/admin",
+            "/s/x/ws",
+            "/v/a/b",
+            "/v/a\"><script>",
+            "/v/a%22",
+            "//evil.example/v/a",
+            "/s/../admin",
+            "/x/abc",
+            &format!("/v/{}", "a".repeat(257)),
+        ] {
+            assert!(!returns_after_sign_in(refused), "{refused}");
+        }
+    }
 }

@@ -126,6 +126,7 @@ pub fn random_hex(bytes: usize) -> String {
     buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 pub mod browser;
+pub mod page;
 
 /// Waits (10 s) until a process of a test's own (`child`, named `what`, writing to
 /// `log`) accepts on loopback `port`; panics with its log when it exits or never does.

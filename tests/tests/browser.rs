@@ -3,119 +3,17 @@
 //! open, type, end; another user's 404; a phone-sized layout. Screenshots go to
 //! `artifacts/browser/`.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use e2e::browser::Browser;
+use e2e::page::{
+    artifact, check_js, click_row_button, create_in_page, launch, ok, open_in_page_and_type,
+    sign_in_by_link, sign_in_by_link_as, TERMINAL_TEXT,
+};
 use e2e::stack::{http, profile_ignoring_hang_up, wait_for, GatewayStack};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(15);
-
-/// `artifacts/browser/<name>` under the checkout root (gitignored).
-fn artifact(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../artifacts/browser");
-    std::fs::create_dir_all(&dir).expect("artifacts/browser");
-    dir.join(name)
-}
-
-fn launch() -> Browser {
-    Browser::launch().unwrap_or_else(|e| panic!("cannot start the browser: {e:#}"))
-}
-
-/// Unwraps a browser step, naming it.
-fn ok<T>(step: &str, r: anyhow::Result<T>) -> T {
-    r.unwrap_or_else(|e| panic!("{step}: {e:#}"))
-}
-
-/// Opens a sign-in link for `sub` and waits for the sessions list to be shown and
-/// loaded (rows, or the "No sessions yet." line).
-fn sign_in_by_link(b: &mut Browser, stack: &GatewayStack, sub: &str) {
-    sign_in_by_link_as(b, stack, sub, false);
-}
-
-/// [`sign_in_by_link`] with a token that is an admin's when `admin`.
-fn sign_in_by_link_as(b: &mut Browser, stack: &GatewayStack, sub: &str, admin: bool) {
-    let token = stack.control.token(sub, admin);
-    ok(
-        "open the sign-in link",
-        b.navigate(&stack.url(0, &format!("/#token={token}"))),
-    );
-    ok(
-        "the sessions list after sign-in",
-        b.wait_js(
-            &format!(
-                "!document.getElementById('sessions').hidden \
-                 && document.getElementById('profile').options.length > 0 \
-                 && document.getElementById('who-name').textContent.split(' (')[0] === {} \
-                 && (document.querySelectorAll('#session-rows tr').length > 0 \
-                     || !document.getElementById('no-sessions').hidden)",
-                json!(sub)
-            ),
-            T,
-            "the sessions list",
-        ),
-    );
-    assert_eq!(
-        ok("the address bar", b.eval("location.hash")),
-        json!(""),
-        "the token must leave the address bar"
-    );
-}
-
-/// Submits the create form and returns the id of the new running row.
-fn create_in_page(b: &mut Browser, name: &str) -> String {
-    let before = ok(
-        "rows before create",
-        b.eval("[...document.querySelectorAll('#session-rows tr')].map((r) => r.dataset.session)"),
-    );
-    ok(
-        "fill in the name",
-        b.eval(&format!(
-            "document.getElementById('name').value = {}",
-            json!(name)
-        )),
-    );
-    ok(
-        "click Create",
-        b.eval("document.querySelector('#create-form button[type=submit]').click()"),
-    );
-    let id = ok(
-        "a running row",
-        b.wait_js(
-            &format!(
-                "(() => {{ const before = {before}; \
-                 const r = [...document.querySelectorAll('#session-rows tr')].find((r) => \
-                   !before.includes(r.dataset.session) && r.cells[2].textContent === 'running'); \
-                 return r ? r.dataset.session : null; }})()"
-            ),
-            Duration::from_secs(60),
-            "a new row whose state is running",
-        ),
-    );
-    id.as_str().expect("session id").to_owned()
-}
-
-/// Clicks the button labelled `label` in the row of `id`.
-fn click_row_button(b: &mut Browser, id: &str, label: &str) {
-    let clicked = ok(
-        &format!("click {label}"),
-        b.eval(&format!(
-            "(() => {{ const r = document.querySelector('#session-rows tr[data-session=\"{id}\"]'); \
-             const btn = r && [...r.querySelectorAll('button')].find((x) => x.textContent === {}); \
-             if (!btn) return false; btn.click(); return true; }})()",
-            json!(label)
-        )),
-    );
-    assert_eq!(clicked, json!(true), "no {label} button in the row of {id}");
-}
-
-/// Everything the terminal in the frame shows, one line per buffer row.
-const TERMINAL_TEXT: &str = "(() => { \
-    const t = document.getElementById('terminal-frame').contentWindow.term; \
-    const b = t.buffer.active; const out = []; \
-    for (let i = 0; i < b.length; i++) { const l = b.getLine(i); if (l) out.push(l.translateToString(true)); } \
-    return out.join('\\n'); })()";
 
 #[test]
 fn a_user_signs_in_by_link_creates_types_and_ends_a_session_in_a_browser() {
@@ -574,11 +472,6 @@ fn a_target_with_a_password_opens_from_the_sessions_page_without_the_password_in
         !seen.to_string().contains(secret) && !seen.to_string().contains(encoded),
         "{seen}"
     );
-}
-
-/// Runs `js` in the page and fails naming `step` unless it returns `true`.
-fn check_js(b: &mut Browser, step: &str, js: &str) {
-    assert_eq!(ok(step, b.eval(js)), json!(true), "{step}");
 }
 
 #[test]
@@ -1573,40 +1466,6 @@ fn screenshot_shows_the_players_text(b: &mut Browser, name: &str) {
         pixels["colours"].as_u64().unwrap_or(0) >= 3
             && pixels["other"].as_f64().unwrap_or(0.0) > 0.002,
         "the player's terminal shows text, not one colour: {pixels}"
-    );
-}
-
-/// Opens the terminal of the session `id` from its row, types each of `lines` with
-/// Enter, and waits until the terminal's buffer holds every one of `answers`.
-fn open_in_page_and_type(b: &mut Browser, id: &str, lines: &[&str], answers: &[&str]) {
-    click_row_button(b, id, "Open");
-    ok(
-        "the terminal connection",
-        b.wait_js(
-            "!document.getElementById('terminal').hidden \
-             && document.getElementById('terminal-frame').contentDocument.title === 'termgate'",
-            T,
-            "ttyd's window title (its websocket is open)",
-        ),
-    );
-    ok(
-        "focus the terminal",
-        b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
-    );
-    for line in lines {
-        ok("type", b.insert_text(line));
-        ok("press Enter", b.press_enter());
-    }
-    let wanted = serde_json::to_string(answers).expect("answers as JSON");
-    ok(
-        "the shell's answers",
-        b.wait_js(
-            &format!(
-                "(() => {{ const s = {TERMINAL_TEXT}; return {wanted}.every((a) => s.includes(a)) ? s : ''; }})()"
-            ),
-            T,
-            &format!("{} in the terminal buffer", answers.join(" and ")),
-        ),
     );
 }
 

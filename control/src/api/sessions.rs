@@ -50,15 +50,11 @@ pub(super) async fn sessions(
                         .iter()
                         .map(|s| Listed::Session(Box::new(control.view(s))))
                         .collect();
-                    sessions.extend(peer_of.iter().map(|(s, until)| {
-                        let mut v = control.view(s);
-                        v.role = Some("peer");
-                        v.peer_until = Some(*until);
-                        // Who else watches or co-drives is the owner's to know.
-                        v.peers = &[];
-                        v.viewer_subs.clear();
-                        Listed::Session(Box::new(v))
-                    }));
+                    sessions.extend(
+                        peer_of.iter().map(|(s, until)| {
+                            Listed::Session(Box::new(control.peer_view(s, *until)))
+                        }),
+                    );
                     sessions.extend(
                         targets
                             .iter()
@@ -93,7 +89,19 @@ pub(super) async fn sessions(
                     if let Some(t) = control.target_for(&who, &id)? {
                         return Ok(json(200, &ListedTarget::from(&t)));
                     }
-                    let s = control.get(&who, &id)?;
+                    // A peer asks after the session it co-drives as its owner does (the
+                    // page watches it while its terminal is open), and sees it as it
+                    // is listed to them.
+                    let s = match control.get(&who, &id) {
+                        Err(e) if e.code == ApiError::NOT_FOUND.code => {
+                            return match control.peer_session(&who, &id) {
+                                Ok((s, until)) => Ok(json(200, &control.peer_view(&s, until))),
+                                Err(p) if p.code == e.code => Err(e),
+                                Err(p) => Err(p),
+                            };
+                        }
+                        r => r?,
+                    };
                     Ok(json(200, &control.view(&s)))
                 }
                 Method::DELETE => {

@@ -86,6 +86,17 @@ pub struct SessionView<'a> {
     /// Who the owner invited to co-drive it, and until when (to its owner and admins).
     #[serde(skip_serializing_if = "<[PeerGrant]>::is_empty")]
     pub(crate) peers: &'a [PeerGrant],
+    /// What the caller may do with it beyond open and end, as its profile says now.
+    pub(crate) allows: Allows,
+}
+
+/// The actions a session's profile allows its owner: read-only share links, peers,
+/// links to its recordings. A peer is allowed none of them.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct Allows {
+    pub(crate) share: bool,
+    pub(crate) peers: bool,
+    pub(crate) recording_links: bool,
 }
 
 impl<'a> From<&'a Session> for SessionView<'a> {
@@ -113,6 +124,7 @@ impl<'a> From<&'a Session> for SessionView<'a> {
             role: None,
             peer_until: None,
             peers: &s.peers,
+            allows: Allows::default(),
         }
     }
 }

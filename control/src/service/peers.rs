@@ -98,7 +98,7 @@ impl Control {
     /// the feed brings the change. To anyone else the session is unknown.
     pub fn remove_peer(&self, who: &Principal, id: &SessionId, sub: &str) -> Result<(), ApiError> {
         let s = if who.sub.as_str() == sub {
-            self.peer_session(who, id)?
+            self.peer_session(who, id)?.0
         } else {
             self.authorized(who, id, Action::Invite)?
         };
@@ -116,21 +116,25 @@ impl Control {
         Ok(())
     }
 
-    /// Session `id` if `who` (not locked) holds an unexpired invitation to it; else the
-    /// same refusal as an unknown session.
-    fn peer_session(&self, who: &Principal, id: &SessionId) -> Result<Session, ApiError> {
+    /// Active session `id` if `who` (not locked) holds an unexpired invitation to it,
+    /// with when that lapses; else the same refusal as an unknown session.
+    pub fn peer_session(
+        &self,
+        who: &Principal,
+        id: &SessionId,
+    ) -> Result<(Session, u64), ApiError> {
         if self.is_locked(&who.sub)? {
             return Err(Refusal::LOCKED);
         }
         let at = now();
-        self.store
-            .get(id)?
-            .filter(|s| {
-                s.peers
-                    .iter()
-                    .any(|g| g.sub == who.sub.as_str() && g.expires_at > at)
-            })
-            .ok_or(Refusal::NOT_FOUND)
+        let s = self.store.get(id)?.ok_or(Refusal::NOT_FOUND)?;
+        let until = s
+            .peers
+            .iter()
+            .find(|g| g.sub == who.sub.as_str() && g.expires_at > at)
+            .map(|g| g.expires_at)
+            .ok_or(Refusal::NOT_FOUND)?;
+        Ok((s, until))
     }
 
     /// The active sessions `sub` is an unexpired peer of, with when each invitation

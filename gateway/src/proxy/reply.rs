@@ -95,7 +95,10 @@ pub(crate) async fn refuse(session: &mut Session, refusal: &Refusal) -> Result<(
 /// Writes a refusal: an HTML page for a browser navigating, the JSON shape otherwise.
 pub(super) async fn refusal(session: &mut Session, r: &Refusal) -> Result<()> {
     if wants_html(session.req_header()) {
-        ui::error_page(session, r.status, r.code, &r.message).await?;
+        let back = (r.code == Refusal::UNAUTHENTICATED.code)
+            .then(|| session.req_header().uri.path().to_owned())
+            .filter(|p| ui::returns_after_sign_in(p));
+        ui::error_page(session, r.status, r.code, &r.message, back.as_deref()).await?;
         return Ok(());
     }
     json(session, Json::refusal(r)).await
