@@ -312,8 +312,14 @@ fn a_front_of_another_ca_gets_nothing_and_a_gateway_without_a_certificate_opens_
         reached,
         "nothing reached ttyd"
     );
-    let log = s.stack.gw().log_text();
-    assert!(log.contains("invalid peer certificate"), "{log}");
+    wait_for(
+        "a line that says the front's certificate is not valid",
+        T,
+        || {
+            let log = s.stack.gw().log_text();
+            log.contains("invalid peer certificate").then_some(())
+        },
+    );
 
     // A configuration with a tls:// pool and no gateway.client_cert_file is refused at
     // start, naming the key.
@@ -369,10 +375,15 @@ fn a_front_of_another_ca_gets_nothing_and_a_gateway_without_a_certificate_opens_
     assert_eq!(refused.status(), Some(502), "{refused:?}");
     assert_eq!(s.page(n, &id, &cookie), 502, "nor its page");
     assert_eq!(s.front.seen().len(), seen, "the front saw nothing of it");
-    let log = s.stack.gateways[n].log_text();
-    assert!(
-        log.matches("gateway.client_cert_file is not set").count() >= 2,
-        "the websocket's and the page's lines name the key:\n{log}"
+    // Each request's line is written once it is answered: the page's a moment after
+    // its 502 reached the test.
+    wait_for(
+        "the websocket's and the page's lines name the key",
+        T,
+        || {
+            let log = s.stack.gateways[n].log_text();
+            (log.matches("gateway.client_cert_file is not set").count() >= 2).then_some(())
+        },
     );
     // The gateway with its certificate still opens it through the restored front.
     let t = s
