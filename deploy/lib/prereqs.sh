@@ -73,6 +73,24 @@ info() {
     printf '    %s\n' "$*" >&2
 }
 
+# system_user NAME: a system user NAME with a group of its own, no home and no login,
+# created unless it exists. Another deploy/up starting beside this one may create it
+# first, or hold /etc/passwd's lock a moment: its user is as good as ours. Fails if
+# NAME still does not exist.
+system_user() {
+    local _
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        id -u "$1" >/dev/null 2>&1 && return 0
+        if useradd --system --user-group --no-create-home --home-dir /nonexistent \
+            --shell /usr/sbin/nologin "$1" 2>/dev/null; then
+            info "created user $1"
+            return 0
+        fi
+        sleep 0.5
+    done
+    id -u "$1" >/dev/null 2>&1
+}
+
 # Print the failure banner. Only the top-level shell prints it: a failure in a
 # subshell or command substitution propagates to the parent, which reports it
 # once with the step it knows about.

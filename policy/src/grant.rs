@@ -59,6 +59,9 @@ pub struct Grant {
     pub issued_at: u64,
     /// Its expiry, seconds since the Unix epoch.
     pub expires_at: u64,
+    /// Opened as a peer the owner invited: it stays open while the invitation lasts.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub peer: bool,
 }
 
 impl Grant {
@@ -75,7 +78,13 @@ impl Grant {
             jti: who.jti.clone(),
             issued_at: who.issued_at,
             expires_at: who.expires_at,
+            peer: false,
         }
+    }
+
+    /// The same grant, for a peer's terminal (`policy::peer`).
+    pub fn as_peer(self) -> Grant {
+        Grant { peer: true, ..self }
     }
 
     fn principal(&self) -> Option<Principal> {
@@ -91,12 +100,14 @@ impl Grant {
 }
 
 /// Judges a grant's terminal again, now: `route` is the session's route (`None`: not
-/// running), `locked` whether its user is locked, `revoked` the revocations in force.
+/// running), `locked` whether its user is locked, `owner_locked` whether the session's
+/// owner is (a peer's terminal closes with them), `revoked` the revocations in force.
 /// The order is the gateway's: the credential, the user, the session.
 pub fn recheck(
     grant: &Grant,
     route: Option<&Route>,
     locked: bool,
+    owner_locked: bool,
     revoked: &RevocationSet,
     now: u64,
     close_on_expiry: bool,
@@ -123,6 +134,13 @@ pub fn recheck(
         .filter(|r| r.session == grant.session && r.arg() == Some(grant.container.as_str()))
         .ok_or(CloseReason::RouteRemoved)?;
     let who = grant.principal().ok_or(CloseReason::AccessRemoved)?;
+    if grant.peer {
+        // The gateway's peer rule: an unexpired invitation of this user, not the
+        // owner, on a session whose owner is not locked.
+        return crate::peer::decide_peer(&who, Some(route), false, owner_locked, now)
+            .map(|_| ())
+            .map_err(|_| CloseReason::PeerRemoved);
+    }
     match decide_terminal(&who, Some(route), false) {
         Decision::Allow { .. } => Ok(()),
         // Not the owner (any more) and not an admin: the session is not theirs.
@@ -265,31 +283,34 @@ mod tests {
         let g = grant("alice");
         let route = Route::container(id(), "alice", C);
         let none = RevocationSet::new();
-        assert_eq!(recheck(&g, Some(&route), false, &none, 1_500, true), Ok(()));
         assert_eq!(
-            recheck(&g, None, false, &none, 1_500, true),
+            recheck(&g, Some(&route), false, false, &none, 1_500, true),
+            Ok(())
+        );
+        assert_eq!(
+            recheck(&g, None, false, false, &none, 1_500, true),
             Err(CloseReason::RouteRemoved)
         );
         let recreated = Route::container(id(), "alice", "e".repeat(64));
         assert_eq!(
-            recheck(&g, Some(&recreated), false, &none, 1_500, true),
+            recheck(&g, Some(&recreated), false, false, &none, 1_500, true),
             Err(CloseReason::RouteRemoved)
         );
         let given_away = Route::container(id(), "bob", C);
         assert_eq!(
-            recheck(&g, Some(&given_away), false, &none, 1_500, true),
+            recheck(&g, Some(&given_away), false, false, &none, 1_500, true),
             Err(CloseReason::RouteRemoved)
         );
         assert_eq!(
-            recheck(&g, Some(&route), true, &none, 1_500, true),
+            recheck(&g, Some(&route), true, false, &none, 1_500, true),
             Err(CloseReason::UserLocked)
         );
         assert_eq!(
-            recheck(&g, Some(&route), false, &none, 2_000, true),
+            recheck(&g, Some(&route), false, false, &none, 2_000, true),
             Err(CloseReason::TokenExpired)
         );
         assert_eq!(
-            recheck(&g, Some(&route), false, &none, 2_000, false),
+            recheck(&g, Some(&route), false, false, &none, 2_000, false),
             Ok(())
         );
 
@@ -300,7 +321,7 @@ mod tests {
             expires_at: 2_000,
         });
         assert_eq!(
-            recheck(&g, Some(&route), false, &signed_out, 1_500, true),
+            recheck(&g, Some(&route), false, false, &signed_out, 1_500, true),
             Err(CloseReason::SignedOut)
         );
         let other_sign_in = Grant::new(id(), C, &who("alice", false), b"other");
@@ -308,6 +329,7 @@ mod tests {
             recheck(
                 &other_sign_in,
                 Some(&route),
+                false,
                 false,
                 &signed_out,
                 1_500,
@@ -322,7 +344,7 @@ mod tests {
             expires_at: 2_000,
         });
         assert_eq!(
-            recheck(&g, Some(&route), false, &by_jti, 1_500, true),
+            recheck(&g, Some(&route), false, false, &by_jti, 1_500, true),
             Err(CloseReason::TokenRevoked)
         );
         let mut before = RevocationSet::new();
@@ -332,7 +354,7 @@ mod tests {
             expires_at: 2_000,
         });
         assert_eq!(
-            recheck(&g, Some(&route), false, &before, 1_500, true),
+            recheck(&g, Some(&route), false, false, &before, 1_500, true),
             Err(CloseReason::TokenRevoked)
         );
     }
@@ -342,7 +364,10 @@ mod tests {
         let admin = Grant::new(id(), C, &who("root", true), b"t");
         let route = Route::container(id(), "alice", C);
         let none = RevocationSet::new();
-        assert_eq!(recheck(&admin, Some(&route), false, &none, 1, true), Ok(()));
+        assert_eq!(
+            recheck(&admin, Some(&route), false, false, &none, 1, true),
+            Ok(())
+        );
         let mut target = Route::container(id(), "", "");
         target.upstream = Some(TtydAddress {
             addrs: vec!["10.0.0.5:7681".into()],
@@ -354,7 +379,58 @@ mod tests {
             credential: None,
         });
         assert_eq!(
-            recheck(&grant("alice"), Some(&target), false, &none, 1, true),
+            recheck(&grant("alice"), Some(&target), false, false, &none, 1, true),
+            Err(CloseReason::RouteRemoved)
+        );
+    }
+
+    #[test]
+    fn a_peers_grant_lasts_as_its_invitation_does_and_closes_with_the_owner() {
+        let g = grant("bob").as_peer();
+        let sealer = GrantSealer::new(&[1; 32]).unwrap();
+        assert_eq!(
+            sealer.open(&sealer.seal(&g)),
+            Ok(g.clone()),
+            "sealed with it"
+        );
+        let mut route = Route::container(id(), "alice", C);
+        let none = RevocationSet::new();
+        let no_invitation = recheck(&g, Some(&route), false, false, &none, 1_500, true);
+        assert_eq!(no_invitation, Err(CloseReason::PeerRemoved));
+        route.peers = vec![crate::feed::PeerGrant {
+            sub: "bob".into(),
+            expires_at: 1_600,
+        }];
+        assert_eq!(
+            recheck(&g, Some(&route), false, false, &none, 1_500, true),
+            Ok(())
+        );
+        assert_eq!(
+            recheck(&g, Some(&route), false, false, &none, 1_600, true),
+            Err(CloseReason::PeerRemoved),
+            "the invitation lapsed"
+        );
+        assert_eq!(
+            recheck(&g, Some(&route), false, true, &none, 1_500, true),
+            Err(CloseReason::PeerRemoved),
+            "the owner locked"
+        );
+        assert_eq!(
+            recheck(&g, Some(&route), true, false, &none, 1_500, true),
+            Err(CloseReason::UserLocked),
+            "the peer locked"
+        );
+        // Not a peer's grant: bob's own credential on alice's session is not hers.
+        assert_eq!(
+            recheck(
+                &grant("bob"),
+                Some(&route),
+                false,
+                false,
+                &none,
+                1_500,
+                true
+            ),
             Err(CloseReason::RouteRemoved)
         );
     }

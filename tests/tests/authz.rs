@@ -65,10 +65,18 @@ struct Stack {
 
 impl Stack {
     fn behind(kind: Kind) -> Stack {
+        Stack::behind_with(kind, &[])
+    }
+
+    /// [`Stack::behind`], with `env` set for control.
+    fn behind_with(kind: Kind, env: &[(&str, &str)]) -> Stack {
         // `stubborn`'s program ignores the hang-up an end sends: a terminal that closes
         // at an end was closed by the end, not by its program exiting.
         let mut control =
             ControlStack::prepare(&e2e::stack::profile_ignoring_hang_up("stubborn", 30));
+        for (k, v) in env {
+            control.set_env(k, v);
+        }
         let ttyd = TtydPool::start_plugin_for(&control.instance, &control.api);
         let counter = CountingProxy::start(ttyd.target());
         let port = free_port();
@@ -443,6 +451,100 @@ fn an_end_a_lock_and_a_sign_out_close_the_open_terminal_through_nginx() {
 #[test]
 fn an_end_a_lock_and_a_sign_out_close_the_open_terminal_through_caddy() {
     revocation_closes_open_terminals(Kind::Caddy);
+}
+
+#[test]
+fn a_peer_types_through_nginx_and_is_closed_when_the_invitation_goes() {
+    a_peer_types_and_is_closed_when_the_invitation_goes(Kind::Nginx);
+}
+
+#[test]
+fn a_peer_types_through_caddy_and_is_closed_when_the_invitation_goes() {
+    a_peer_types_and_is_closed_when_the_invitation_goes(Kind::Caddy);
+}
+
+/// A user the owner invited opens the owner's terminal through the front proxy as
+/// through the gateway, ttyd is told it is the peer, and the terminal closes when the
+/// owner withdraws the invitation, and when a later one lapses by itself.
+fn a_peer_types_and_is_closed_when_the_invitation_goes(kind: Kind) {
+    let stack = Stack::behind_with(
+        kind,
+        &[
+            ("TERMGATE__PROFILES__STUBBORN__PEERS", "true"),
+            ("TERMGATE_TEST_PEER_MIN_TTL", "1"),
+        ],
+    );
+    let alice = stack.control.token("alice", false);
+    let id = stack.control.create_with(&alice, "stubborn")["id"]
+        .as_str()
+        .expect("session id")
+        .to_owned();
+    let owner = stack.open_as(&id, &stack.cookie("alice"));
+    let (origin, ws, bob) = (
+        stack.front.origin(),
+        format!("/s/{id}/ws"),
+        stack.cookie("bob"),
+    );
+    let invite = |ttl: u64| {
+        let r = stack.control.call(
+            "POST",
+            &format!("/v1/sessions/{id}/peers"),
+            Some(&alice),
+            Some(serde_json::json!({ "sub": "bob", "ttl_seconds": ttl })),
+        );
+        assert_eq!(r.status, 201, "{}", r.text);
+        r.body["expires_at"].as_u64().expect("expires_at")
+    };
+    let refused = stack
+        .open(&ws, &[("Cookie", &bob), ("Origin", &origin)])
+        .expect_err("not invited yet");
+    assert_eq!(refused.status(), Some(404), "{refused}");
+
+    invite(3600);
+    let t = stack.open_as(&id, &bob);
+    t.send_input(b"echo peer-$((2*21))\r").unwrap();
+    owner
+        .read_until("peer-42", T)
+        .expect("bob's typing reaches alice's terminal");
+    let token = stack.control.token("bob", false);
+    let answer = stack.check(&ws, &[("Authorization", &format!("Bearer {token}"))]);
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(
+        header(&answer, "x-termgate-user"),
+        Some("peer:bob"),
+        "ttyd is told who types"
+    );
+    let removed = stack.control.call(
+        "DELETE",
+        &format!("/v1/sessions/{id}/peers/bob"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(removed.status, 204, "{}", removed.text);
+    closes(&t, "the withdrawn peer's terminal", &stack);
+    let refused = stack
+        .open(&ws, &[("Cookie", &bob), ("Origin", &origin)])
+        .expect_err("no longer invited");
+    assert_eq!(refused.status(), Some(404), "{refused}");
+
+    // An invitation that lapses changes nothing in the store: the pool's watch wakes
+    // for it, and not before.
+    let lapses = invite(4);
+    let t = stack.open_as(&id, &bob);
+    t.wait_closed(Duration::from_secs(10))
+        .expect("closed when the invitation lapsed");
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(
+        at >= lapses,
+        "closed at {at}, before the invitation lapsed at {lapses}"
+    );
+    owner.send_input(b"echo owner-$((5*5))\r").unwrap();
+    owner
+        .read_until("owner-25", T)
+        .expect("alice's own terminal stays open");
 }
 
 /// Waits for `t` to close within [`CLOSE_WITHIN`], with what it said last.

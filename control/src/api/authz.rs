@@ -62,7 +62,7 @@ pub struct Allowed {
     pub handle: Option<String>,
     /// The verified user, for ttyd's `-H X-Termgate-User`.
     pub user: String,
-    /// Why it was allowed: `owner`, `admin` or `allowed` (a target's list).
+    /// Why it was allowed: `owner`, `admin`, `allowed` (a target's list) or `peer`.
     pub reason: &'static str,
 }
 
@@ -126,11 +126,22 @@ impl Control {
         let locked = self.is_locked(&principal.sub)?;
         let lookup = self.route(&id)?;
         let route = lookup.as_ref().map(|l| &l.route);
-        let as_admin = match policy::decide_terminal(&principal, route, locked) {
-            Decision::Allow { as_admin } => as_admin,
+        // A user the owner invited opens it as a peer, as through the gateway
+        // (`policy::peer`); to anyone else it stays unknown.
+        let (as_admin, peer) = match policy::decide_terminal(&principal, route, locked) {
+            Decision::Allow { as_admin } => (as_admin, false),
             Decision::Deny(refusal) => {
-                tracing::info!(target: "audit", session = %id, sub, decision = "deny", reason = refusal.code, "authz");
-                return Err(refusal);
+                let owner_locked = match route {
+                    Some(r) => self.owner_locked(&r.owner)?,
+                    None => false,
+                };
+                let now = crate::service::now();
+                if policy::peer::decide_peer(&principal, route, locked, owner_locked, now).is_err()
+                {
+                    tracing::info!(target: "audit", session = %id, sub, decision = "deny", reason = refusal.code, "authz");
+                    return Err(refusal);
+                }
+                (false, true)
             }
         };
         let route = route.ok_or(Refusal::NOT_FOUND)?;
@@ -152,14 +163,15 @@ impl Control {
             tracing::error!(session = %id, "authz: the route names no usable ttyd address");
             Refusal::TERMINAL_UNAVAILABLE
         })?;
-        let reason = match (as_admin, route.target.is_some()) {
-            (true, _) => "admin",
-            (false, true) => "allowed",
-            (false, false) => "owner",
+        let reason = match (as_admin, route.target.is_some(), peer) {
+            (true, _, _) => "admin",
+            (false, true, _) => "allowed",
+            (false, false, true) => "peer",
+            (false, false, false) => "owner",
         };
         let handle = match (part, route.arg()) {
             (TerminalPart::Ws, Some(container)) => {
-                let grant = self.grant(id, container, &principal, token)?;
+                let grant = self.grant(id, container, &principal, token, peer)?;
                 Some(self.grant_handle(&grant)?)
             }
             _ => None,
@@ -171,7 +183,12 @@ impl Control {
             query: ttyd_query(route, part, handle.as_deref()),
             arg: route.arg().map(str::to_owned),
             handle,
-            user: sub.to_owned(),
+            // ttyd (`-H`) is told who types: the peer, never the owner.
+            user: if peer {
+                policy::peer::terminal_user(sub)
+            } else {
+                sub.to_owned()
+            },
             reason,
         })
     }

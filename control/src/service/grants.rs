@@ -28,17 +28,26 @@ impl Control {
     }
 
     /// The grant of `who` (verified from `token`) on the terminal of `session` in
-    /// `container`, sealed.
+    /// `container`, as a peer the owner invited when `peer`, sealed.
     pub(crate) fn grant(
         &self,
         session: SessionId,
         container: &str,
         who: &Principal,
         token: &[u8],
+        peer: bool,
     ) -> Result<String, ApiError> {
-        Ok(self
-            .sealer()?
-            .seal(&Grant::new(session, container, who, token)))
+        let grant = Grant::new(session, container, who, token);
+        let grant = if peer { grant.as_peer() } else { grant };
+        Ok(self.sealer()?.seal(&grant))
+    }
+
+    /// Whether the user `owner` names is locked (a name that is no user's is not).
+    pub(crate) fn owner_locked(&self, owner: &str) -> Result<bool, ApiError> {
+        match Sub::parse(owner) {
+            Some(sub) => self.is_locked(&sub),
+            None => Ok(false),
+        }
     }
 
     /// A one-use handle for a sealed grant (`X-Termgate-Handle`).
@@ -63,22 +72,31 @@ impl Control {
         })
     }
 
-    /// Judges a grant's terminal now.
-    fn recheck(&self, grant: &Grant) -> Result<Result<(), CloseReason>, ApiError> {
-        let locked = match Sub::parse(&grant.sub) {
-            Some(sub) => self.is_locked(&sub)?,
-            None => false,
-        };
+    /// Judges a grant's terminal now; for a peer's, also when their invitation lapses.
+    fn recheck(&self, grant: &Grant) -> Result<(Result<(), CloseReason>, Option<u64>), ApiError> {
+        let locked = self.owner_locked(&grant.sub)?;
         let lookup = self.route(&grant.session)?;
+        let route = lookup.as_ref().map(|l| &l.route);
+        let owner_locked = match route {
+            Some(r) if grant.peer => self.owner_locked(&r.owner)?,
+            _ => false,
+        };
+        let at = now();
+        let lapses = route
+            .filter(|_| grant.peer)
+            .and_then(|r| policy::peer::grant_of(r, &grant.sub, at))
+            .map(|g| g.expires_at);
         let revoked = self.revoked.read().unwrap_or_else(|p| p.into_inner());
-        Ok(policy::grant::recheck(
+        let verdict = policy::grant::recheck(
             grant,
-            lookup.as_ref().map(|l| &l.route),
+            route,
             locked,
+            owner_locked,
             &revoked,
-            now(),
+            at,
             self.config.gateway.close_on_token_expiry,
-        ))
+        );
+        Ok((verdict, lapses))
     }
 
     /// `GET /v1/grant`: whether the terminal of `text` may stay open. Waits up to
@@ -97,7 +115,8 @@ impl Control {
         loop {
             revs.borrow_and_update();
             applied.borrow_and_update();
-            if let Err(lapse) = self.recheck(&grant)? {
+            let (verdict, invitation_lapses) = self.recheck(&grant)?;
+            if let Err(lapse) = verdict {
                 tracing::info!(target: "audit", session = %grant.session, sub = %grant.sub, reason = lapse.as_str(), "grant lapsed: the pool closes its terminal");
                 return Ok(Some(lapse));
             }
@@ -105,13 +124,17 @@ impl Control {
             if left.is_zero() {
                 return Ok(None);
             }
-            let expiry = Duration::from_secs(grant.expires_at.saturating_sub(now()))
-                .max(Duration::from_millis(200));
-            let nap = if self.config.gateway.close_on_token_expiry {
-                left.min(expiry)
-            } else {
-                left
+            let until = |at: u64| {
+                Duration::from_secs(at.saturating_sub(now())).max(Duration::from_millis(200))
             };
+            let mut nap = left;
+            if self.config.gateway.close_on_token_expiry {
+                nap = nap.min(until(grant.expires_at));
+            }
+            // An invitation lapses by itself, with no change in the store to wake on.
+            if let Some(at) = invitation_lapses {
+                nap = nap.min(until(at));
+            }
             tokio::select! {
                 r = revs.changed() => if r.is_err() { tokio::time::sleep(nap).await },
                 r = applied.changed() => if r.is_err() { tokio::time::sleep(nap).await },
