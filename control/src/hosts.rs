@@ -30,6 +30,8 @@ pub struct Host {
     seccomp_checked: AtomicBool,
     /// Whether the reason it cannot be used yet was logged (once, not every probe).
     refusal_logged: AtomicBool,
+    /// The OCI runtimes its daemon offers (`None`: not known yet, it has not answered).
+    runtimes: RwLock<Option<Vec<String>>>,
 }
 
 impl std::fmt::Debug for Host {
@@ -78,7 +80,37 @@ impl Host {
             up: AtomicBool::new(up),
             seccomp_checked: AtomicBool::new(seccomp_checked),
             refusal_logged: AtomicBool::new(false),
+            runtimes: RwLock::new(None),
         }
+    }
+
+    /// Notes the OCI runtimes its daemon offers.
+    pub fn set_runtimes(&self, runtimes: Vec<String>) {
+        *self
+            .runtimes
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(runtimes);
+    }
+
+    /// The OCI runtimes its daemon offers, once it answered.
+    pub fn runtimes(&self) -> Option<Vec<String>> {
+        self.runtimes
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether it can run sessions under `runtime` (`None`: the daemon's default, which
+    /// every daemon has); a host that has not answered yet cannot say so.
+    pub fn has_runtime(&self, runtime: Option<&str>) -> bool {
+        let Some(wanted) = runtime else {
+            return true;
+        };
+        self.runtimes
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|r| r.iter().any(|n| n == wanted))
     }
 
     /// Its name.
@@ -176,6 +208,12 @@ impl Host {
             }
             self.seccomp_checked.store(true, Ordering::SeqCst);
         }
+        // Read again each time it comes back: a runtime may have been added meanwhile.
+        let runtimes = fresh
+            .runtimes()
+            .await
+            .map_err(|e| format!("cannot read its runtimes: {e}"))?;
+        self.set_runtimes(runtimes);
         *self
             .client
             .write()
@@ -290,20 +328,59 @@ impl Hosts {
             .is_some_and(|h| h.spec.implicit || !h.spec.viewer_pool.is_empty())
     }
 
-    /// Where a new session goes: see [`place`]. `allowed` empty: any host.
+    /// Where a new session goes: see [`place`]. `allowed` empty: any host; `runtime`
+    /// the profile's (`None`: the daemon's default).
     pub fn place(
         &self,
         allowed: &[String],
+        runtime: Option<&str>,
         active: &BTreeMap<String, u32>,
     ) -> Result<String, String> {
         place(self.0.iter().map(|h| Candidate {
             name: h.name(),
             up: h.is_up(),
             allowed: allowed.is_empty() || allowed.iter().any(|a| a == h.name()),
+            has_runtime: h.has_runtime(runtime),
             capacity: h.capacity(),
             active: active.get(h.name()).copied().unwrap_or(0),
         }))
         .map(str::to_owned)
+    }
+
+    /// What refuses a start: a profile whose `runtime` a host it names lacks, or that no
+    /// host it may use has, among the hosts that answered (the others are judged when
+    /// they do, by placement). Each names the profile's key and the hosts.
+    pub fn runtime_problems<'a>(
+        &self,
+        profiles: impl IntoIterator<Item = (&'a String, &'a config::Profile)>,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        for (name, p) in profiles {
+            let Some(runtime) = p.runtime.as_deref() else {
+                continue;
+            };
+            let usable = self
+                .0
+                .iter()
+                .filter(|h| p.hosts.is_empty() || p.hosts.iter().any(|a| a == h.name()));
+            let known: Vec<(&str, Vec<String>)> = usable
+                .filter_map(|h| Some((h.name(), h.runtimes()?)))
+                .collect();
+            let lacking: Vec<String> = known
+                .iter()
+                .filter(|(_, r)| !r.iter().any(|n| n == runtime))
+                .map(|(host, r)| format!("{host} (has {})", r.join(", ")))
+                .collect();
+            let named = !p.hosts.is_empty();
+            if (named && !lacking.is_empty()) || (!known.is_empty() && lacking.len() == known.len())
+            {
+                out.push(format!(
+                    "profiles.{name}.runtime: Docker host {} has no runtime {runtime:?}; add it to the daemon (daemon.json \"runtimes\") or place the profile elsewhere",
+                    lacking.join(", ")
+                ));
+            }
+        }
+        out
     }
 }
 
@@ -316,6 +393,8 @@ pub struct Candidate<'a> {
     pub up: bool,
     /// The profile allows it.
     pub allowed: bool,
+    /// Its daemon offers the profile's runtime.
+    pub has_runtime: bool,
     /// Most sessions it holds.
     pub capacity: u32,
     /// Sessions it holds now (any active state, unreachable ones included).
@@ -327,7 +406,7 @@ pub struct Candidate<'a> {
 /// why none can take the session.
 pub fn place<'a>(candidates: impl IntoIterator<Item = Candidate<'a>>) -> Result<&'a str, String> {
     let mut best: Option<(&str, u32)> = None;
-    let (mut allowed, mut answering) = (0, 0);
+    let (mut allowed, mut answering, mut running) = (0, 0, 0);
     for c in candidates {
         if !c.allowed {
             continue;
@@ -337,6 +416,10 @@ pub fn place<'a>(candidates: impl IntoIterator<Item = Candidate<'a>>) -> Result<
             continue;
         }
         answering += 1;
+        if !c.has_runtime {
+            continue;
+        }
+        running += 1;
         let free = c.capacity.saturating_sub(c.active);
         if free > 0 && best.is_none_or(|(_, f)| free > f) {
             best = Some((c.name, free));
@@ -346,6 +429,9 @@ pub fn place<'a>(candidates: impl IntoIterator<Item = Candidate<'a>>) -> Result<
         Some((name, _)) => Ok(name),
         None if allowed == 0 => Err("the profile allows no configured host".into()),
         None if answering == 0 => Err("none of the hosts this profile may use answers".into()),
+        None if running == 0 => {
+            Err("none of the hosts this profile may use that answer has its runtime".into())
+        }
         None => Err("every host this profile may use that answers is full".into()),
     }
 }
@@ -359,6 +445,7 @@ mod tests {
             name,
             up,
             allowed: true,
+            has_runtime: true,
             capacity,
             active,
         }
@@ -432,13 +519,89 @@ mod tests {
             )),
         ]);
         let none = BTreeMap::new();
-        assert_eq!(hosts.place(&[], &none).as_deref(), Ok("one"));
+        assert_eq!(hosts.place(&[], None, &none).as_deref(), Ok("one"));
         let one_full = BTreeMap::from([("one".to_owned(), 1)]);
-        assert_eq!(hosts.place(&[], &one_full).as_deref(), Ok("two"));
-        assert!(hosts.place(&["one".into()], &one_full).is_err());
+        assert_eq!(hosts.place(&[], None, &one_full).as_deref(), Ok("two"));
+        assert!(hosts.place(&["one".into()], None, &one_full).is_err());
         assert_eq!(
             hosts.pools()["two"].addrs,
             vec!["unix:/run/two.sock".to_owned()]
+        );
+
+        // A profile's runtime: only a host that offers it takes its sessions, and one
+        // that has not said what it offers takes none.
+        let e = hosts.place(&[], Some("runsc"), &none).unwrap_err();
+        assert!(e.contains("runtime"), "{e}");
+        hosts.0[0].set_runtimes(vec!["runc".into()]);
+        hosts.0[1].set_runtimes(vec!["runc".into(), "runsc".into()]);
+        assert_eq!(hosts.place(&[], Some("runsc"), &none).as_deref(), Ok("two"));
+        assert_eq!(hosts.place(&[], None, &none).as_deref(), Ok("one"));
+        let e = hosts
+            .place(&["one".into()], Some("runsc"), &none)
+            .unwrap_err();
+        assert!(e.contains("runtime"), "{e}");
+        let two_full = BTreeMap::from([("two".to_owned(), 1)]);
+        let e = hosts.place(&[], Some("runsc"), &two_full).unwrap_err();
+        assert!(e.contains("full"), "{e}");
+    }
+
+    #[test]
+    fn a_start_is_refused_for_a_runtime_a_named_host_or_every_host_lacks() {
+        let spec = |name: &str| HostSpec {
+            name: name.into(),
+            endpoint: None,
+            daemon: None,
+            tls: None,
+            ttyd_pool: Vec::new(),
+            viewer_pool: Vec::new(),
+            capacity: 10,
+            implicit: false,
+        };
+        let host = |name: &str, runtimes: Option<&[&str]>| {
+            let h = Host::new(spec(name), None, Duration::from_secs(1), true, true);
+            if let Some(r) = runtimes {
+                h.set_runtimes(r.iter().map(|s| (*s).to_owned()).collect());
+            }
+            Arc::new(h)
+        };
+        let profile = |runtime: Option<&str>, on: &[&str]| -> config::Profile {
+            let body = serde_json::json!({
+                "image": "i",
+                "runtime": runtime,
+                "hosts": on,
+            });
+            serde_json::from_value(body).expect("a profile")
+        };
+        let hosts = Hosts::new(vec![
+            host("plain", Some(&["runc"])),
+            host("gvisor", Some(&["runc", "runsc"])),
+            host("silent", None),
+        ]);
+        let problems = |p: config::Profile| {
+            let name = "p".to_owned();
+            hosts.runtime_problems([(&name, &p)])
+        };
+        assert!(problems(profile(None, &[])).is_empty(), "no runtime asked");
+        assert!(
+            problems(profile(Some("runsc"), &[])).is_empty(),
+            "one host has it"
+        );
+        assert!(problems(profile(Some("runsc"), &["gvisor"])).is_empty());
+        assert!(
+            problems(profile(Some("runsc"), &["silent"])).is_empty(),
+            "judged when it answers"
+        );
+        let named = problems(profile(Some("runsc"), &["gvisor", "plain"]));
+        assert_eq!(named.len(), 1, "{named:?}");
+        assert!(
+            named[0].starts_with("profiles.p.runtime: Docker host plain (has runc)"),
+            "{named:?}"
+        );
+        let nowhere = problems(profile(Some("kata"), &[]));
+        assert_eq!(nowhere.len(), 1, "{nowhere:?}");
+        assert!(
+            nowhere[0].contains("plain (has runc), gvisor (has runc, runsc)"),
+            "{nowhere:?}"
         );
     }
 }

@@ -262,7 +262,12 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
                 docker.seccomp_supported().await.map_err(|e| e.to_string()),
                 config.control.allow_no_seccomp,
             )?;
+            let runtimes = docker
+                .runtimes()
+                .await
+                .context("control.docker_host: cannot read the daemon's runtimes")?;
             let host = Host::new(local, Some(docker), timeout, true, true);
+            host.set_runtimes(runtimes);
             (Hosts::new(vec![Arc::new(host)]), seccomp)
         }
         last => {
@@ -275,6 +280,10 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
     };
     if !config.docker.enabled {
         tracing::info!("docker.enabled = false: no Docker host; serving targets only");
+    }
+    let problems = hosts.runtime_problems(&config.profiles);
+    if !problems.is_empty() {
+        anyhow::bail!("{}", problems.join("\n"));
     }
     store.set_pools(hosts.pools());
     store.set_viewer_pools(hosts.viewer_pools());

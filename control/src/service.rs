@@ -244,6 +244,7 @@ impl Control {
             v.ends_because = Some(d.cause.as_str());
         }
         if let Some(p) = self.config.profiles.get(&s.profile) {
+            v.runtime = p.runtime.clone();
             let off = policy::share::ShareMode::Off;
             v.allows = Allows {
                 share: p.share_mode() != off,

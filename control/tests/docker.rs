@@ -98,6 +98,7 @@ impl Req {
             spec: self.spec.clone(),
             home: None,
             tmp_size_mb: 16,
+            runtime: None,
         };
         let id = SessionId::from_random([9; 10]);
         let owner = sub("alice");

@@ -38,7 +38,8 @@ async function loadActive() {
     const tr = document.createElement("tr");
     tr.dataset.id = s.id;
     tr.append(
-      cell(s.owner), cell(s.name), cell(s.host), cell(s.state), cell(age(s.created_at)),
+      cell(s.owner), cell(s.name), cell(s.host + (s.runtime ? " (" + runtimeName(s.runtime) + ")" : "")),
+      cell(s.state), cell(age(s.created_at)),
       cell(s.last_input ? age(s.last_input) + " ago" : "—"),
       cell(s.terminals === undefined ? "—" : s.terminals),
       cell(s.viewers === undefined ? "—"

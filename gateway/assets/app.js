@@ -163,7 +163,8 @@ async function loadProfiles() {
   sel.replaceChildren(...profiles.map((p) => {
     const o = document.createElement("option");
     o.value = p.name;
-    o.textContent = p.description ? p.name + " — " + p.description : p.name;
+    o.textContent = (p.description ? p.name + " — " + p.description : p.name)
+      + (p.runtime ? " (runs under " + runtimeName(p.runtime) + ")" : "");
     return o;
   }));
   renderOptions();
@@ -280,7 +281,8 @@ async function refresh() {
       w.textContent = " " + warning;
       state.append(w);
     }
-    tr.append(cell(s.name), cell(s.profile), state, cell(when(s.created_at)), ...glance(s), actions);
+    const profile = s.profile + (s.runtime ? " (" + runtimeName(s.runtime) + ")" : "");
+    tr.append(cell(s.name), cell(profile), state, cell(when(s.created_at)), ...glance(s), actions);
     return tr;
   });
   $("session-rows").replaceChildren(...rows);

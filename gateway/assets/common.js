@@ -2,6 +2,11 @@
 // line, and JSON calls to the gateway's API with the browser's sign-in cookie.
 "use strict";
 
+// What a session's OCI runtime is called on the page: gVisor's `runsc` by its name.
+function runtimeName(runtime) {
+  return runtime === "runsc" ? "gVisor" : runtime;
+}
+
 const $ = (id) => document.getElementById(id);
 
 function say(text, isError) {

@@ -67,6 +67,9 @@ pub struct DeclaredProfile {
     pub home: Option<String>,
     /// Size of the `/tmp` tmpfs, MiB.
     pub tmp_size_mb: u64,
+    /// The OCI runtime (`HostConfig.Runtime`); `None`: the daemon's default, and no
+    /// runtime named in the body.
+    pub runtime: Option<String>,
 }
 
 /// What one session brings to its container's body.
@@ -234,6 +237,9 @@ pub fn container_body(p: &DeclaredProfile, f: &SessionFacts<'_>) -> Result<Value
     host.insert("Init".into(), json!(spec.init));
     host.insert("NetworkMode".into(), json!(spec.network_mode));
     host.insert("AutoRemove".into(), json!(false));
+    if let Some(runtime) = &p.runtime {
+        host.insert("Runtime".into(), json!(runtime));
+    }
     host.insert(
         "Tmpfs".into(),
         json!({ "/tmp": format!("rw,nosuid,nodev,size={}m", p.tmp_size_mb) }),

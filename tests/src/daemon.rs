@@ -12,6 +12,18 @@ use crate::ttyd::private_dir;
 
 const T: Duration = Duration::from_secs(30);
 
+/// The `runtimes` entry README "Sessions under gVisor" gives an operator.
+pub const RUNSC_DAEMON_JSON: &str = r#"{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none"]}}}"#;
+
+/// Why gVisor's `runsc` cannot run sessions here, if it cannot.
+pub fn runsc_missing() -> Option<String> {
+    if let Some(why) = cannot_run() {
+        return Some(why);
+    }
+    (!Path::new("/usr/bin/runsc").exists())
+        .then(|| "gVisor's runsc is not installed (deploy/lib/prereqs.sh ensure_runsc)".into())
+}
+
 /// Why this machine cannot run a second daemon, if it cannot.
 pub fn cannot_run() -> Option<String> {
     let uid = Command::new("id").arg("-u").output().ok()?;
@@ -67,9 +79,21 @@ impl TestDaemon {
     /// Like [`TestDaemon::start`], in the named network namespace (another host of a
     /// test, [`crate::netns::Netns`]) rather than an unnamed one of its own.
     pub fn start_in(netns: Option<&str>) -> TestDaemon {
+        Self::start_with(netns, "{}")
+    }
+
+    /// A daemon whose `daemon.json` also registers gVisor's `runsc` (the ptrace
+    /// platform, which runs on these machines without KVM), as README "Sessions under
+    /// gVisor" tells an operator to.
+    pub fn start_with_runsc() -> TestDaemon {
+        Self::start_with(None, RUNSC_DAEMON_JSON)
+    }
+
+    /// [`TestDaemon::start_in`] with `daemon_json` as its configuration file.
+    pub fn start_with(netns: Option<&str>, daemon_json: &str) -> TestDaemon {
         // Short path: containerd's sockets live under the exec root.
         let dir = private_dir("tgd.");
-        std::fs::write(dir.path().join("daemon.json"), "{}").expect("daemon.json");
+        std::fs::write(dir.path().join("daemon.json"), daemon_json).expect("daemon.json");
         let host = format!("unix://{}", dir.path().join("docker.sock").display());
         let mut d = TestDaemon {
             dir,

@@ -317,9 +317,67 @@ impl ControlStack {
         self.env.push((key.into(), value.into()));
     }
 
+    /// Starts the process expecting it to refuse its configuration: waits (30 s) for it
+    /// to exit unsuccessfully and returns its log. Panics if it serves instead.
+    pub fn start_refused(&mut self) -> String {
+        self.launch(&[]);
+        let url = format!("{}/v1/healthz", self.api);
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                assert!(!status.success(), "control exited successfully");
+                return self.log_text();
+            }
+            assert!(
+                !http("GET", &url, None, None).is_ok_and(|a| a.status == 200),
+                "control started:\n{}",
+                self.log_text()
+            );
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "control neither started nor exited:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
     /// Starts the process with extra environment (e.g. a failpoint) and waits until it
     /// answers `/v1/healthz` (unless a failpoint may stop it first).
     pub fn spawn(&mut self, extra_env: &[(&str, &str)]) {
+        self.launch(extra_env);
+        let url = format!("{}/v1/healthz", self.api);
+        let start = Instant::now();
+        loop {
+            if http("GET", &url, None, None).is_ok_and(|a| a.status == 200) {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "termgate-control exited during start ({status}):\n{}",
+                    self.log_text()
+                );
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "control did not start:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// Starts dockgate (when there is one) and the process, waiting for neither.
+    fn launch(&mut self, extra_env: &[(&str, &str)]) {
         assert!(self.child.is_none(), "control already running");
         if let Some(g) = self.dockgate.as_mut() {
             // dockgate reads the configuration control reads: the same overrides.
@@ -356,29 +414,6 @@ impl ControlStack {
             cmd.env(k, v);
         }
         self.child = Some(cmd.spawn().expect("spawn termgate-control"));
-        let url = format!("{}/v1/healthz", self.api);
-        let start = Instant::now();
-        loop {
-            if http("GET", &url, None, None).is_ok_and(|a| a.status == 200) {
-                return;
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!(
-                    "termgate-control exited during start ({status}):\n{}",
-                    self.log_text()
-                );
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "control did not start:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(25));
-        }
     }
 
     /// The process's log so far.

@@ -142,6 +142,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("targets", "[]"),
     ("pki.ca_file", ""),
     ("profiles.<name>.hosts", "[]"),
+    ("profiles.<name>.runtime", ""),
     ("profiles.<name>.idle_timeout_seconds", ""),
     ("profiles.<name>.max_lifetime_seconds", ""),
     ("profiles.<name>.stop_grace_seconds", "2"),

@@ -84,6 +84,11 @@ pub struct Profile {
     /// Names of the Docker hosts this profile's sessions may run on; empty: any.
     #[serde(default)]
     pub hosts: Vec<String>,
+    /// The OCI runtime its sessions run under, as the Docker host names it
+    /// (`runsc`: gVisor, a kernel of its own between the shell and the host's);
+    /// unset: the daemon's default.
+    #[serde(default)]
+    pub runtime: Option<String>,
     /// End a session after this long without input on any of its terminals, seconds
     /// (output does not count); unset: never.
     #[serde(default)]

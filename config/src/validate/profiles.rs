@@ -63,6 +63,18 @@ fn validate_profile(name: &str, p: &Profile, err: &mut impl FnMut(&str, String))
     if p.tmp_size_mb == 0 {
         err(&format!("{key}.tmp_size_mb"), "must be positive".into());
     }
+    if let Some(runtime) = &p.runtime {
+        let spelled = (1..=64).contains(&runtime.len())
+            && runtime
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if !spelled {
+            err(
+                &format!("{key}.runtime"),
+                format!("{runtime:?} is not a runtime name (letters, digits, '.', '_', '-'; at most 64)"),
+            );
+        }
+    }
     if p.record_input && !p.record {
         err(
             &format!("{key}.record_input"),
@@ -314,6 +326,7 @@ impl Profile {
             spec,
             home: self.home.clone(),
             tmp_size_mb: self.tmp_size_mb,
+            runtime: self.runtime.clone(),
         }
     }
 

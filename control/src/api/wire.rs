@@ -88,6 +88,10 @@ pub struct SessionView<'a> {
     pub(crate) peers: &'a [PeerGrant],
     /// What the caller may do with it beyond open and end, as its profile says now.
     pub(crate) allows: Allows,
+    /// The OCI runtime its profile runs sessions under, when not the daemon's default
+    /// (`runsc`: gVisor).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) runtime: Option<String>,
 }
 
 /// The actions a session's profile allows its owner: read-only share links, peers,
@@ -125,6 +129,7 @@ impl<'a> From<&'a Session> for SessionView<'a> {
             peer_until: None,
             peers: &s.peers,
             allows: Allows::default(),
+            runtime: None,
         }
     }
 }
@@ -468,6 +473,9 @@ pub(super) struct ProfileView<'a> {
     description: &'a str,
     name: &'a str,
     options: BTreeMap<&'a str, OptionView<'a>>,
+    /// The OCI runtime its sessions run under, when not the daemon's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runtime: Option<&'a str>,
 }
 
 /// One option of a profile, without the variable it is passed in.
@@ -495,6 +503,7 @@ impl<'a> ProfileView<'a> {
                     (k.as_str(), view)
                 })
                 .collect(),
+            runtime: p.runtime.as_deref(),
         }
     }
 }

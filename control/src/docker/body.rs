@@ -90,6 +90,7 @@ mod tests {
             },
             home: Some("/home/user".into()),
             tmp_size_mb: 16,
+            runtime: None,
         }
     }
 

@@ -240,6 +240,14 @@ impl Docker {
             .any(|o| o.split(',').any(|part| part == "name=seccomp")))
     }
 
+    /// The OCI runtimes the daemon offers (`docker info`'s `Runtimes`), by name.
+    pub async fn runtimes(&self) -> Result<Vec<String>, DockerError> {
+        let info = self.call("info", self.inner.info()).await?;
+        let mut names: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+        names.sort();
+        Ok(names)
+    }
+
     /// Creates a session container; returns its id. The spec is checked against the red
     /// lines first: any violation is [`DockerError::Refused`] and Docker is not called.
     pub async fn create(&self, req: &ContainerRequest) -> Result<String, DockerError> {

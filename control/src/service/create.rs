@@ -101,7 +101,7 @@ impl Control {
             .ok_or_else(|| ApiError::INTERNAL.with_message("session id already in flight"))?;
         self.store
             .insert_placed(&mut session, self.limits(), |active| {
-                self.hosts.place(&profile.hosts, active)
+                self.hosts.place(&profile.hosts, profile.runtime.as_deref(), active)
             })
             .map_err(|e| {
                 match &e {

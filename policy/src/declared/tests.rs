@@ -62,6 +62,7 @@ fn profile() -> DeclaredProfile {
         },
         home: Some("/home/user".into()),
         tmp_size_mb: 16,
+        runtime: None,
     }
 }
 
@@ -506,5 +507,58 @@ proptest! {
                 prop_assert_eq!(d.code(), "not_declared");
             }
         }
+    }
+}
+
+#[test]
+fn a_runtime_passes_only_for_the_profile_that_names_it() {
+    // The default profile names none: any runtime in a create is not declared, the
+    // daemon's default included when spelled out.
+    for runtime in ["runsc", "runc", "kata", "io.containerd.runc.v2", ""] {
+        let asked = set(body(), &["HostConfig", "Runtime"], json!(runtime));
+        let why = refused(&asked);
+        assert!(why.contains("HostConfig.Runtime"), "{runtime}: {why}");
+    }
+    // A profile that names runsc: its body carries it, and nothing else passes.
+    let mut gvisor = profile();
+    gvisor.runtime = Some("runsc".into());
+    let sandboxed = Declared {
+        profiles: BTreeMap::from([("default".into(), gvisor.clone())]),
+        ..declared()
+    };
+    let id = SessionId::parse(SESSION).unwrap();
+    let owner = alice();
+    let options = BTreeMap::from([("editor".into(), "vi".into())]);
+    let b = container_body(
+        &gvisor,
+        &SessionFacts {
+            instance: "prod",
+            host: "local",
+            session: &id,
+            owner: &owner,
+            profile: "default",
+            name: "my box",
+            created: 1_700_000_000,
+            options: &options,
+        },
+    )
+    .unwrap();
+    assert_eq!(b["HostConfig"]["Runtime"], "runsc");
+    container_create_declared(&sandboxed, &create_target(), &b).expect("its own body passes");
+    let mut without = b.clone();
+    without["HostConfig"]
+        .as_object_mut()
+        .unwrap()
+        .remove("Runtime");
+    for other in [
+        set(b.clone(), &["HostConfig", "Runtime"], json!("runc")),
+        set(b.clone(), &["HostConfig", "Runtime"], json!("RUNSC")),
+        set(b.clone(), &["HostConfig", "Runtime"], json!("runsc ")),
+        without,
+    ] {
+        let e = container_create_declared(&sandboxed, &create_target(), &other)
+            .expect_err("another runtime, or none");
+        assert_eq!(e.code(), "not_declared", "{e}");
+        assert!(e.message.contains("HostConfig.Runtime"), "{e}");
     }
 }

@@ -1,0 +1,169 @@
+//! A profile whose sessions run under gVisor (`profiles.<name>.runtime = "runsc"`):
+//! a second Docker host whose daemon has `runsc` registered (a `dockerd` of the test's
+//! own; the machine's daemon is never reconfigured), beside the machine's, which has
+//! not. Real control, gateway, ttyd, runsc and session containers.
+
+use std::time::Duration;
+
+use e2e::daemon::{runsc_missing, TestDaemon};
+use e2e::stack::{ControlStack, GatewayStack};
+use e2e::ttyd::{CountingProxy, TtydPool};
+
+const T: Duration = Duration::from_secs(30);
+
+/// Control and a gateway over two hosts: `main`, the machine's daemon (no runsc), and
+/// `gv`, a daemon of the test's own with runsc; profile `gvisor` names the runtime.
+struct Setup {
+    stack: GatewayStack,
+    gv: TestDaemon,
+    _gv_pool: (TtydPool, CountingProxy),
+}
+
+fn setup() -> Option<Setup> {
+    if let Some(why) = runsc_missing() {
+        e2e::skip_or_fail(&why);
+        return None;
+    }
+    let gv = TestDaemon::start_with_runsc();
+    gv.load_session_image();
+    let image =
+        std::env::var("TERMGATE_SESSION_IMAGE").unwrap_or_else(|_| "termgate/session:dev".into());
+    let mut control = ControlStack::prepare(&format!(
+        "\n[profiles.gvisor]\nimage = \"{image}\"\nruntime = \"runsc\"\ndescription = \"A shell under gVisor\"\n"
+    ));
+    let main_pool = TtydPool::start_for(&control.instance);
+    let main_counter = CountingProxy::start(main_pool.target());
+    let gv_pool = TtydPool::start_for_docker(&control.instance, &gv.host);
+    let gv_counter = CountingProxy::start(gv_pool.target());
+    let main_host = std::env::var("DOCKER_HOST")
+        .ok()
+        .filter(|h| h.starts_with("unix://"))
+        .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+    let config = std::fs::read_to_string(control.dir.config_path()).expect("config");
+    control.dir.write_config(&format!(
+        "{config}\n[[docker.hosts]]\nname = \"main\"\nendpoint = \"{main_host}\"\nttyd_pool = [\"unix:{}\"]\ncapacity = 10\n\n[[docker.hosts]]\nname = \"gv\"\nendpoint = \"{}\"\nttyd_pool = [\"unix:{}\"]\ncapacity = 10\n",
+        main_counter.socket_path().display(),
+        gv.host,
+        gv_counter.socket_path().display(),
+    ));
+    control.unset_env("TERMGATE__CONTROL__DOCKER_HOST");
+    control.spawn(&[]);
+    let stack = GatewayStack::assemble(control, main_pool, main_counter);
+    Some(Setup {
+        stack,
+        gv,
+        _gv_pool: (gv_pool, gv_counter),
+    })
+}
+
+#[test]
+fn a_runsc_session_types_resizes_and_reattaches_to_its_shell_under_gvisors_kernel() {
+    let Some(s) = setup() else { return };
+    let alice = s.stack.control.token("alice", false);
+
+    // The profile says what it runs under, to users and in each session.
+    let profiles = s
+        .stack
+        .control
+        .call("GET", "/v1/profiles", Some(&alice), None);
+    let gvisor = profiles.body["profiles"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["name"] == "gvisor"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(gvisor["runtime"], "runsc", "{}", profiles.text);
+    let created = s.stack.control.create_with(&alice, "gvisor");
+    assert_eq!(
+        created["host"], "gv",
+        "only the host with runsc takes it: {created}"
+    );
+    assert_eq!(created["runtime"], "runsc", "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let plain = s.stack.control.create(&alice);
+    assert!(plain.get("runtime").is_none(), "{plain}");
+
+    // The container runs under runsc on the host that has it.
+    let cid = s.gv.containers(&format!("termgate.session={id}"));
+    assert_eq!(cid.len(), 1, "its container is on gv");
+    let runtime =
+        s.gv.docker(&["inspect", "-f", "{{.HostConfig.Runtime}}", &cid[0]]);
+    assert_eq!(String::from_utf8_lossy(&runtime.stdout).trim(), "runsc");
+
+    // Its shell sees gVisor's kernel, not the host's.
+    let host_kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .expect("the host's kernel release")
+        .trim()
+        .to_owned();
+    let cookie = s.stack.sign_in("alice");
+    let t = s.stack.open_as(0, &id, &cookie).expect("alice opens it");
+    // Output, not the echo of what was typed: the arithmetic is done by the shell.
+    t.send_input(b"echo kern-$((1+1))-$(uname -r)-$((3+4))-\r")
+        .unwrap();
+    let out = t.read_until("-7-\r", T).unwrap();
+    let kernel = out
+        .split("kern-2-")
+        .nth(1)
+        .and_then(|r| r.rsplit_once("-7-\r"))
+        .map(|(release, _)| release.to_owned())
+        .unwrap_or_default();
+    assert!(!kernel.is_empty(), "{out}");
+    assert_ne!(kernel, host_kernel, "the shell saw the host's kernel");
+    t.clear_output();
+    t.send_input(b"dmesg 2>&1 | head -3; echo dm-$((2+3))\r")
+        .unwrap();
+    let dmesg = t.read_until("dm-5", T).unwrap();
+    assert!(
+        dmesg.contains("gVisor"),
+        "the sentry's log, not the host's: {dmesg}"
+    );
+
+    // A resize reaches the shell.
+    t.resize(91, 33).unwrap();
+    t.send_input(b"echo size=$(stty size)=\r").unwrap();
+    t.read_until("size=33 91=", T).expect("the new size inside");
+
+    // Detach and come back: the same shell.
+    t.send_input(b"MARK=kept-$((6*7))\r").unwrap();
+    t.send_input(b"echo set-$MARK\r").unwrap();
+    t.read_until("set-kept-42", T).unwrap();
+    drop(t);
+    let again = s.stack.open_as(0, &id, &cookie).expect("alice reopens it");
+    again.send_input(b"echo again-$MARK\r").unwrap();
+    again
+        .read_until("again-kept-42", T)
+        .expect("the shell kept its variable");
+
+    // End closes it first, and the container goes.
+    let ended = s
+        .stack
+        .control
+        .call("DELETE", &format!("/v1/sessions/{id}"), Some(&alice), None);
+    assert_eq!(ended.status, 204, "{}", ended.text);
+    again
+        .wait_closed(T)
+        .expect("the terminal closes at the end");
+    e2e::stack::wait_for("the runsc container to go", T, || {
+        s.gv.containers(&format!("termgate.session={id}"))
+            .is_empty()
+            .then_some(())
+    });
+}
+
+#[test]
+fn a_runtime_no_usable_host_has_is_refused_at_start_naming_the_profile_and_host() {
+    if let Some(why) = runsc_missing() {
+        return e2e::skip_or_fail(&why);
+    }
+    // The machine's daemon has no runsc: a profile that needs it cannot start control.
+    let image =
+        std::env::var("TERMGATE_SESSION_IMAGE").unwrap_or_else(|_| "termgate/session:dev".into());
+    let mut control = ControlStack::prepare(&format!(
+        "\n[profiles.gvisor]\nimage = \"{image}\"\nruntime = \"runsc\"\n"
+    ));
+    let log = control.start_refused();
+    assert!(
+        log.contains("profiles.gvisor.runtime: Docker host local (has ")
+            && log.contains("has no runtime \"runsc\""),
+        "{log}"
+    );
+}
