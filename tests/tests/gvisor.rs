@@ -8,6 +8,7 @@ use std::time::Duration;
 use e2e::daemon::{runsc_missing, TestDaemon};
 use e2e::stack::{ControlStack, GatewayStack};
 use e2e::ttyd::{CountingProxy, TtydPool};
+use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
 
@@ -29,7 +30,7 @@ fn setup() -> Option<Setup> {
     let image =
         std::env::var("TERMGATE_SESSION_IMAGE").unwrap_or_else(|_| "termgate/session:dev".into());
     let mut control = ControlStack::prepare(&format!(
-        "\n[profiles.gvisor]\nimage = \"{image}\"\nruntime = \"runsc\"\ndescription = \"A shell under gVisor\"\n"
+        "\n[profiles.gvisor]\nimage = \"{image}\"\nruntime = \"runsc\"\ndescription = \"A shell under gVisor\"\n\n[profiles.plain]\nimage = \"{image}\"\nhosts = [\"main\"]\n"
     ));
     let main_pool = TtydPool::start_for(&control.instance);
     let main_counter = CountingProxy::start(main_pool.target());
@@ -166,4 +167,83 @@ fn a_runtime_no_usable_host_has_is_refused_at_start_naming_the_profile_and_host(
             && log.contains("has no runtime \"runsc\""),
         "{log}"
     );
+}
+
+/// What a session's user tries to get out with, each a shell command that succeeds
+/// only if the attempt worked.
+const ESCAPES: &[(&str, &str)] = &[
+    (
+        "a capability",
+        "! grep -q '^CapEff:[[:space:]]*0*$' /proc/self/status",
+    ),
+    ("a kernel setting", "echo 1 > /proc/sys/kernel/sysrq"),
+    ("a mount", "mkdir -p /tmp/m && mount -t tmpfs none /tmp/m"),
+    (
+        "the daemon socket",
+        "test -e /var/run/docker.sock || test -e /run/docker.sock",
+    ),
+    // runc refuses the node itself (no CAP_MKNOD); gVisor makes it in its own
+    // filesystem with no device behind it: what counts is reading the disk.
+    (
+        "a block device's bytes",
+        "mknod /tmp/blk b 8 0 && head -c1 /tmp/blk >/dev/null",
+    ),
+    ("chroot", "chroot / true"),
+    ("host namespaces", "nsenter -t 1 -m -u -n true"),
+    ("root by su", "su -c true root </dev/null"),
+    ("a network device", "ip link add d0 type dummy"),
+    ("physical memory", "head -c1 /dev/mem >/dev/null"),
+    ("pid 1's memory", "head -c1 /proc/1/mem >/dev/null"),
+    ("a kernel module", "insmod /dev/null"),
+    (
+        "the host's kernel log",
+        "test -e /dev/kmsg && head -c1 /dev/kmsg >/dev/null",
+    ),
+];
+
+/// Runs every escape in `t`'s shell, one line each, and returns those that worked. The
+/// answer is the shell's arithmetic, never the echo of the line typed.
+fn escapes_that_work(t: &e2e::term::Terminal) -> Vec<&'static str> {
+    let mut open = Vec::new();
+    for (i, (name, cmd)) in ESCAPES.iter().enumerate() {
+        t.clear_output();
+        let line = format!(
+            "if ( {cmd} ) 2>/dev/null; then echo P$(({i}+100))=open; else echo P$(({i}+100))=shut; fi\r"
+        );
+        t.send_input(line.as_bytes()).unwrap();
+        let marker = format!("P{}=", i + 100);
+        let out = t.read_until(&marker, T).expect("the probe ran");
+        let rest = t
+            .read_until(&format!("{marker}shut"), Duration::from_millis(1))
+            .or_else(|_| t.read_until(&format!("{marker}open"), T))
+            .unwrap_or(out);
+        if rest.contains(&format!("{marker}open")) {
+            open.push(*name);
+        } else {
+            assert!(
+                rest.contains(&format!("{marker}shut")),
+                "no answer for {name}: {rest}"
+            );
+        }
+    }
+    open
+}
+
+#[test]
+fn the_escapes_refused_under_runc_are_refused_under_runsc() {
+    let Some(s) = setup() else { return };
+    let alice = s.stack.control.token("alice", false);
+    let cookie = s.stack.sign_in("alice");
+    let runc = s.stack.control.create_with(&alice, "plain");
+    let runsc = s.stack.control.create_with(&alice, "gvisor");
+    assert_eq!(
+        (&runc["host"], &runsc["host"]),
+        (&json!("main"), &json!("gv"))
+    );
+    for (what, session) in [("runc", &runc), ("runsc", &runsc)] {
+        let id = session["id"].as_str().unwrap();
+        let t = s.stack.open_as(0, id, &cookie).expect("alice opens it");
+        let open = escapes_that_work(&t);
+        assert!(open.is_empty(), "under {what}, these worked: {open:?}");
+    }
 }
