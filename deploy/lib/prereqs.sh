@@ -18,6 +18,7 @@
 #   ensure_compose        docker-compose (or the compose plugin) for the deployment test
 #   ensure_chromium       a headless-capable chromium on PATH (browser e2e test)
 #   ensure_nginx          nginx with auth_request (the /v1/authz test and deploy/bench)
+#   ensure_tmux           tmux, the terminal the command-line client's tests type into
 #   ensure_oidc_provider  a real OpenID Connect provider for the sign-in tests
 #                         ($TERMGATE_OIDC_PROVIDER)
 #   ensure_pyte           the pyte terminal emulator in .tools/python ($TERMGATE_PYTHONPATH),
@@ -638,6 +639,44 @@ ensure_chromium() {
     _tg_apt_install chromium
     command -v chromium >/dev/null 2>&1 || die "chromium still missing after apt-get install chromium"
     info "installed $(command -v chromium)"
+}
+
+# --------------------------------------------------------------------------
+# tmux (tests/tests/cli.rs runs `termgate attach` in a tmux pane: it types with
+# send-keys and reads the screen with capture-pane).
+# --------------------------------------------------------------------------
+
+ensure_tmux() {
+    step "tmux"
+    if command -v tmux >/dev/null 2>&1; then
+        info "$(tmux -V)"
+        return 0
+    fi
+    if ! _tg_is_root; then
+        die "tmux is not installed (the command-line client's tests need it); as root run: apt-get install -y tmux"
+    fi
+    _tg_apt_install tmux
+    command -v tmux >/dev/null 2>&1 || die "tmux still missing after apt-get install tmux"
+    info "installed $(tmux -V)"
+}
+
+# --------------------------------------------------------------------------
+# gVisor's runsc (tests/tests/gvisor.rs registers it with a dockerd of its own; the
+# machine's daemon is never reconfigured here). Debian's package, at /usr/bin/runsc.
+# --------------------------------------------------------------------------
+
+ensure_runsc() {
+    step "gVisor (runsc)"
+    if [[ -x /usr/bin/runsc ]]; then
+        info "$(/usr/bin/runsc --version 2>&1 | head -1)"
+        return 0
+    fi
+    if ! _tg_is_root; then
+        die "gVisor's runsc is not installed (the gVisor profile's tests need it); as root run: apt-get install -y runsc"
+    fi
+    _tg_apt_install runsc
+    [[ -x /usr/bin/runsc ]] || die "runsc still missing after apt-get install runsc"
+    info "installed $(/usr/bin/runsc --version 2>&1 | head -1)"
 }
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,166 @@
+//! `termgate login` and `logout`: a sign-in of its own at the gateway, made from a
+//! token as the page's sign-in form makes one (`POST /auth/session`), recorded by
+//! control with the others, and revoked there on logout (`DELETE /auth/session`).
+
+use std::io::{BufRead, Read};
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::credentials::{Credential, Credentials};
+use crate::failure::{Failure, Status};
+use crate::gateway::{Gateway, GatewayUrl};
+
+/// Signs in to `url` with a token read from standard input (`from_stdin`) or typed at
+/// a prompt; keeps the sign-in's own token. Returns what to tell the user.
+pub async fn login(url: &str, from_stdin: bool, ca_file: Option<&Path>) -> Result<String, Failure> {
+    let url = GatewayUrl::parse(url)?;
+    // Kept absolute: later commands run from anywhere.
+    let ca_file = ca_file
+        .map(|p| {
+            std::fs::canonicalize(p)
+                .map_err(|e| Failure::error(format!("--ca-file {}: {e}", p.display())))
+        })
+        .transpose()?;
+    let token = if from_stdin {
+        token_from_stdin()?
+    } else {
+        token_from_prompt(&url)?
+    };
+    let gw = Gateway::new(url.clone(), ca_file.as_deref(), None)?;
+    let reply = gw.send("POST", "/auth/session", Some(&token), None).await?;
+    match reply.status {
+        200 => {}
+        401 | 403 => {
+            return Err(Failure {
+                status: Status::SignIn,
+                message: format!("the gateway refused this token: {}", reply.message()),
+            })
+        }
+        _ => return Err(gw.refused(&reply, "signing in")),
+    }
+    // The answer sets one cookie, the sign-in's own token: it is what is kept, so that
+    // a logout signs out this sign-in alone, and the token piped in is not stored.
+    let own = reply
+        .set_cookies
+        .iter()
+        .filter_map(|c| c.split(';').next()?.split_once('=').map(|(_, v)| v.trim()))
+        .find(|v| !v.is_empty())
+        .ok_or_else(|| Failure::error("signing in: the gateway's answer set no sign-in"))?;
+    let who = reply.json();
+    let sub = who.get("sub").and_then(Value::as_str).unwrap_or_default();
+    let expires_at = who.get("expires_at").and_then(Value::as_u64).unwrap_or(0);
+    let mut credentials = Credentials::load()?;
+    credentials.gateways.insert(
+        url.as_str().to_owned(),
+        Credential {
+            token: own.to_owned(),
+            sub: sub.to_owned(),
+            expires_at,
+            ca_file: ca_file.clone(),
+        },
+    );
+    credentials.current = Some(url.as_str().to_owned());
+    credentials.save()?;
+    Ok(format!(
+        "signed in to {} as {sub}, until {}",
+        url.as_str(),
+        crate::sessions::until(crate::now(), expires_at)
+    ))
+}
+
+/// Signs out of `gateway` (the current one when `None`): revoked at the gateway first,
+/// then forgotten here. A sign-out the gateway could not make keeps the sign-in.
+pub async fn logout(gateway: Option<&str>) -> Result<String, Failure> {
+    let mut credentials = Credentials::load()?;
+    let gateway = gateway.map(GatewayUrl::parse).transpose()?;
+    let (url, credential) = credentials.select(gateway.as_ref().map(GatewayUrl::as_str))?;
+    let gw = Gateway::new(
+        GatewayUrl::parse(&url)?,
+        credential.ca_file.as_deref(),
+        Some(credential.token.clone()),
+    )?;
+    let said = match gw.call("DELETE", "/auth/session", None).await {
+        Ok(r) if r.status == 200 => format!("signed out of {url}"),
+        // Expired or revoked already: nothing is left to revoke.
+        Ok(r) if r.status == 401 => format!("signed out of {url} (the sign-in had already ended)"),
+        Ok(r) => {
+            return Err(Failure::error(format!(
+                "the sign-out did not happen, you are still signed in: {} ({}); try again",
+                r.message(),
+                r.status
+            )))
+        }
+        Err(e) => {
+            return Err(Failure::error(format!(
+                "the sign-out did not happen, you are still signed in: {e}"
+            )))
+        }
+    };
+    credentials.gateways.remove(&url);
+    if credentials.current.as_deref() == Some(url.as_str()) {
+        credentials.current = credentials.gateways.keys().next().cloned();
+    }
+    credentials.save()?;
+    Ok(said)
+}
+
+/// The credential kept for `gateway` (the current one when `None`), and a client
+/// presenting it.
+pub fn signed_in(gateway: Option<&str>) -> Result<Gateway, Failure> {
+    let credentials = Credentials::load()?;
+    let gateway = gateway.map(GatewayUrl::parse).transpose()?;
+    let (url, credential) = credentials.select(gateway.as_ref().map(GatewayUrl::as_str))?;
+    if credential.expires_at != 0 && credential.expires_at <= crate::now() {
+        return Err(Failure::sign_in(&url, "your sign-in expired"));
+    }
+    Gateway::new(
+        GatewayUrl::parse(&url)?,
+        credential.ca_file.as_deref(),
+        Some(credential.token),
+    )
+}
+
+fn token_from_stdin() -> Result<String, Failure> {
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .map_err(|e| Failure::error(format!("reading the token from standard input: {e}")))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(Failure::error("no token on standard input"));
+    }
+    Ok(token.to_owned())
+}
+
+/// Asks for the token at the terminal, not echoed (it would stay on the screen and in
+/// the terminal's scrollback).
+fn token_from_prompt(url: &GatewayUrl) -> Result<String, Failure> {
+    use rustix::termios::{self, LocalModes, OptionalActions};
+    let stdin = std::io::stdin();
+    if !termios::isatty(&stdin) {
+        return Err(Failure::error(
+            "no terminal to ask for a token at: pipe one in with --token-stdin",
+        ));
+    }
+    let before = termios::tcgetattr(&stdin).ok();
+    if let Some(b) = &before {
+        let mut quiet = b.clone();
+        quiet.local_modes.remove(LocalModes::ECHO);
+        let _ = termios::tcsetattr(&stdin, OptionalActions::Now, &quiet);
+    }
+    // Asked once nothing typed is echoed any more.
+    eprint!("Token for {} (not shown): ", url.as_str());
+    let mut line = String::new();
+    let read = stdin.lock().read_line(&mut line);
+    if let Some(b) = &before {
+        let _ = termios::tcsetattr(&stdin, OptionalActions::Now, b);
+    }
+    eprintln!();
+    read.map_err(|e| Failure::error(format!("reading the token: {e}")))?;
+    let token = line.trim();
+    if token.is_empty() {
+        return Err(Failure::error("no token given"));
+    }
+    Ok(token.to_owned())
+}
