@@ -19,8 +19,9 @@ pub fn enabled() -> bool {
     std::env::var("TERMGATE_TEST_DOCKGATE").map_or(true, |v| v != "0")
 }
 
-/// A running `termgate-dockgate --host local --dir <private dir>` with `--instance <i>`
-/// or `--config <file>`; stopped on drop.
+/// A running `termgate-dockgate --host local --dir <private dir>` (another `--host`
+/// when its arguments name one) with `--instance <i>` or `--config <file>`; stopped on
+/// drop.
 pub struct Dockgate {
     dir: tempfile::TempDir,
     child: Option<Child>,
@@ -94,7 +95,10 @@ impl Dockgate {
             let _ = std::fs::remove_file(self.socket(role));
         }
         let mut cmd = Command::new(binary("termgate-dockgate"));
-        cmd.args(["--host", "local", "--dir"])
+        if !self.args.iter().any(|a| a == "--host") {
+            cmd.args(["--host", "local"]);
+        }
+        cmd.arg("--dir")
             .arg(self.dir.path())
             .args(&self.args)
             .env("RUST_LOG", "info")
@@ -144,9 +148,16 @@ impl Dockgate {
         }
     }
 
-    /// `<dir>/local-<role>.sock` (`attach` or `control`).
+    /// `<dir>/<host>-<role>.sock` (`attach` or `control`; the host `local` unless its
+    /// arguments name another).
     pub fn socket(&self, role: &str) -> PathBuf {
-        self.dir.path().join(format!("local-{role}.sock"))
+        let host = self
+            .args
+            .iter()
+            .position(|a| a == "--host")
+            .and_then(|i| self.args.get(i + 1))
+            .map_or("local", String::as_str);
+        self.dir.path().join(format!("{host}-{role}.sock"))
     }
 
     /// `unix://` URL of a role's socket, for `DOCKER_HOST`.

@@ -353,6 +353,17 @@ fn a_compromised_control_gets_only_what_control_does() {
             with(b(), &["Image"], json!("busybox:latest")),
             "Image",
         ),
+        // The daemon's runtimes are its own: a profile names one, or none passes.
+        (
+            "another OCI runtime",
+            hc("Runtime", json!("runsc")),
+            "HostConfig.Runtime",
+        ),
+        (
+            "the default runtime, spelled out",
+            hc("Runtime", json!("runc")),
+            "HostConfig.Runtime",
+        ),
     ];
     for (what, body, field) in undeclared {
         let a = create(&socket, &probe_name, &body);

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use e2e::daemon::{runsc_missing, TestDaemon};
+use e2e::dockgate::Dockgate;
 use e2e::stack::{ControlStack, GatewayStack};
 use e2e::ttyd::{CountingProxy, TtydPool};
 use serde_json::json;
@@ -16,6 +17,8 @@ const T: Duration = Duration::from_secs(30);
 /// `gv`, a daemon of the test's own with runsc; profile `gvisor` names the runtime.
 struct Setup {
     stack: GatewayStack,
+    /// gv's dockgate, which compares control's creates there with the configuration.
+    gate: Dockgate,
     gv: TestDaemon,
     _gv_pool: (TtydPool, CountingProxy),
 }
@@ -40,18 +43,26 @@ fn setup() -> Option<Setup> {
         .ok()
         .filter(|h| h.starts_with("unix://"))
         .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+    // gv is reached through a dockgate of its own, as deploy/up runs one per host: the
+    // runsc create passes it only because the configuration declares it.
+    let mut gate = Dockgate::prepare_declared(
+        &control.dir.config_path(),
+        &["--host", "gv", "--daemon", &gv.host],
+    );
     let config = std::fs::read_to_string(control.dir.config_path()).expect("config");
     control.dir.write_config(&format!(
         "{config}\n[[docker.hosts]]\nname = \"main\"\nendpoint = \"{main_host}\"\nttyd_pool = [\"unix:{}\"]\ncapacity = 10\n\n[[docker.hosts]]\nname = \"gv\"\nendpoint = \"{}\"\nttyd_pool = [\"unix:{}\"]\ncapacity = 10\n",
         main_counter.socket_path().display(),
-        gv.host,
+        gate.docker_host("control"),
         gv_counter.socket_path().display(),
     ));
     control.unset_env("TERMGATE__CONTROL__DOCKER_HOST");
+    gate.launch(&control.overrides());
     control.spawn(&[]);
     let stack = GatewayStack::assemble(control, main_pool, main_counter);
     Some(Setup {
         stack,
+        gate,
         gv,
         _gv_pool: (gv_pool, gv_counter),
     })
@@ -83,6 +94,9 @@ fn a_runsc_session_types_resizes_and_reattaches_to_its_shell_under_gvisors_kerne
     let plain = s.stack.control.create(&alice);
     assert!(plain.get("runtime").is_none(), "{plain}");
 
+    // Through gv's dockgate, which compared it with the configuration.
+    let log = s.gate.log_text();
+    assert!(!log.contains("not_declared"), "{log}");
     // The container runs under runsc on the host that has it.
     let cid = s.gv.containers(&format!("termgate.session={id}"));
     assert_eq!(cid.len(), 1, "its container is on gv");

@@ -514,7 +514,14 @@ proptest! {
 fn a_runtime_passes_only_for_the_profile_that_names_it() {
     // The default profile names none: any runtime in a create is not declared, the
     // daemon's default included when spelled out.
-    for runtime in ["runsc", "runc", "kata", "io.containerd.runc.v2", ""] {
+    for runtime in [
+        "runsc",
+        "runc",
+        "runc-unsafe",
+        "kata",
+        "io.containerd.runc.v2",
+        "",
+    ] {
         let asked = set(body(), &["HostConfig", "Runtime"], json!(runtime));
         let why = refused(&asked);
         assert!(why.contains("HostConfig.Runtime"), "{runtime}: {why}");

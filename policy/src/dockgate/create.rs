@@ -65,6 +65,9 @@ const HOST_FIELDS: &[(&str, Field)] = &[
     ("Devices", Field::Read),
     ("DeviceRequests", Field::Read),
     ("DeviceCgroupRules", Field::Read),
+    // A profile may name one (`runtime`); which one passes is the comparison with the
+    // declared body's, which every create goes through.
+    ("Runtime", Field::Read),
     ("MaskedPaths", Field::NullOnly),
     ("ReadonlyPaths", Field::NullOnly),
     ("CpuShares", Field::DefaultOnly),
@@ -111,7 +114,6 @@ const HOST_FIELDS: &[(&str, Field)] = &[
     ("StorageOpt", Field::DefaultOnly),
     ("ShmSize", Field::DefaultOnly),
     ("Sysctls", Field::DefaultOnly),
-    ("Runtime", Field::DefaultOnly),
     ("Isolation", Field::DefaultOnly),
 ];
 
@@ -225,7 +227,7 @@ fn bind_from(entry: &str) -> MountSpec {
 /// `ContainerCreateBody`, PascalCase) into the [`ContainerSpec`] the red lines are
 /// checked on, and checks them. Refuses, naming the rule: an unknown field, a field
 /// termgate never sends set to anything but its default (`VolumesFrom`, `Links`,
-/// `Sysctls`, `CgroupParent`, `Runtime`, `OomKillDisable`, `PortBindings`,
+/// `Sysctls`, `CgroupParent`, `OomKillDisable`, `PortBindings`,
 /// `PublishAllPorts`, `NetworkingConfig`, …), a HostConfig field at the top level (old
 /// daemons read those), mount or tmpfs options, legacy `Binds`, any
 /// [`sandbox::check`] violation, and labels without `termgate.managed=session` and a
@@ -261,6 +263,7 @@ pub(super) fn create_body(
     t.strings("Env")?;
     t.strings("Cmd")?;
     h.boolean("AutoRemove")?;
+    h.text("Runtime")?;
 
     let mut spec = ContainerSpec {
         user: t.text("User")?.filter(|u| !u.is_empty()).map(str::to_owned),

@@ -255,10 +255,6 @@ fn fields_termgate_never_sets_are_refused_unless_default() {
             with(b(), &["HostConfig", "Cgroup"], json!("container:x")),
         ),
         (
-            "Runtime",
-            with(b(), &["HostConfig", "Runtime"], json!("runc-unsafe")),
-        ),
-        (
             "OomKillDisable",
             with(b(), &["HostConfig", "OomKillDisable"], json!(true)),
         ),
