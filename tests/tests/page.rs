@@ -408,16 +408,24 @@ fn a_signed_out_viewer_of_a_signed_in_link_signs_in_and_lands_on_the_link() {
             "the viewer page of the link",
         ),
     );
-    // An attach replays nothing: what alice types now is what bob sees.
-    owner.send_input(b"echo watched-$((4*4))\r").unwrap();
-    ok(
-        "what alice typed, watched",
-        b.wait_js(
+    // An attach replays nothing, and the page says "Watching" once ttyd's page has
+    // loaded, a moment before its websocket is attached: alice types until bob sees it.
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        owner.send_input(b"echo watched-$((4*4))\r").unwrap();
+        let seen = b.wait_js(
             &format!("{TERMINAL_TEXT}.includes('watched-16')"),
-            T,
+            Duration::from_secs(1),
             "watched-16 in the read-only terminal",
-        ),
-    );
+        );
+        if seen.is_ok() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "what alice typed never reached bob's read-only terminal"
+        );
+    }
     ok(
         "viewer.png",
         b.screenshot(&artifact("signed-in-viewer.png")),
