@@ -316,8 +316,13 @@ fn main() {
 
     let took = started.elapsed();
     println!("{facts}");
+    let build = if cfg!(debug_assertions) {
+        "Debug"
+    } else {
+        "Release"
+    };
     println!(
-        "Release build; the run took {:.1} min.\n",
+        "{build} build; the run took {:.1} min.\n",
         took.as_secs_f64() / 60.0
     );
     println!("| runtime | create → first prompt p50 | p90 | ÷ runc | keystroke p50 | p99 | p50 ÷ runc | bulk MB/s (median) | each round | ÷ runc | idle session memory (median) | ÷ runc |");
