@@ -33,7 +33,7 @@ fn setup() -> Option<Setup> {
     let image =
         std::env::var("TERMGATE_SESSION_IMAGE").unwrap_or_else(|_| "termgate/session:dev".into());
     let mut control = ControlStack::prepare(&format!(
-        "\n[profiles.gvisor]\nimage = \"{image}\"\nruntime = \"runsc\"\ndescription = \"A shell under gVisor\"\n\n[profiles.plain]\nimage = \"{image}\"\nhosts = [\"main\"]\n"
+        "\n[profiles.gvisor]\nimage = \"{image}\"\nruntime = \"runsc\"\ndescription = \"A shell under gVisor\"\n\n[profiles.plain]\nimage = \"{image}\"\nhosts = [\"main\"]\n\n[profiles.gvisor-rec]\nimage = \"{image}\"\nruntime = \"runsc\"\nrecord = true\nidle_timeout_seconds = 8\n\n[profiles.gvisor-tight]\nimage = \"{image}\"\nruntime = \"runsc\"\nmemory_mb = 64\npids_limit = 128\n"
     ));
     let main_pool = TtydPool::start_for(&control.instance);
     let main_counter = CountingProxy::start(main_pool.target());
@@ -259,5 +259,121 @@ fn the_escapes_refused_under_runc_are_refused_under_runsc() {
         let t = s.stack.open_as(0, id, &cookie).expect("alice opens it");
         let open = escapes_that_work(&t);
         assert!(open.is_empty(), "under {what}, these worked: {open:?}");
+    }
+}
+
+#[test]
+fn a_runsc_session_is_recorded_and_ended_when_idle() {
+    let Some(mut s) = setup() else { return };
+    // Input reaches control every 500 ms: the idle deadline follows the typing.
+    s.stack.gateways.clear();
+    s.stack
+        .spawn_gateway(&[("TERMGATE__GATEWAY__ACTIVITY_REPORT_MS", "500")]);
+    let alice = s.stack.control.token("alice", false);
+    let created = s.stack.control.create_with(&alice, "gvisor-rec");
+    assert_eq!(created["runtime"], "runsc", "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let t = s
+        .stack
+        .open_as(0, &id, &s.stack.sign_in("alice"))
+        .expect("alice opens it");
+    t.send_input(b"echo rec-$((3*3))\r").unwrap();
+    t.read_until("rec-9", T).unwrap();
+    drop(t);
+    let recording = e2e::stack::wait_for("the recording", T, || {
+        let a = s.stack.control.call(
+            "GET",
+            &format!("/v1/sessions/{id}/recordings"),
+            Some(&alice),
+            None,
+        );
+        a.body["recordings"][0]["name"].as_str().map(str::to_owned)
+    });
+    let cast = s.stack.control.call(
+        "GET",
+        &format!("/v1/sessions/{id}/recordings/{recording}"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(cast.status, 200, "{}", cast.text);
+    let header: serde_json::Value =
+        serde_json::from_str(cast.text.lines().next().unwrap_or_default()).expect("a header");
+    assert_eq!(header["version"], 2, "an asciicast v2: {header}");
+    assert!(
+        cast.text.contains("rec-9"),
+        "what the shell answered is in it"
+    );
+
+    // Nobody types: it ends at its idle deadline, as a runc session does.
+    let ended = e2e::stack::wait_for("the idle end", Duration::from_secs(40), || {
+        let a = s
+            .stack
+            .control
+            .call("GET", &format!("/v1/sessions/{id}"), Some(&alice), None);
+        (a.body["state"] == "terminated").then_some(a.body)
+    });
+    let reason = ended["end_reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("idle: "), "{ended}");
+    e2e::stack::wait_for("the runsc container to go", T, || {
+        s.gv.containers(&format!("termgate.session={id}"))
+            .is_empty()
+            .then_some(())
+    });
+}
+
+/// Where gVisor differs from runc: past its memory limit the whole sandbox is killed
+/// (runc's out-of-memory killer takes only the greediest process, and the shell
+/// lives), so the session ends `failed` with the out-of-memory reason; and on the
+/// ptrace platform each of the user's processes is host threads of the sandbox's own,
+/// counted by `pids_limit` with the sentry's, so too many processes end the sandbox
+/// rather than failing one fork.
+#[test]
+fn past_its_limits_a_runsc_session_ends_where_runc_would_refuse_one_process() {
+    let Some(s) = setup() else { return };
+    let alice = s.stack.control.token("alice", false);
+    let cookie = s.stack.sign_in("alice");
+    for (what, line) in [
+        (
+            "memory",
+            &b"head -c 200m /dev/zero | tail >/dev/null; echo survived-$((1+1))\r"[..],
+        ),
+        (
+            "processes",
+            &b"for i in $(seq 1 60); do sleep 30 & done; echo survived-$((1+1))\r"[..],
+        ),
+    ] {
+        let created = s.stack.control.create_with(&alice, "gvisor-tight");
+        let id = created["id"].as_str().unwrap().to_owned();
+        let t = s.stack.open_as(0, &id, &cookie).expect("alice opens it");
+        t.send_input(b"echo up-$((2+2))\r").unwrap();
+        t.read_until("up-4", T).unwrap();
+        t.send_input(line).unwrap();
+        t.wait_closed(T)
+            .unwrap_or_else(|e| panic!("{what}: the terminal stays open: {e}"));
+        assert!(
+            !t.output_so_far().contains("survived-2"),
+            "{what}: the shell lived on"
+        );
+        let ended = e2e::stack::wait_for("the session to end", T, || {
+            let a = s
+                .stack
+                .control
+                .call("GET", &format!("/v1/sessions/{id}"), Some(&alice), None);
+            (!["creating", "running", "stopping", "unreachable"]
+                .contains(&a.body["state"].as_str().unwrap_or_default()))
+            .then_some(a.body)
+        });
+        if what == "memory" {
+            assert_eq!(ended["state"], "failed", "{what}: {ended}");
+            assert!(
+                ended["end_reason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("oom: "),
+                "{what}: {ended}"
+            );
+        } else {
+            assert_ne!(ended["state"], "running", "{what}: {ended}");
+        }
     }
 }
