@@ -648,16 +648,24 @@ ensure_chromium() {
 
 ensure_tmux() {
     step "tmux"
-    if command -v tmux >/dev/null 2>&1; then
-        info "$(tmux -V)"
-        return 0
+    _tg_debian_tool tmux tmux "the command-line client's tests need it" -V
+}
+
+# _tg_debian_tool PROGRAM PACKAGE WHY VERSION_ARG: PROGRAM (a path, or a name on
+# PATH) is there, else Debian's PACKAGE is installed (as root; otherwise a refusal that
+# says WHY and how). Says PROGRAM VERSION_ARG's first line either way.
+_tg_debian_tool() {
+    local program=$1 package=$2 why=$3 version=$4
+    local found
+    found="$(command -v "$program" 2>/dev/null || true)"
+    if [[ -z "$found" ]]; then
+        _tg_is_root || die "$package is not installed ($why); as root run: apt-get install -y $package"
+        _tg_apt_install "$package"
+        found="$(command -v "$program" 2>/dev/null || true)"
+        [[ -n "$found" ]] || die "$program still missing after apt-get install $package"
+        info "installed $package"
     fi
-    if ! _tg_is_root; then
-        die "tmux is not installed (the command-line client's tests need it); as root run: apt-get install -y tmux"
-    fi
-    _tg_apt_install tmux
-    command -v tmux >/dev/null 2>&1 || die "tmux still missing after apt-get install tmux"
-    info "installed $(tmux -V)"
+    info "$("$found" "$version" 2>&1 | head -1)"
 }
 
 # --------------------------------------------------------------------------
@@ -667,16 +675,7 @@ ensure_tmux() {
 
 ensure_runsc() {
     step "gVisor (runsc)"
-    if [[ -x /usr/bin/runsc ]]; then
-        info "$(/usr/bin/runsc --version 2>&1 | head -1)"
-        return 0
-    fi
-    if ! _tg_is_root; then
-        die "gVisor's runsc is not installed (the gVisor profile's tests need it); as root run: apt-get install -y runsc"
-    fi
-    _tg_apt_install runsc
-    [[ -x /usr/bin/runsc ]] || die "runsc still missing after apt-get install runsc"
-    info "installed $(/usr/bin/runsc --version 2>&1 | head -1)"
+    _tg_debian_tool /usr/bin/runsc runsc "the gVisor profile's tests need it" --version
 }
 
 # --------------------------------------------------------------------------

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use e2e::daemon::{runsc_missing, TestDaemon};
 use e2e::stack::{ControlStack, GatewayStack};
-use e2e::stats::pct;
+use e2e::stats::{env_num, median, msf, pct};
 use e2e::term::Target;
 use e2e::ttyd::{CountingProxy, TtydPool};
 use ws::{Endpoint, Ws};
@@ -37,23 +37,6 @@ use ws::{Endpoint, Ws};
 /// The runtimes compared, as the tables name them, and their profiles' names.
 const RUNTIMES: [(&str, &str); 2] = [("runc", "runc"), ("runsc (gVisor)", "runsc")];
 const DEADLINE: Duration = Duration::from_secs(60);
-
-fn env_num(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn msf(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
 
 struct Bench {
     stack: GatewayStack,

@@ -44,7 +44,7 @@ use e2e::dockgate::{DeclaredGate, Dockgate};
 use e2e::pki::{self, Pki};
 use e2e::random_hex;
 use e2e::stack::{free_port, wait_for, ControlStack, GatewayStack};
-use e2e::stats::pct;
+use e2e::stats::{env_num, median, msf, pct};
 use e2e::term::Target;
 use e2e::ttyd::{CountingProxy, TtydPool};
 use serde_json::Value;
@@ -58,17 +58,6 @@ const POOLS: [(&str, &str); 3] = [
 ];
 const PLAIN: usize = 0;
 const DEADLINE: Duration = Duration::from_secs(20);
-
-fn env_num(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn msf(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
 
 fn daemon_socket() -> PathBuf {
     std::env::var("DOCKER_HOST")
@@ -549,12 +538,6 @@ fn random_bytes() -> [u8; 10] {
         .and_then(|mut f| f.read_exact(&mut b))
         .expect("randomness");
     b
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn main() {

@@ -127,15 +127,7 @@ pub fn check_js(b: &mut Browser, step: &str, js: &str) {
 /// Enter, and waits until the terminal's buffer holds every one of `answers`.
 pub fn open_in_page_and_type(b: &mut Browser, id: &str, lines: &[&str], answers: &[&str]) {
     click_row_button(b, id, "Open");
-    ok(
-        "the terminal connection",
-        b.wait_js(
-            "!document.getElementById('terminal').hidden \
-             && document.getElementById('terminal-frame').contentDocument.title === 'termgate'",
-            T,
-            "ttyd's window title (its websocket is open)",
-        ),
-    );
+    wait_connected(b);
     ok(
         "focus the terminal",
         b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),
@@ -153,6 +145,21 @@ pub fn open_in_page_and_type(b: &mut Browser, id: &str, lines: &[&str], answers:
             ),
             T,
             &format!("{} in the terminal buffer", answers.join(" and ")),
+        ),
+    );
+}
+
+/// Waits until the terminal shown in the page's frame is connected (ttyd titles its
+/// window once its websocket is open).
+pub fn wait_connected(b: &mut Browser) {
+    ok(
+        "the terminal connection",
+        b.wait_js(
+            "!document.getElementById('terminal').hidden \
+             && !!document.getElementById('terminal-frame').contentDocument \
+             && document.getElementById('terminal-frame').contentDocument.title === 'termgate'",
+            T,
+            "ttyd's window title (its websocket is open)",
         ),
     );
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use e2e::browser::Browser;
 use e2e::page::{
     artifact, check_js, click_row_button, create_in_page, launch, ok, open_in_page_and_type,
-    sign_in_by_link, sign_in_by_link_as, TERMINAL_TEXT,
+    sign_in_by_link, sign_in_by_link_as, wait_connected, TERMINAL_TEXT,
 };
 use e2e::stack::{http, profile_ignoring_hang_up, wait_for, GatewayStack};
 use serde_json::json;
@@ -342,15 +342,7 @@ fn a_session_ended_elsewhere_is_announced_in_words_at_once_not_left_reconnecting
     );
     let id = create_in_page(&mut b, "");
     click_row_button(&mut b, &id, "Open");
-    ok(
-        "the terminal connection",
-        b.wait_js(
-            "!document.getElementById('terminal').hidden \
-             && document.getElementById('terminal-frame').contentDocument.title === 'termgate'",
-            T,
-            "ttyd's window title (its websocket is open)",
-        ),
-    );
+    wait_connected(&mut b);
     // Ended from somewhere else (another tab, an admin): the gateway closes the
     // terminal with a close frame, and the page says what happened. The page's
     // two-second check is stopped first, so the close frame is the only event that can
@@ -1562,15 +1554,7 @@ fn the_owner_invites_a_peer_from_the_page_and_the_peer_opens_and_types_from_thei
     );
     assert_eq!(labels, json!(["Open", "Leave"]), "a peer's actions");
     click_row_button(&mut b, &id, "Open");
-    ok(
-        "the terminal connection",
-        b.wait_js(
-            "!!document.getElementById('terminal-frame').contentDocument \
-             && document.getElementById('terminal-frame').contentDocument.title === 'termgate'",
-            T,
-            "ttyd's window title (its websocket is open)",
-        ),
-    );
+    wait_connected(&mut b);
     ok(
         "focus the terminal",
         b.eval("document.getElementById('terminal-frame').contentWindow.term.focus()"),

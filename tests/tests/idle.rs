@@ -70,6 +70,21 @@ fn wait_ended(stack: &GatewayStack, sub: &str, id: &str, deadline: Duration) -> 
     })
 }
 
+/// Waits until control has alice's input to session `id`, typed at `typed` (± 1 s):
+/// the session's record then, and its `last_input`.
+fn input_reported(stack: &GatewayStack, id: &str, typed: u64) -> (Value, u64) {
+    let reported = wait_for("the input to reach control", T, || {
+        let s = session(stack, "alice", id);
+        s.get("last_input").and_then(Value::as_u64).map(|_| s)
+    });
+    let last_input = u(&reported, "last_input");
+    assert!(
+        last_input >= typed - 1 && last_input <= typed + 1,
+        "{reported}"
+    );
+    (reported, last_input)
+}
+
 fn u(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or_else(|| panic!("{key} in {v}"))
 }
@@ -113,15 +128,7 @@ fn output_alone_does_not_keep_a_session_alive() {
     let typed = now();
     t.read_until("tick-42", T).expect("the loop prints");
     // The input is reported: the deadline is measured from it.
-    let reported = wait_for("the input to reach control", T, || {
-        let s = session(&stack, "alice", id);
-        s.get("last_input").and_then(Value::as_u64).map(|_| s)
-    });
-    let last_input = u(&reported, "last_input");
-    assert!(
-        last_input >= typed - 1 && last_input <= typed + 1,
-        "{reported}"
-    );
+    let (reported, last_input) = input_reported(&stack, id, typed);
     assert_eq!(u(&reported, "ends_at"), last_input + IDLE, "{reported}");
     assert_eq!(reported["ends_because"], "idle");
 
@@ -586,14 +593,6 @@ fn input_is_reported_for_a_profile_without_limits_or_recording() {
     t.send_input(b"echo typed-$((6*7))\r").unwrap();
     let typed = now();
     t.read_until("typed-42", T).expect("the shell answers");
-    let reported = wait_for("the input to reach control", T, || {
-        let s = session(&stack, "alice", id);
-        s.get("last_input").and_then(Value::as_u64).map(|_| s)
-    });
-    let last_input = u(&reported, "last_input");
-    assert!(
-        last_input >= typed - 1 && last_input <= typed + 1,
-        "{reported}"
-    );
+    let (reported, _) = input_reported(&stack, id, typed);
     assert!(reported.get("ends_at").is_none(), "{reported}");
 }

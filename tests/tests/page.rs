@@ -9,7 +9,7 @@ use std::time::Duration;
 use e2e::browser::Browser;
 use e2e::page::{
     artifact, check_js, click_row_button, launch, ok, sign_in_by_link, sign_in_by_link_as,
-    TERMINAL_TEXT,
+    wait_connected, TERMINAL_TEXT,
 };
 use e2e::stack::{wait_for, ControlStack, GatewayStack};
 use e2e::ttyd::{CountingProxy, TtydPool};
@@ -60,20 +60,6 @@ fn session(stack: &GatewayStack, sub: &str, id: &str) -> (u16, Value) {
         None,
     );
     (a.status, a.body)
-}
-
-/// Waits until the terminal in the page's frame is connected (ttyd's title is set).
-fn wait_connected(b: &mut Browser) {
-    ok(
-        "the terminal connection",
-        b.wait_js(
-            "!document.getElementById('terminal').hidden \
-             && !!document.getElementById('terminal-frame').contentDocument \
-             && document.getElementById('terminal-frame').contentDocument.title === 'termgate'",
-            T,
-            "ttyd's window title (its websocket is open)",
-        ),
-    );
 }
 
 /// Types `line` and Enter into the terminal shown, and waits for `answer` in it.

@@ -79,10 +79,15 @@ fn alice() -> Sub {
 }
 
 fn body_for(options: &BTreeMap<String, String>) -> Value {
+    body_of(&profile(), options)
+}
+
+/// Alice's session `SESSION` of profile `p` with `options`, as control makes it.
+fn body_of(p: &DeclaredProfile, options: &BTreeMap<String, String>) -> Value {
     let id = SessionId::parse(SESSION).unwrap();
     let owner = alice();
     container_body(
-        &profile(),
+        p,
         &SessionFacts {
             instance: "prod",
             host: "local",
@@ -533,23 +538,7 @@ fn a_runtime_passes_only_for_the_profile_that_names_it() {
         profiles: BTreeMap::from([("default".into(), gvisor.clone())]),
         ..declared()
     };
-    let id = SessionId::parse(SESSION).unwrap();
-    let owner = alice();
-    let options = BTreeMap::from([("editor".into(), "vi".into())]);
-    let b = container_body(
-        &gvisor,
-        &SessionFacts {
-            instance: "prod",
-            host: "local",
-            session: &id,
-            owner: &owner,
-            profile: "default",
-            name: "my box",
-            created: 1_700_000_000,
-            options: &options,
-        },
-    )
-    .unwrap();
+    let b = body_of(&gvisor, &BTreeMap::from([("editor".into(), "vi".into())]));
     assert_eq!(b["HostConfig"]["Runtime"], "runsc");
     container_create_declared(&sandboxed, &create_target(), &b).expect("its own body passes");
     let mut without = b.clone();
