@@ -1416,3 +1416,36 @@ fn a_root_only_tls_key_serves_https_from_an_unprivileged_gateway_and_renewals_re
         || served_subject(up.gateway).contains("renewed").then_some(()),
     );
 }
+
+/// A profile under gVisor on a machine whose daemon has no runsc registered: deploy/up
+/// installs runsc if it must, leaves the daemon's configuration alone, and stops before
+/// starting anything, saying what to add to daemon.json.
+#[test]
+fn a_gvisor_profile_on_a_daemon_without_runsc_stops_deploy_up_saying_what_to_add() {
+    let runtimes = e2e::stack::docker(&["info", "--format", "{{json .Runtimes}}"]);
+    if runtimes.contains("\"runsc\"") {
+        return e2e::skip_or_fail("the machine's daemon has runsc registered already");
+    }
+    let dir = tempfile::tempdir().expect("state dir");
+    let mut up = start_up_with(
+        dir.path(),
+        &[("TERMGATE__PROFILES__DEFAULT__RUNTIME", "runsc")],
+    );
+    let status = wait_for("deploy/up to stop", Duration::from_secs(300), || {
+        up.child.try_wait().ok().flatten()
+    });
+    assert!(!status.success(), "deploy/up went on:\n{}", up.printed());
+    let printed = up.printed();
+    assert!(
+        printed.contains("has no runtime \"runsc\"")
+            && printed.contains("/etc/docker/daemon.json")
+            && printed.contains("\"runtimeArgs\": [\"--platform=ptrace\", \"--network=none\"]"),
+        "{printed}"
+    );
+    assert!(!printed.contains("Sign in:"), "nothing started:\n{printed}");
+    assert_eq!(
+        e2e::stack::docker(&["info", "--format", "{{json .Runtimes}}"]),
+        runtimes,
+        "the daemon's runtimes are as they were"
+    );
+}
