@@ -168,6 +168,9 @@ function startPlayer(at, autoPlay) {
   const pb = playback;
   const opts = { idleTimeLimit: 2, speed: pb.speed, fit: "width", controls: true };
   if (at > 0) opts.startAt = at;
+  // Paused part-way, the poster is that moment's screen (the player loads the recording
+  // for it), whatever becomes of the seek below on a slow machine.
+  if (at > 0 && !autoPlay) opts.poster = "npt:" + at;
   if (autoPlay) opts.autoPlay = true;
   const p = AsciinemaPlayer.create(pb.src, $("player-view"), opts);
   const playing = (on) => () => { if (playback === pb && pb.player === p) pb.playing = on; };
