@@ -157,6 +157,50 @@ impl Reply {
     }
 }
 
+/// An answer whose body is read piece by piece ([`Gateway::stream`]).
+pub struct Streamed {
+    /// HTTP status.
+    pub status: u16,
+    body: hyper::body::Incoming,
+}
+
+impl Streamed {
+    /// The body's next piece; `None` at its end. A body that stalls for as long as a
+    /// call may take is broken off.
+    pub async fn next(&mut self) -> Result<Option<Bytes>, Failure> {
+        loop {
+            let frame = tokio::time::timeout(CALL_TIMEOUT, self.body.frame())
+                .await
+                .map_err(|_| Failure::error(format!("the answer stalled for {CALL_TIMEOUT:?}")))?;
+            match frame {
+                None => return Ok(None),
+                Some(Err(e)) => return Err(Failure::error(format!("the answer broke off: {e}"))),
+                Some(Ok(f)) => {
+                    if let Ok(data) = f.into_data() {
+                        return Ok(Some(data));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The rest of the body as a [`Reply`] (a refusal's JSON), its first 64 KiB.
+    pub async fn reply(mut self) -> Result<Reply, Failure> {
+        let mut body = Vec::new();
+        while let Some(piece) = self.next().await? {
+            body.extend_from_slice(&piece);
+            if body.len() > 64 << 10 {
+                break;
+            }
+        }
+        Ok(Reply {
+            status: self.status,
+            body,
+            set_cookies: Vec::new(),
+        })
+    }
+}
+
 impl Gateway {
     /// A client of `url`, trusting the system's roots and those in `ca_file`, presenting
     /// `token` when given.
@@ -255,6 +299,30 @@ impl Gateway {
         tokio::time::timeout(CALL_TIMEOUT, call)
             .await
             .map_err(|_| unreachable(&format!("no answer within {CALL_TIMEOUT:?}")))?
+    }
+
+    /// `GET path` with the sign-in, its body left to read as it comes: a recording may
+    /// be larger than is worth holding whole.
+    pub async fn stream(&self, path: &str) -> Result<Streamed, Failure> {
+        let mut req = hyper::Request::get(self.url.http(path)).header("user-agent", USER_AGENT);
+        if let Some(token) = &self.token {
+            req = req.header("authorization", format!("Bearer {token}"));
+        }
+        let req = req
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| Failure::error(format!("GET {path}: {e}")))?;
+        let resp = tokio::time::timeout(CALL_TIMEOUT, self.client.request(req))
+            .await
+            .map_err(|_| self.unreachable(&format!("no answer within {CALL_TIMEOUT:?}")))?
+            .map_err(|e| {
+                let why =
+                    std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
+                self.unreachable(&why)
+            })?;
+        Ok(Streamed {
+            status: resp.status().as_u16(),
+            body: resp.into_body(),
+        })
     }
 
     /// The gateway could not be reached, or not trusted, and why.

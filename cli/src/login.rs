@@ -1,6 +1,7 @@
-//! `termgate login` and `logout`: a sign-in of its own at the gateway, made from a
-//! token as the page's sign-in form makes one (`POST /auth/session`), recorded by
-//! control with the others, and revoked there on logout (`DELETE /auth/session`).
+//! `termgate login` and `logout`: a sign-in of its own at the gateway, recorded by
+//! control with the others and revoked there on logout (`DELETE /auth/session`). It is
+//! handed over by the browser the user is signed in with (`crate::handoff`), or made
+//! from a token as the page's sign-in form makes one (`POST /auth/session`).
 
 use std::io::{BufRead, Read};
 use std::path::Path;
@@ -10,10 +11,22 @@ use serde_json::Value;
 use crate::credentials::{Credential, Credentials};
 use crate::failure::{Failure, Status};
 use crate::gateway::{Gateway, GatewayUrl};
+use crate::handoff::HandedOver;
 
-/// Signs in to `url` with a token read from standard input (`from_stdin`) or typed at
-/// a prompt; keeps the sign-in's own token. Returns what to tell the user.
-pub async fn login(url: &str, from_stdin: bool, ca_file: Option<&Path>) -> Result<String, Failure> {
+/// Where a sign-in comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum How {
+    /// The browser the user is signed in with hands one over.
+    Browser,
+    /// A token typed at a prompt, not echoed.
+    Prompt,
+    /// A token read from standard input (for scripts).
+    Stdin,
+}
+
+/// Signs in to `url` `how` the user asked; keeps the sign-in's own token. Returns what
+/// to tell the user.
+pub async fn login(url: &str, how: How, ca_file: Option<&Path>) -> Result<String, Failure> {
     let url = GatewayUrl::parse(url)?;
     // Kept absolute: later commands run from anywhere.
     let ca_file = ca_file
@@ -22,13 +35,35 @@ pub async fn login(url: &str, from_stdin: bool, ca_file: Option<&Path>) -> Resul
                 .map_err(|e| Failure::error(format!("--ca-file {}: {e}", p.display())))
         })
         .transpose()?;
-    let token = if from_stdin {
-        token_from_stdin()?
-    } else {
-        token_from_prompt(&url)?
-    };
     let gw = Gateway::new(url.clone(), ca_file.as_deref(), None)?;
-    let reply = gw.send("POST", "/auth/session", Some(&token), None).await?;
+    let kept = match how {
+        How::Browser => crate::handoff::sign_in(&gw).await?,
+        How::Prompt => with_token(&gw, &token_from_prompt(&url)?).await?,
+        How::Stdin => with_token(&gw, &token_from_stdin()?).await?,
+    };
+    let mut credentials = Credentials::load()?;
+    credentials.gateways.insert(
+        url.as_str().to_owned(),
+        Credential {
+            token: kept.token,
+            sub: kept.sub.clone(),
+            expires_at: kept.expires_at,
+            ca_file: ca_file.clone(),
+        },
+    );
+    credentials.current = Some(url.as_str().to_owned());
+    credentials.save()?;
+    Ok(format!(
+        "signed in to {} as {}, until {}",
+        url.as_str(),
+        kept.sub,
+        crate::sessions::until(crate::now(), kept.expires_at)
+    ))
+}
+
+/// A sign-in made from `token`, as the page's sign-in form makes one.
+async fn with_token(gw: &Gateway, token: &str) -> Result<HandedOver, Failure> {
+    let reply = gw.send("POST", "/auth/session", Some(token), None).await?;
     match reply.status {
         200 => {}
         401 | 403 => {
@@ -48,25 +83,15 @@ pub async fn login(url: &str, from_stdin: bool, ca_file: Option<&Path>) -> Resul
         .find(|v| !v.is_empty())
         .ok_or_else(|| Failure::error("signing in: the gateway's answer set no sign-in"))?;
     let who = reply.json();
-    let sub = who.get("sub").and_then(Value::as_str).unwrap_or_default();
-    let expires_at = who.get("expires_at").and_then(Value::as_u64).unwrap_or(0);
-    let mut credentials = Credentials::load()?;
-    credentials.gateways.insert(
-        url.as_str().to_owned(),
-        Credential {
-            token: own.to_owned(),
-            sub: sub.to_owned(),
-            expires_at,
-            ca_file: ca_file.clone(),
-        },
-    );
-    credentials.current = Some(url.as_str().to_owned());
-    credentials.save()?;
-    Ok(format!(
-        "signed in to {} as {sub}, until {}",
-        url.as_str(),
-        crate::sessions::until(crate::now(), expires_at)
-    ))
+    Ok(HandedOver {
+        token: own.to_owned(),
+        sub: who
+            .get("sub")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        expires_at: who.get("expires_at").and_then(Value::as_u64).unwrap_or(0),
+    })
 }
 
 /// Signs out of `gateway` (the current one when `None`): revoked at the gateway first,
@@ -140,7 +165,7 @@ fn token_from_prompt(url: &GatewayUrl) -> Result<String, Failure> {
     let stdin = std::io::stdin();
     if !termios::isatty(&stdin) {
         return Err(Failure::error(
-            "no terminal to ask for a token at: pipe one in with --token-stdin",
+            "no terminal to ask for a token at: pipe one in with --token-stdin, or sign in through the browser (without --token)",
         ));
     }
     let before = termios::tcgetattr(&stdin).ok();

@@ -1,13 +1,20 @@
 //! `termgate`: termgate sessions from the terminal you already use. Sign in to a
-//! gateway, list, create and end sessions, and attach to a session's terminal through
-//! the gateway, with the checks the sessions page gets.
+//! gateway, list, create and end sessions, attach to a session's terminal through the
+//! gateway, with the checks the sessions page gets, share it, invite peers, and read
+//! its recordings.
 
 mod attach;
+mod cast;
 mod credentials;
 mod failure;
 mod gateway;
+mod handoff;
 mod login;
+mod peers;
+mod recordings;
 mod sessions;
+mod shares;
+mod table;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -22,7 +29,7 @@ use sessions::NewSession;
 #[command(
     name = "termgate",
     version,
-    about = "termgate sessions from your terminal: sign in, list, create, end, attach",
+    about = "termgate sessions from your terminal: sign in, list, create, end, attach, share",
     after_help = failure::STATUSES
 )]
 struct Cli {
@@ -35,13 +42,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Sign in to a gateway with a token (the kind its sign-in page takes).
+    /// Sign in to a gateway: allowed in your browser, or with a token.
     Login {
         /// The gateway, e.g. https://term.example.com
         url: String,
-        /// Read the token from standard input (for scripts) instead of asking for it.
-        #[arg(long)]
+        /// Read a token from standard input (for scripts) instead of using the browser.
+        #[arg(long, conflicts_with = "token")]
         token_stdin: bool,
+        /// Ask for a token (the kind the sign-in page takes) instead of using the
+        /// browser.
+        #[arg(long)]
+        token: bool,
         /// Trust the gateway's certificate through this CA (PEM) too, not only the
         /// system's roots.
         #[arg(long, value_name = "FILE")]
@@ -84,6 +95,118 @@ enum Command {
         /// Keys that detach, as Docker spells them ("" for none).
         #[arg(long, value_name = "KEYS", default_value = attach::DEFAULT_DETACH_KEYS)]
         detach_keys: String,
+    },
+    /// Make a read-only link to watch a session (printed once); `share ls`, `share rm`.
+    #[command(args_conflicts_with_subcommands = true)]
+    Share {
+        #[command(subcommand)]
+        action: Option<ShareAction>,
+        /// The session's id or its unique name.
+        #[arg(required = true)]
+        session: Option<String>,
+        /// How long the link lets viewers in: 90s, 15m, 1h, 7d.
+        #[arg(long, default_value = "1h", value_parser = sessions::ttl)]
+        ttl: u64,
+        /// Most viewers at once.
+        #[arg(long, value_name = "N")]
+        max_viewers: Option<u32>,
+        /// Print the new link as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Users who may type into a session for a while.
+    Peers {
+        #[command(subcommand)]
+        action: PeersAction,
+    },
+    /// A session's recordings (profiles that record).
+    Recordings {
+        #[command(subcommand)]
+        action: RecordingsAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum ShareAction {
+    /// List live links: of one session, or of all of yours.
+    Ls {
+        /// The session's id or its unique name (default: all of yours).
+        session: Option<String>,
+        /// Print the gateway's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a link; its viewers are closed.
+    Rm {
+        /// The link's id (share ls lists them).
+        id: String,
+        /// The session it shows (default: looked for among yours).
+        #[arg(long)]
+        session: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum PeersAction {
+    /// Invite a user to type into a session.
+    Add {
+        /// The session's id or its unique name.
+        session: String,
+        /// The user invited.
+        user: String,
+        /// How long the invitation lasts: 90s, 15m, 1h, 7d.
+        #[arg(long, default_value = "1h", value_parser = sessions::ttl)]
+        ttl: u64,
+        /// Print the invitation as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List a session's peers.
+    Ls {
+        /// The session's id or its unique name.
+        session: String,
+        /// Print the gateway's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// End a peer's invitation; their terminals close.
+    Rm {
+        /// The session's id or its unique name.
+        session: String,
+        /// The peer.
+        user: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum RecordingsAction {
+    /// List a session's recordings (ended sessions' too).
+    Ls {
+        /// The session's id or its unique name.
+        session: String,
+        /// Print the gateway's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Save a recording as an asciicast v2 file.
+    Download {
+        /// The session's id or its unique name.
+        session: String,
+        /// The recording's name (recordings ls lists them).
+        name: String,
+        /// Where to write it ("-": standard output; default NAME.cast here).
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// Play a recording in this terminal, at its pace.
+    Play {
+        /// The session's id or its unique name.
+        session: String,
+        /// The recording's name (recordings ls lists them).
+        name: String,
+        /// How many times as fast as it was recorded.
+        #[arg(long, default_value_t = 1.0, value_parser = speed)]
+        speed: f64,
     },
 }
 
@@ -146,12 +269,15 @@ async fn run(cli: Cli) -> Result<Status, Failure> {
         Command::Login {
             url,
             token_stdin,
+            token,
             ca_file,
         } => {
-            println!(
-                "{}",
-                login::login(&url, token_stdin, ca_file.as_deref()).await?
-            );
+            let how = match (token_stdin, token) {
+                (true, _) => login::How::Stdin,
+                (false, true) => login::How::Prompt,
+                (false, false) => login::How::Browser,
+            };
+            println!("{}", login::login(&url, how, ca_file.as_deref()).await?);
         }
         Command::Logout => println!("{}", login::logout(gateway).await?),
         Command::Ls { json } => {
@@ -203,8 +329,158 @@ async fn run(cli: Cli) -> Result<Status, Failure> {
             eprintln!("{}", ended.message);
             return Ok(ended.status);
         }
+        Command::Share {
+            action,
+            session,
+            ttl,
+            max_viewers,
+            json,
+        } => {
+            share(
+                &login::signed_in(gateway)?,
+                action,
+                session,
+                ttl,
+                max_viewers,
+                json,
+            )
+            .await?
+        }
+        Command::Peers { action } => peers(&login::signed_in(gateway)?, action).await?,
+        Command::Recordings { action } => {
+            recordings(&login::signed_in(gateway)?, action).await?;
+        }
     }
     Ok(Status::Done)
+}
+
+async fn share(
+    gw: &gateway::Gateway,
+    action: Option<ShareAction>,
+    session: Option<String>,
+    ttl: u64,
+    max_viewers: Option<u32>,
+    json: bool,
+) -> Result<(), Failure> {
+    match action {
+        None => {
+            let wanted = session.unwrap_or_default();
+            let made = shares::create(gw, &wanted, ttl, max_viewers).await?;
+            if json {
+                print_json(&made.view);
+            } else {
+                // The link on its own line, for a script or a copy; what it is beside it.
+                println!("{}", made.url);
+                eprintln!(
+                    "a read-only view of {} for {}, until {} (id {}); this link is shown only now",
+                    shares::session_label(&made.session),
+                    if made.view["signed_in"] == true {
+                        "signed-in users"
+                    } else {
+                        "anyone with the link"
+                    },
+                    sessions::until(now(), made.view["expires_at"].as_u64().unwrap_or(0)),
+                    made.view["id"].as_str().unwrap_or("-"),
+                );
+            }
+        }
+        Some(ShareAction::Ls { session, json }) => {
+            let live = shares::list(gw, session.as_deref()).await?;
+            if json {
+                let views: Vec<_> = live
+                    .iter()
+                    .map(|l| {
+                        let mut v = l.view.clone();
+                        v["session"] = json!(l.session.id);
+                        v
+                    })
+                    .collect();
+                print_json(&json!(views));
+            } else {
+                print!("{}", shares::table(&live, now()));
+            }
+        }
+        Some(ShareAction::Rm { id, session }) => {
+            let s = shares::remove(gw, &id, session.as_deref()).await?;
+            println!("removed share link {id} of {}", shares::session_label(&s));
+        }
+    }
+    Ok(())
+}
+
+async fn peers(gw: &gateway::Gateway, action: PeersAction) -> Result<(), Failure> {
+    match action {
+        PeersAction::Add {
+            session,
+            user,
+            ttl,
+            json,
+        } => {
+            let (s, invited) = peers::add(gw, &session, &user, ttl).await?;
+            if json {
+                print_json(&invited);
+            } else {
+                println!(
+                    "{user} may type into {} until {}",
+                    shares::session_label(&s),
+                    sessions::until(now(), invited["expires_at"].as_u64().unwrap_or(0))
+                );
+            }
+        }
+        PeersAction::Ls { session, json } => {
+            let list = peers::list(gw, &session).await?;
+            if json {
+                print_json(&json!(list));
+            } else {
+                print!("{}", peers::table(&list, now()));
+            }
+        }
+        PeersAction::Rm { session, user } => {
+            let s = peers::remove(gw, &session, &user).await?;
+            println!(
+                "{user} may no longer type into {}",
+                shares::session_label(&s)
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn recordings(gw: &gateway::Gateway, action: RecordingsAction) -> Result<(), Failure> {
+    match action {
+        RecordingsAction::Ls { session, json } => {
+            let (_, list) = recordings::list(gw, &session).await?;
+            if json {
+                print_json(&json!(list));
+            } else {
+                print!("{}", recordings::table(&list, now()));
+            }
+        }
+        RecordingsAction::Download {
+            session,
+            name,
+            output,
+        } => {
+            let (written, n) = recordings::download(gw, &session, &name, output.as_deref()).await?;
+            if let recordings::Written::File(path) = written {
+                eprintln!("wrote {n} bytes to {}", path.display());
+            }
+        }
+        RecordingsAction::Play {
+            session,
+            name,
+            speed,
+        } => recordings::play(gw, &session, &name, speed).await?,
+    }
+    Ok(())
+}
+
+/// Reads `--speed`: a number above zero.
+fn speed(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 => Ok(s),
+        _ => Err(format!("expected a number above zero, got {text:?}")),
+    }
 }
 
 fn print_json(value: &serde_json::Value) {

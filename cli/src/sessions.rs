@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use crate::failure::Failure;
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, Reply};
 
 /// A session (or a target the user may open) as the list shows it.
 #[derive(Debug, Clone)]
@@ -61,15 +61,19 @@ pub fn option(text: &str) -> Result<(String, String), String> {
 
 /// Every session the user may open: their own, those they were invited to, targets.
 pub async fn list(gw: &Gateway) -> Result<Vec<Listed>, Failure> {
-    let reply = gw.call("GET", "/api/sessions", None).await?;
+    listed(gw, "/api/sessions", "listing sessions").await
+}
+
+async fn listed(gw: &Gateway, path: &str, doing: &str) -> Result<Vec<Listed>, Failure> {
+    let reply = gw.call("GET", path, None).await?;
     if reply.status != 200 {
-        return Err(gw.refused(&reply, "listing sessions"));
+        return Err(gw.refused(&reply, doing));
     }
     let body = reply.json();
     let sessions = body
         .get("sessions")
         .and_then(Value::as_array)
-        .ok_or_else(|| Failure::error("listing sessions: the gateway's answer has no list"))?;
+        .ok_or_else(|| Failure::error(format!("{doing}: the gateway's answer has no list")))?;
     Ok(sessions
         .iter()
         .cloned()
@@ -112,6 +116,47 @@ pub async fn find(gw: &Gateway, wanted: &str) -> Result<Listed, Failure> {
     pick(listed, wanted)
 }
 
+/// [`find`] among ended sessions too (their recordings are kept): a live session of
+/// that name wins over ended ones.
+pub async fn find_any(gw: &Gateway, wanted: &str) -> Result<Listed, Failure> {
+    let mut all = list(gw).await?;
+    all.extend(listed(gw, "/api/history", "listing ended sessions").await?);
+    pick(all, wanted)
+}
+
+/// What a refusal about the session `wanted` names means: the one "not found" of an
+/// unknown session or another user's, else the gateway's own message.
+pub fn refused(gw: &Gateway, reply: &Reply, wanted: &str, doing: &str) -> Failure {
+    let unknown = reply.status == 404 && reply.message() == policy::Refusal::NOT_FOUND.message;
+    if unknown {
+        Failure::not_found(wanted)
+    } else {
+        gw.refused(reply, doing)
+    }
+}
+
+/// Reads a time to live as people write one: `90` or `90s`, `15m`, `1h`, `7d`.
+pub fn ttl(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("expected a duration such as 90s, 15m, 1h or 7d, got {text:?}"))?;
+    let unit = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("unknown unit {unit:?} in {text:?} (s, m, h or d)")),
+    };
+    n.checked_mul(unit)
+        .filter(|s| *s > 0)
+        .ok_or_else(|| format!("{text:?} is not a duration above zero"))
+}
+
 fn pick(listed: Vec<Listed>, wanted: &str) -> Result<Listed, Failure> {
     if let Some(s) = listed.iter().find(|s| s.id == wanted) {
         return Ok(s.clone());
@@ -142,42 +187,25 @@ fn pick(listed: Vec<Listed>, wanted: &str) -> Result<Listed, Failure> {
 
 /// The list as a table for people.
 pub fn table(listed: &[Listed], now: u64) -> String {
-    let mut rows = vec![[
-        "ID".to_owned(),
-        "NAME".to_owned(),
-        "PROFILE".to_owned(),
-        "STATE".to_owned(),
-        "CREATED".to_owned(),
-    ]];
-    for s in listed {
-        let text = |k: &str| s.view.get(k).and_then(Value::as_str).unwrap_or("-");
-        let created = s.view.get("created_at").and_then(Value::as_u64);
-        let mut state = s.state.clone();
-        if s.view.get("role").and_then(Value::as_str) == Some("peer") {
-            state.push_str(" (peer)");
-        }
-        rows.push([
-            s.id.clone(),
-            s.name.clone(),
-            text("profile").to_owned(),
-            state,
-            created.map_or("-".into(), |t| ago(now, t)),
-        ]);
-    }
-    let widths: Vec<usize> = (0..5)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+    let rows: Vec<[String; 5]> = listed
+        .iter()
+        .map(|s| {
+            let text = |k: &str| s.view.get(k).and_then(Value::as_str).unwrap_or("-");
+            let created = s.view.get("created_at").and_then(Value::as_u64);
+            let mut state = s.state.clone();
+            if s.view.get("role").and_then(Value::as_str) == Some("peer") {
+                state.push_str(" (peer)");
+            }
+            [
+                s.id.clone(),
+                s.name.clone(),
+                text("profile").to_owned(),
+                state,
+                created.map_or("-".into(), |t| ago(now, t)),
+            ]
+        })
         .collect();
-    let mut out = String::new();
-    for row in &rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
+    crate::table::render(["ID", "NAME", "PROFILE", "STATE", "CREATED"], &rows)
 }
 
 /// `then` as an age from `now`: `12s ago`, `5m ago`, `3h ago`, `2d ago`.
@@ -191,14 +219,16 @@ pub fn ago(now: u64, then: u64) -> String {
     }
 }
 
-/// `then` from `now` as a time ahead: `in 59m`, `in 3h`; past it, `expired`.
+/// `then` from `now` as a time ahead, to the nearest unit: `in 30m` for 29m59s,
+/// `in 3h`; past it, `expired`.
 pub fn until(now: u64, then: u64) -> String {
+    let near = |s: u64, unit: u64| (s + unit / 2) / unit;
     match then.checked_sub(now) {
         None | Some(0) => "expired".into(),
         Some(s @ 0..=59) => format!("in {s}s"),
-        Some(s @ 60..=3599) => format!("in {}m", s / 60),
-        Some(s @ 3600..=86_399) => format!("in {}h", s / 3600),
-        Some(s) => format!("in {}d", s / 86_400),
+        Some(s @ 60..=3569) => format!("in {}m", near(s, 60)),
+        Some(s @ 3570..=84_599) => format!("in {}h", near(s, 3600)),
+        Some(s) => format!("in {}d", near(s, 86_400)),
     }
 }
 
@@ -254,6 +284,39 @@ mod tests {
         assert!(lines[2].contains("running (peer)"), "{t}");
         let col = lines[0].find("NAME").unwrap();
         assert_eq!(&lines[1][col..col + 5], "build");
+    }
+
+    #[test]
+    fn a_time_ahead_reads_to_the_nearest_unit() {
+        assert_eq!(until(100, 100), "expired");
+        assert_eq!(until(100, 159), "in 59s");
+        assert_eq!(until(0, 1799), "in 30m");
+        assert_eq!(until(0, 3569), "in 59m");
+        assert_eq!(until(0, 3599), "in 1h");
+        assert_eq!(until(0, 5400), "in 2h");
+        assert_eq!(until(0, 86_399), "in 1d");
+        assert_eq!(until(0, 604_800), "in 7d");
+    }
+
+    #[test]
+    fn a_ttl_is_seconds_minutes_hours_or_days() {
+        assert_eq!(ttl("90"), Ok(90));
+        assert_eq!(ttl("90s"), Ok(90));
+        assert_eq!(ttl("15m"), Ok(900));
+        assert_eq!(ttl("1h"), Ok(3600));
+        assert_eq!(ttl("7d"), Ok(604_800));
+        for bad in [
+            "",
+            "h",
+            "1w",
+            "0",
+            "0h",
+            "-1h",
+            "1.5h",
+            "99999999999999999999d",
+        ] {
+            assert!(ttl(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

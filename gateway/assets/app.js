@@ -58,10 +58,11 @@ async function showProvider() {
 
 // Where to go back to once signed in: a front proxy's terminal check sends the browser
 // here with `?next=/s/<id>/`; the gateway's "sign in" page for a share or recording link
-// with `#next=/v/<token>` (a fragment: the link's secret reaches no server log). Kept
-// in this tab's storage across an identity provider's round trip. Only a terminal,
-// share or recording page of this origin, nothing else (the gateway checks the same).
-const RETURN_PATH = /^\/(s\/[A-Za-z0-9_-]{1,64}\/|[vr]\/[A-Za-z0-9_-]{1,256}\/?)$/;
+// with `#next=/v/<token>` (a fragment: the link's secret reaches no server log); the
+// command-line client's sign-in page with `#next=/cli-login`. Kept in this tab's
+// storage across an identity provider's round trip. Only a terminal, share, recording
+// or client sign-in page of this origin, nothing else (the gateway checks the same).
+const RETURN_PATH = /^\/(s\/[A-Za-z0-9_-]{1,64}\/|[vr]\/[A-Za-z0-9_-]{1,256}\/?|cli-login)$/;
 
 function keepReturnPath() {
   const m = location.hash.match(/^#next=(\/[A-Za-z0-9_\/-]*)$/);

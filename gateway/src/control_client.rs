@@ -38,6 +38,20 @@ pub struct SignInReport<'a> {
     pub user_agent: &'a str,
     /// The client address.
     pub client: &'a str,
+    /// The sign-in must be new: control refuses a second record of its token.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub once: bool,
+}
+
+/// Why a sign-in was not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum NotRecorded {
+    /// Control could not be asked.
+    #[error(transparent)]
+    Unavailable(#[from] Unavailable),
+    /// Control refused it (409): this sign-in was made, or signed out, already.
+    #[error("control refused the sign-in: {0}")]
+    Repeated(String),
 }
 
 /// A client for control's internal API.
@@ -166,7 +180,7 @@ impl ControlClient {
         &self,
         token: &str,
         report: &SignInReport<'_>,
-    ) -> Result<(), Unavailable> {
+    ) -> Result<(), NotRecorded> {
         #[derive(serde::Serialize)]
         struct Record<'a> {
             token: &'a str,
@@ -181,13 +195,17 @@ impl ControlClient {
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| Unavailable(e.to_string()))?;
         let (status, body) = self.send(req, self.timeout).await?;
-        if status != StatusCode::CREATED {
-            return Err(Unavailable(format!(
+        match status {
+            StatusCode::CREATED => Ok(()),
+            StatusCode::CONFLICT => Err(NotRecorded::Repeated(
+                String::from_utf8_lossy(&body).into_owned(),
+            )),
+            _ => Err(Unavailable(format!(
                 "sign-in record answered {status}: {}",
                 String::from_utf8_lossy(&body)
-            )));
+            ))
+            .into()),
         }
-        Ok(())
     }
 
     /// Signs out the sign-in of `token` (`DELETE /v1/signins/current`). A token control

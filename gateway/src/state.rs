@@ -47,6 +47,9 @@ pub struct Gateway {
     /// Signs each sign-in's own cookie token, when the configuration holds a signing
     /// key (without one the cookie carries the token that was presented).
     pub signer: Option<policy::Signer>,
+    /// Seals the codes that sign the command-line client in through the browser, with
+    /// a key derived from the signing key (none without one: no such sign-in).
+    pub cli_codes: Option<policy::cli_login::CodeSealer>,
     /// Sign-in through an OpenID Connect provider, when `[auth.oidc]` is set.
     pub oidc: Option<Arc<crate::oidc::Oidc>>,
     /// Where recorded terminals are written (profiles' `record`).
@@ -112,6 +115,10 @@ impl Gateway {
             target_credentials: TargetCredentials::from_config(&config),
             oidc: crate::oidc::Oidc::from_config(&config)?,
             signer: config.signer(),
+            cli_codes: match &config.secrets().signing {
+                Some(key) => Some(policy::cli_login::CodeSealer::new(key.expose())?),
+                None => None,
+            },
             pool_tls: crate::certificate::PoolTls::from_config(&config)?,
             recordings: Arc::new(
                 crate::recording::Spool::new(config.resolve(&g.recordings_dir), g.recording_queue)

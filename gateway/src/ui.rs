@@ -51,6 +51,11 @@ const ASSETS: &[Asset] = &[
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("../assets/admin.js"),
     },
+    Asset {
+        name: "cli-login.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../assets/cli-login.js"),
+    },
 ];
 
 /// The admin console's page: served at `/admin` to admins only, never as an asset.
@@ -72,6 +77,13 @@ const RECORDING_PAGE: Asset = Asset {
     name: "recording",
     content_type: "text/html; charset=utf-8",
     body: include_bytes!("../assets/recording.html"),
+};
+
+/// The page that asks to sign the command-line client in: served at `/cli-login`.
+const CLI_LOGIN_PAGE: Asset = Asset {
+    name: "cli-login",
+    content_type: "text/html; charset=utf-8",
+    body: include_bytes!("../assets/cli-login.html"),
 };
 
 /// The page `GET /auth/logout` answers: a form that posts to sign out, no script.
@@ -176,6 +188,12 @@ pub async fn serve_sign_out(session: &mut Session) -> Result<bool> {
     .await
 }
 
+/// Serves the page that asks to sign the command-line client in; it signs nothing in
+/// until the user allows it.
+pub async fn serve_cli_login(session: &mut Session) -> Result<bool> {
+    write(session, &CLI_LOGIN_PAGE).await
+}
+
 /// Serves the admin console's page (the caller checked that the user is an admin).
 pub async fn serve_admin(session: &mut Session) -> Result<bool> {
     write(session, &ADMIN_PAGE).await
@@ -215,10 +233,14 @@ async fn write_with(
 /// An HTML error page for browser navigations, with the same code and message as the
 /// JSON answer (so a non-owner and an unknown session still look the same).
 /// Whether the sessions page may send a browser back to `path` once signed in: a
-/// terminal (`/s/<id>/`), a share link (`/v/<token>`) or a recording link
-/// (`/r/<token>`) of this gateway, spelled in the few characters they use (nothing to
-/// escape, nothing that leaves the origin). The page checks the same.
+/// terminal (`/s/<id>/`), a share link (`/v/<token>`), a recording link (`/r/<token>`)
+/// or the command-line client's sign-in page (`/cli-login`) of this gateway, spelled
+/// in the few characters they use (nothing to escape, nothing that leaves the origin).
+/// The page checks the same.
 pub fn returns_after_sign_in(path: &str) -> bool {
+    if path == "/cli-login" {
+        return true;
+    }
     let rest = ["/s/", "/v/", "/r/"]
         .iter()
         .find_map(|p| path.strip_prefix(p));
@@ -280,12 +302,13 @@ mod tests {
     use super::returns_after_sign_in;
 
     #[test]
-    fn only_a_terminal_share_or_recording_path_of_this_gateway_is_gone_back_to() {
+    fn only_a_terminal_share_recording_or_client_sign_in_path_of_this_gateway_is_gone_back_to() {
         for ok in [
             "/s/abcdefghij234567/",
             "/v/abcdefghij234567-0123456789abcdef",
             "/v/abcdefghij234567-0123456789abcdef/",
             "/r/abcdefghij234567-00ff",
+            "/cli-login",
         ] {
             assert!(returns_after_sign_in(ok), "{ok}");
         }
@@ -302,6 +325,8 @@ mod tests {
             "//evil.example/v/a",
             "/s/../admin",
             "/x/abc",
+            "/cli-login/",
+            "/cli-login#port=1",
             &format!("/v/{}", "a".repeat(257)),
         ] {
             assert!(!returns_after_sign_in(refused), "{refused}");

@@ -9,6 +9,7 @@
 
 pub mod access;
 pub mod audit;
+pub mod cli_login;
 pub mod client_addr;
 pub mod close;
 pub mod declared;
@@ -43,7 +44,7 @@ pub use identity::{
 };
 pub use lifetime::{Deadline, EndCause, LifetimeLimits};
 pub use origin::{CredentialSource, Origin, OriginDenied, OriginPolicy};
-pub use path::{classify, OidcStep, PathError, PublicRoute, TerminalPart};
+pub use path::{classify, CliLoginStep, OidcStep, PathError, PublicRoute, TerminalPart};
 pub use quota::{QuotaExceeded, QuotaLimits, QuotaScope};
 pub use refusal::Refusal;
 pub use sandbox::{ContainerSpec, MountKind, MountSpec, Namespace, NamespaceMode, Rule, Violation};

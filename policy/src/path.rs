@@ -1,6 +1,8 @@
 //! The gateway's public routes (design §2), parsed strictly from the raw request path.
 //!
-//! Only these exist: `/healthz`, `/` and the UI's assets, `/auth/session`, `/api/*`,
+//! Only these exist: `/healthz`, `/` and the UI's assets, `/auth/session`, the
+//! command-line client's browser sign-in (`/cli-login`, `/auth/cli/code`,
+//! `/auth/cli/token`), `/api/*`,
 //! `/s/<id>/`, `/s/<id>/token`, `/s/<id>/ws`, and a share link's `/v/<token>`,
 //! `/v/<token>/`, `/v/<token>/token`, `/v/<token>/ws`, and a recording link's `/r/<token>` and
 //! `/r/<token>/cast`. Percent-encodings, backslashes, control
@@ -46,6 +48,8 @@ pub enum PublicRoute<'a> {
     AuthSession,
     /// `/auth/<step>`: sign-in through the identity provider (404 without `[auth.oidc]`).
     Oidc(OidcStep),
+    /// The command-line client signed in through the browser (`crate::cli_login`).
+    CliLogin(CliLoginStep),
     /// `/admin`: the admin console, for admins only (everyone else gets the 404 of
     /// an unknown path).
     Admin,
@@ -88,6 +92,17 @@ pub enum OidcStep {
     /// `/auth/logout`: a POST (from an allowed Origin) clears the session, then the
     /// provider's end of session; a GET only shows a form that posts.
     Logout,
+}
+
+/// A step of the command-line client's sign-in through the browser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CliLoginStep {
+    /// `/cli-login`: the page that asks the signed-in user to allow it.
+    Page,
+    /// `/auth/cli/code`: the page's Allow, a code for the client (POST, signed in).
+    Code,
+    /// `/auth/cli/token`: the client's exchange of the code (POST).
+    Token,
 }
 
 /// Why a path was refused.
@@ -163,6 +178,9 @@ pub fn classify(raw: &[u8]) -> Result<PublicRoute<'_>, PathError> {
         "/auth/callback" => return Ok(PublicRoute::Oidc(OidcStep::Callback)),
         "/auth/logout" => return Ok(PublicRoute::Oidc(OidcStep::Logout)),
         "/admin" => return Ok(PublicRoute::Admin),
+        "/cli-login" => return Ok(PublicRoute::CliLogin(CliLoginStep::Page)),
+        "/auth/cli/code" => return Ok(PublicRoute::CliLogin(CliLoginStep::Code)),
+        "/auth/cli/token" => return Ok(PublicRoute::CliLogin(CliLoginStep::Token)),
         _ => {}
     }
     if let Some(name) = path.strip_prefix("/assets/") {

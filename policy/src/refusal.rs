@@ -362,6 +362,45 @@ impl Refusal {
         "the identity provider is not answering; try again shortly",
     );
 
+    // The command-line client signed in through the browser (`policy::cli_login`): the
+    // client prints each refusal's message, so each says what to do.
+    /// The page posted something that is not an S256 challenge.
+    pub const CLI_CHALLENGE_INVALID: Refusal = refusal(
+        400,
+        "cli_challenge_invalid",
+        "this sign-in page was not opened by termgate login; run it again",
+    );
+    /// A code this deployment did not seal, or an altered one.
+    pub const CLI_CODE_INVALID: Refusal = refusal(
+        400,
+        "cli_code_invalid",
+        "this sign-in code is not valid; run termgate login again",
+    );
+    /// A code past its minute, or past the browser sign-in it came from.
+    pub const CLI_CODE_EXPIRED: Refusal = refusal(
+        400,
+        "cli_code_expired",
+        "this sign-in code expired; run termgate login again",
+    );
+    /// A code presented with another verifier than its challenge's.
+    pub const CLI_VERIFIER_MISMATCH: Refusal = refusal(
+        400,
+        "cli_verifier_mismatch",
+        "this sign-in code was made for another termgate login",
+    );
+    /// A code whose sign-in was made already.
+    pub const CLI_CODE_USED: Refusal = refusal(
+        400,
+        "cli_code_used",
+        "this sign-in code was used already; run termgate login again",
+    );
+    /// A gateway without a signing key mints no sign-ins.
+    pub const CLI_LOGIN_UNAVAILABLE: Refusal = refusal(
+        404,
+        "cli_login_unavailable",
+        "this gateway cannot sign termgate in through the browser (no auth.signing_key_file); use termgate login URL --token",
+    );
+
     /// The same refusal with a more specific message.
     pub fn with_message(self, message: impl Into<Cow<'static, str>>) -> Refusal {
         Refusal {

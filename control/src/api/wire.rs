@@ -404,6 +404,10 @@ pub struct SignInReport {
     /// The client address the gateway saw.
     #[serde(default)]
     pub client: String,
+    /// The sign-in must be new: a second record of the same token is refused (409),
+    /// as a browser's code for the command-line client is used once.
+    #[serde(default)]
+    pub once: bool,
 }
 
 /// `POST /v1/revocations`: a token by its `jti`, or a user's tokens issued before a

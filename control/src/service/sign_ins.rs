@@ -88,7 +88,11 @@ impl Control {
             user_agent: clean(&report.user_agent, 200),
             client: clean(&report.client, 64),
         };
-        self.store.put_sign_in(&s)?;
+        if report.once {
+            self.store.put_new_sign_in(&s)?;
+        } else {
+            self.store.put_sign_in(&s)?;
+        }
         tracing::info!(target: "audit", sub = %who.sub, sign_in = %s.id(), method, gateway = %s.gateway, client = %s.client, "sign-in recorded");
         Ok(s)
     }

@@ -15,12 +15,28 @@ use crate::model::{Change, SignIn};
 impl Store {
     /// Records a sign-in (a second one of the same token replaces it); flushed.
     pub fn put_sign_in(&self, s: &SignIn) -> Result<()> {
+        self.record_sign_in(s, false)
+    }
+
+    /// Records a sign-in that must be new: a second one of the same token is refused
+    /// (`Conflict`), even once the first was signed out. A browser's code for the
+    /// command-line client always makes the same token, so this is its single use.
+    pub fn put_new_sign_in(&self, s: &SignIn) -> Result<()> {
+        self.record_sign_in(s, true)
+    }
+
+    fn record_sign_in(&self, s: &SignIn, once: bool) -> Result<()> {
         let _guard = self.write_lock()?;
         let key = s.fingerprint.to_string();
         self.transact(|tx| {
             if tx.revoked.get(format!("f/{key}").as_bytes())?.is_some() {
                 return Err(super::tx::abort(StoreError::Conflict(
                     "this sign-in was signed out".into(),
+                )));
+            }
+            if once && tx.sign_ins.get(key.as_bytes())?.is_some() {
+                return Err(super::tx::abort(StoreError::Conflict(
+                    "this sign-in was made already".into(),
                 )));
             }
             tx.sign_ins.insert(key.as_bytes(), encode(s)?)?;

@@ -13,7 +13,7 @@ use super::outcome::{Allowed, Denied, Next};
 use super::reply::Json;
 use super::upstream::{ControlCall, Upstream};
 use crate::clock::now;
-use crate::control_client::SignInReport;
+use crate::control_client::{NotRecorded, SignInReport};
 use crate::state::Gateway;
 use crate::terminals::CloseReason;
 
@@ -182,6 +182,23 @@ pub(super) async fn record_sign_in(
     method: &str,
     sub: &policy::Sub,
 ) -> Result<(), Refusal> {
+    report_sign_in(g, session, token, method, false)
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, sub = %sub, "sign-in could not be recorded; refused");
+            Refusal::SIGN_IN_UNAVAILABLE
+        })
+}
+
+/// Records a sign-in at control; with `once`, one that must be new (`Repeated` when
+/// its token was recorded before).
+pub(super) async fn report_sign_in(
+    g: &Gateway,
+    session: &Session,
+    token: &str,
+    method: &str,
+    once: bool,
+) -> Result<(), NotRecorded> {
     let ip = super::credential::client_ip(session, &g.trusted_proxies).to_string();
     let report = SignInReport {
         method,
@@ -190,11 +207,9 @@ pub(super) async fn record_sign_in(
             .and_then(|v| std::str::from_utf8(v).ok())
             .unwrap_or_default(),
         client: &ip,
+        once,
     };
-    g.control.record_sign_in(token, &report).await.map_err(|e| {
-        tracing::warn!(error = %e, sub = %sub, "sign-in could not be recorded; refused");
-        Refusal::SIGN_IN_UNAVAILABLE
-    })
+    g.control.record_sign_in(token, &report).await
 }
 
 /// The sign-in's own token: the presented token's user, roles, expiry and `jti` (an
@@ -220,12 +235,12 @@ fn own_token(g: &Gateway, signer: &policy::Signer, p: &Principal) -> Result<Stri
 }
 
 /// What the sessions page is told about the signed-in user.
-fn who(p: &Principal) -> serde_json::Value {
+pub(super) fn who(p: &Principal) -> serde_json::Value {
     serde_json::json!({"sub": p.sub.as_str(), "admin": p.admin, "expires_at": p.expires_at})
 }
 
 /// Reads a small request body, refusing one larger than `limit`.
-async fn read_body(session: &mut Session, limit: usize) -> Result<Vec<u8>, Refusal> {
+pub(super) async fn read_body(session: &mut Session, limit: usize) -> Result<Vec<u8>, Refusal> {
     let mut body = Vec::new();
     loop {
         match session.read_request_body().await {

@@ -18,7 +18,7 @@ use super::parts::Proxy;
 use super::reply::{self, Json};
 use super::request_log::{log, RequestLine};
 use super::upstream::{no_upstream, TtydRequest, Upstream};
-use super::{admission, api, recording_link, sign_in, terminal};
+use super::{admission, api, cli_login, recording_link, sign_in, terminal};
 use crate::ui;
 
 /// Answers a failure to proxy with the refusal it amounts to; whether the connection
@@ -94,6 +94,7 @@ impl Proxy {
             PublicRoute::Asset(name) => Ok(Allowed::new("", Next::Asset(name.to_owned()))),
             PublicRoute::AuthSession => api::auth_session(g, session).await,
             PublicRoute::Oidc(step) => sign_in::step(g, session, step).await,
+            PublicRoute::CliLogin(step) => cli_login::step(g, session, step).await,
             PublicRoute::Admin => admission::admin_page(g, session).await,
             PublicRoute::Api(rest) => api::api(g, session, rest).await,
             PublicRoute::Terminal { id, part } => self.admit_terminal(session, ctx, id, part).await,
@@ -136,6 +137,9 @@ impl Proxy {
             }
             Next::SignOutPage => {
                 ui::serve_sign_out(session).await?;
+            }
+            Next::CliLoginPage => {
+                ui::serve_cli_login(session).await?;
             }
         }
         Ok(true)

@@ -15,6 +15,7 @@
 
 mod admission;
 mod api;
+mod cli_login;
 mod credential;
 mod ctx;
 mod flow;

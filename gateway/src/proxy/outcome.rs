@@ -87,4 +87,6 @@ pub(super) enum Next {
     RecordingPage,
     /// Is answered with the page that asks to sign out (a form that posts).
     SignOutPage,
+    /// Is answered with the page that asks to sign the command-line client in.
+    CliLoginPage,
 }

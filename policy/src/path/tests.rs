@@ -29,6 +29,25 @@ fn the_public_routes_are_recognised() {
         Ok(PublicRoute::Oidc(OidcStep::Login))
     );
     assert_eq!(classify(b"/auth/callback/"), Err(PathError::NotFound));
+    assert_eq!(
+        classify(b"/cli-login"),
+        Ok(PublicRoute::CliLogin(CliLoginStep::Page))
+    );
+    assert_eq!(
+        classify(b"/auth/cli/code"),
+        Ok(PublicRoute::CliLogin(CliLoginStep::Code))
+    );
+    assert_eq!(
+        classify(b"/auth/cli/token"),
+        Ok(PublicRoute::CliLogin(CliLoginStep::Token))
+    );
+    for near in ["/cli-login/", "/auth/cli", "/auth/cli/", "/auth/cli/code/x"] {
+        assert_eq!(
+            classify(near.as_bytes()),
+            Err(PathError::NotFound),
+            "{near}"
+        );
+    }
     assert_eq!(classify(b"/admin"), Ok(PublicRoute::Admin));
     assert_eq!(classify(b"/admin/"), Err(PathError::NotFound));
     assert_eq!(classify(b"/api/sessions"), Ok(PublicRoute::Api("sessions")));

@@ -65,3 +65,35 @@ fn a_revoked_sign_in_is_fed_survives_a_reopen_and_is_forgotten_once_expired() {
     assert!(store.revocations().unwrap().is_empty());
     assert!(store.sign_ins(None, 0).unwrap().is_empty());
 }
+
+#[test]
+fn a_sign_in_that_must_be_new_is_recorded_once_and_never_after_its_sign_out() {
+    use policy::revocation::Revocation;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store.put_new_sign_in(&sign_in(b"c1", "alice", 10)).unwrap();
+    let again = store.put_new_sign_in(&sign_in(b"c1", "alice", 11));
+    assert!(
+        matches!(again, Err(StoreError::Conflict(ref m)) if m.contains("made already")),
+        "{again:?}"
+    );
+    assert_eq!(
+        store.sign_ins(Some(&sub("alice")), 100).unwrap()[0].created_at,
+        10,
+        "the first record is kept"
+    );
+    store
+        .revoke(&Revocation::SignIn {
+            fingerprint: policy::revocation::Fingerprint::of(b"c1"),
+            sub: "alice".into(),
+            expires_at: 5000,
+        })
+        .unwrap();
+    assert!(matches!(
+        store.put_new_sign_in(&sign_in(b"c1", "alice", 12)),
+        Err(StoreError::Conflict(_))
+    ));
+    // Other sign-ins are unaffected: a repeated ordinary record still replaces.
+    store.put_sign_in(&sign_in(b"t1", "alice", 20)).unwrap();
+    store.put_sign_in(&sign_in(b"t1", "alice", 21)).unwrap();
+}
