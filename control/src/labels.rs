@@ -36,6 +36,10 @@ pub enum Managed {
     Session,
     /// A user's persistent home volume.
     Home,
+    /// A workspace's volume.
+    Workspace,
+    /// A workspace copy's job container.
+    Copy,
 }
 
 impl Managed {
@@ -44,6 +48,8 @@ impl Managed {
         match self {
             Managed::Session => "session",
             Managed::Home => "home",
+            Managed::Workspace => "workspace",
+            Managed::Copy => "copy",
         }
     }
 
@@ -52,6 +58,8 @@ impl Managed {
         match s {
             "session" => Some(Managed::Session),
             "home" => Some(Managed::Home),
+            "workspace" => Some(Managed::Workspace),
+            "copy" => Some(Managed::Copy),
             _ => None,
         }
     }
@@ -82,6 +90,7 @@ pub fn facts<'a>(instance: &'a str, s: &'a Session) -> policy::declared::Session
         name: &s.name,
         created: s.created_at,
         options: &s.options,
+        workspace: s.workspace.as_ref().map(|w| w.volume.as_str()),
     }
 }
 
@@ -144,6 +153,9 @@ pub struct SessionLabels {
     pub created: Option<u64>,
     /// The host it was placed on; `None` for containers made before hosts were labelled.
     pub host: Option<String>,
+    /// The volume of the workspace it mounts (`""`: an ephemeral one); `None`: none, or
+    /// made before workspaces were labelled.
+    pub workspace: Option<String>,
 }
 
 impl SessionLabels {
@@ -156,6 +168,7 @@ impl SessionLabels {
             profile: l.get(PROFILE).cloned().unwrap_or_default(),
             created: l.get(CREATED).and_then(|t| t.parse().ok()),
             host: l.get(HOST).cloned(),
+            workspace: l.get(policy::declared::WORKSPACE_LABEL).cloned(),
         })
     }
 }
@@ -187,12 +200,18 @@ mod tests {
             record: Default::default(),
             shares: Vec::new(),
             peers: Vec::new(),
+            workspace: None,
         }
     }
 
     #[test]
     fn managed_kinds_round_trip_and_nothing_else_parses() {
-        for m in [Managed::Session, Managed::Home] {
+        for m in [
+            Managed::Session,
+            Managed::Home,
+            Managed::Workspace,
+            Managed::Copy,
+        ] {
             assert_eq!(Managed::parse(m.as_str()), Some(m));
         }
         for other in ["", "other", "Session", "sessions"] {
@@ -228,8 +247,26 @@ mod tests {
                 profile: "shell".into(),
                 created: Some(1_700_000_000),
                 host: Some("gpu-1".into()),
+                workspace: None,
             })
         );
+        // A session on a workspace names its volume; an ephemeral one, none.
+        for volume in ["termgate-ws-prod-abcdefghijk234mn", ""] {
+            let mut on = s.clone();
+            on.workspace = Some(crate::model::SessionWorkspace {
+                id: None,
+                volume: volume.into(),
+            });
+            let l = session_container("prod", &on);
+            assert_eq!(
+                l.get("termgate.workspace").map(String::as_str),
+                Some(volume)
+            );
+            assert_eq!(
+                SessionLabels::read(&l).and_then(|r| r.workspace).as_deref(),
+                Some(volume)
+            );
+        }
     }
 
     #[test]

@@ -336,6 +336,7 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "could not check Docker for sessions to rebuild"),
     }
+    control.recover_copies().await;
     let first = reconciler.pass().await;
     tracing::info!(
         ?first,

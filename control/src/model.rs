@@ -109,6 +109,80 @@ pub struct Session {
     /// end with it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peers: Vec<PeerGrant>,
+    /// The workspace it mounts; `None`: its profile mounts none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<SessionWorkspace>,
+}
+
+/// The workspace a session mounts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionWorkspace {
+    /// The workspace's id; `None`: an ephemeral one (made with the container and
+    /// removed with it), or one whose record was lost.
+    #[serde(default)]
+    pub id: Option<SessionId>,
+    /// Its Docker volume; `""` for an ephemeral one.
+    pub volume: String,
+}
+
+/// Where a workspace is in its life.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum WorkspaceState {
+    /// Usable.
+    Ready,
+    /// Being filled by a copy job from workspace `from`.
+    Copying {
+        /// The source workspace.
+        from: SessionId,
+    },
+    /// Its copy failed; its volume was removed, the record stays until deleted.
+    Failed {
+        /// Why, in words.
+        reason: String,
+    },
+}
+
+/// How termgate came to hold a workspace: the evidence its removal rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspaceOrigin {
+    /// The user's home volume (`termgate.managed=home`), their default workspace: it
+    /// is never removed.
+    Home,
+    /// Made by termgate (`termgate.managed=workspace` and this record, written in the
+    /// same step): termgate may remove it.
+    Created,
+}
+
+/// A workspace as control stores it: one Docker volume that outlives sessions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Workspace {
+    /// Its id.
+    pub id: SessionId,
+    /// Whose it is.
+    pub owner: Sub,
+    /// Its name, unique among its owner's.
+    pub name: String,
+    /// Its Docker volume.
+    pub volume: String,
+    /// Home volume or made by termgate.
+    pub origin: WorkspaceOrigin,
+    /// The Docker host its volume is on, once made; a home workspace has one volume on
+    /// each host its owner's sessions ran on, and none here.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Ready, copying or failed.
+    #[serde(flatten)]
+    pub state: WorkspaceState,
+    /// Seconds since the Unix epoch.
+    pub created_at: u64,
+    /// Its size in bytes when last measured (after a copy); `None`: never measured.
+    #[serde(default)]
+    pub size_bytes: Option<u64>,
+    /// The workspace it was copied from.
+    #[serde(default)]
+    pub copied_from: Option<SessionId>,
 }
 
 fn local_host() -> String {

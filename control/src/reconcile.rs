@@ -23,6 +23,7 @@ use policy::SessionId;
 use crate::docker::{ContainerStatus, Docker, DockerError, EventAction};
 use crate::hosts::{Host, Probe};
 use crate::labels::{self, SessionLabels};
+use crate::model::SessionWorkspace;
 use crate::model::{Recording, Session, SessionState};
 use crate::service::{container_name, now, Control, SYSTEM};
 use crate::store::StoreError;
@@ -159,6 +160,11 @@ impl Reconciler {
                             record,
                             shares: Vec::new(),
                             peers: Vec::new(),
+                            // Its volume, from the label; which record it was is for
+                            // the workspaces' own books.
+                            workspace: l
+                                .workspace
+                                .map(|volume| SessionWorkspace { id: None, volume }),
                         })
                     }),
             );

@@ -37,6 +37,7 @@ mod recording_links;
 mod shares;
 mod sign_ins;
 mod targets;
+mod workspaces;
 
 pub use clock::now;
 pub use create::CreateTiming;
@@ -243,6 +244,20 @@ impl Control {
             v.ends_at = Some(d.at);
             v.ends_because = Some(d.cause.as_str());
         }
+        v.workspace = s
+            .workspace
+            .as_ref()
+            .map(|w| crate::api::wire::SessionWorkspaceView {
+                id: w.id,
+                name: match w
+                    .id
+                    .and_then(|id| self.store.get_workspace(&id).ok().flatten())
+                {
+                    Some(ws) => ws.name,
+                    None if w.volume.is_empty() => "ephemeral".into(),
+                    None => w.volume.clone(),
+                },
+            });
         if let Some(p) = self.config.profiles.get(&s.profile) {
             v.runtime = p.runtime.clone();
             let off = policy::share::ShareMode::Off;

@@ -97,6 +97,7 @@ impl Req {
             options: BTreeMap::new(),
             spec: self.spec.clone(),
             home: None,
+            workspace: policy::declared::WorkspaceMode::None,
             tmp_size_mb: 16,
             runtime: None,
         };
@@ -114,6 +115,7 @@ impl Req {
                 name: "test",
                 created: 1,
                 options: &options,
+                workspace: None,
             },
         )
         .expect("a declared body");

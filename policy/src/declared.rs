@@ -6,7 +6,9 @@
 //! and the user's enumerated options). Control sends exactly that body; dockgate rebuilds
 //! it from the create's own labels and options with the same function and refuses any
 //! difference, naming the first field that differs ([`first_difference`]). A home
-//! volume's create body is [`home_volume_body`], compared the same way.
+//! volume's create body is [`home_volume_body`], a workspace's
+//! [`workspace_volume_body`] and a workspace copy's job [`copy_job_body`], each
+//! compared the same way.
 //!
 //! Architecture invariant: nothing about a session container is decided anywhere else.
 //! What a profile may mount, its user, network and security options come from the
@@ -39,6 +41,47 @@ pub const CREATED_LABEL: &str = "termgate.created";
 /// The Docker host the session was placed on.
 pub const HOST_LABEL: &str = "termgate.host";
 
+mod workspace;
+
+pub use workspace::{
+    copy_job_body, copy_job_name, is_own_volume, workspace_volume_body, workspace_volume_labels,
+    workspace_volume_name, CopyFacts, COPY_SOURCE_LABEL, COPY_SOURCE_TARGET, WORKSPACE_LABEL,
+};
+
+/// What a profile's sessions mount at its `home` mount point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WorkspaceMode {
+    /// Nothing.
+    #[default]
+    None,
+    /// The owner's home volume.
+    Home,
+    /// The workspace the user chooses at create time: one of theirs (the home volume
+    /// among them), or an ephemeral one removed with the container.
+    Choose,
+}
+
+impl WorkspaceMode {
+    /// The configuration's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkspaceMode::None => "none",
+            WorkspaceMode::Home => "home",
+            WorkspaceMode::Choose => "choose",
+        }
+    }
+
+    /// Reads the configuration's spelling.
+    pub fn parse(s: &str) -> Option<WorkspaceMode> {
+        match s {
+            "none" => Some(WorkspaceMode::None),
+            "home" => Some(WorkspaceMode::Home),
+            "choose" => Some(WorkspaceMode::Choose),
+            _ => None,
+        }
+    }
+}
+
 /// One option a user may choose for a profile's sessions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeclaredOption {
@@ -61,10 +104,12 @@ pub struct DeclaredProfile {
     /// The options users choose from.
     pub options: BTreeMap<String, DeclaredOption>,
     /// The sandbox, with the profile's declared mounts (host paths as dockerd sees
-    /// them, borrowed volumes) and without the home volume.
+    /// them, borrowed volumes) and without the workspace.
     pub spec: ContainerSpec,
-    /// Mount point of the owner's home volume; `None`: no home volume.
+    /// Where the session's workspace is mounted; `None`: it has none.
     pub home: Option<String>,
+    /// What is mounted there.
+    pub workspace: WorkspaceMode,
     /// Size of the `/tmp` tmpfs, MiB.
     pub tmp_size_mb: u64,
     /// The OCI runtime (`HostConfig.Runtime`); `None`: the daemon's default, and no
@@ -91,6 +136,9 @@ pub struct SessionFacts<'a> {
     pub created: u64,
     /// The user's options, each one of its profile's enumerated values.
     pub options: &'a BTreeMap<String, String>,
+    /// The Docker volume of the session's workspace (`""`: an ephemeral one, made
+    /// anonymous and removed with the container); `None`: it mounts none.
+    pub workspace: Option<&'a str>,
 }
 
 /// A body that cannot be declared: the field and why.
@@ -153,12 +201,19 @@ pub fn session_labels(f: &SessionFacts<'_>) -> BTreeMap<String, String> {
         (CREATED_LABEL.to_owned(), f.created.to_string()),
         (HOST_LABEL.to_owned(), f.host.to_owned()),
     ])
+    .into_iter()
+    .chain(
+        f.workspace
+            .map(|w| (WORKSPACE_LABEL.to_owned(), w.to_owned())),
+    )
+    .collect()
 }
 
-/// The sandbox of a session of `p` whose owner's home volume is `home_volume`.
-pub fn session_spec(p: &DeclaredProfile, home_volume: Option<&str>) -> ContainerSpec {
+/// The sandbox of a session of `p` whose workspace is the volume `workspace` (`""`:
+/// an anonymous one).
+pub fn session_spec(p: &DeclaredProfile, workspace: Option<&str>) -> ContainerSpec {
     let mut spec = p.spec.clone();
-    if let (Some(target), Some(volume)) = (&p.home, home_volume) {
+    if let (Some(target), Some(volume)) = (&p.home, workspace) {
         spec.mounts.push(MountSpec {
             kind: MountKind::Volume,
             source: volume.to_owned(),
@@ -223,11 +278,71 @@ pub fn container_body(p: &DeclaredProfile, f: &SessionFacts<'_>) -> Result<Value
             "tmp_size_mb must be positive (size=0 would make /tmp unbounded)",
         ));
     }
-    let home = p
-        .home
-        .as_ref()
-        .map(|_| home_volume_name(f.instance, f.owner));
-    let spec = session_spec(p, home.as_deref());
+    let workspace = session_workspace(p, f)?;
+    let spec = session_spec(p, workspace);
+    let env = session_env(p, f.options)?;
+    let cmd = (!p.command.is_empty()).then(|| Launch::Cmd(p.command.clone()));
+    Ok(body_of(p, &spec, env, cmd, session_labels(f)))
+}
+
+/// The workspace volume a session of `p` mounts, checked against the profile: a home
+/// profile's is the owner's home volume, a chosen one any volume (what it must be is
+/// looked up before the create goes on), and a profile without one mounts none.
+fn session_workspace<'f>(
+    p: &DeclaredProfile,
+    f: &SessionFacts<'f>,
+) -> Result<Option<&'f str>, NotDeclared> {
+    let field = || format!("Labels.{WORKSPACE_LABEL}");
+    let mode = if p.home.is_some() {
+        p.workspace
+    } else {
+        WorkspaceMode::None
+    };
+    match (mode, f.workspace) {
+        (WorkspaceMode::None, None) => Ok(None),
+        (WorkspaceMode::None, Some(_)) => {
+            Err(not_declared(field(), "the profile mounts no workspace"))
+        }
+        (_, None) => Err(not_declared(
+            field(),
+            "the profile mounts a workspace, the session names none",
+        )),
+        (WorkspaceMode::Home, Some(w)) => {
+            let home = home_volume_name(f.instance, f.owner);
+            if w == home {
+                Ok(Some(w))
+            } else {
+                Err(not_declared(
+                    field(),
+                    format!("the profile mounts the owner's home volume {home:?}, not {w:?}"),
+                ))
+            }
+        }
+        (WorkspaceMode::Choose, Some(w)) => {
+            if w.is_empty() || crate::sandbox::is_plain_name(w) {
+                Ok(Some(w))
+            } else {
+                Err(not_declared(field(), format!("{w:?} is not a volume name")))
+            }
+        }
+    }
+}
+
+/// What a container runs: a command after the image's entrypoint, or an entrypoint of
+/// its own (the image's command then unused).
+enum Launch {
+    Cmd(Vec<String>),
+    Entrypoint(Vec<String>),
+}
+
+/// The create body of a container of profile `p` with sandbox `spec`.
+fn body_of(
+    p: &DeclaredProfile,
+    spec: &ContainerSpec,
+    env: Vec<String>,
+    launch: Option<Launch>,
+    labels: BTreeMap<String, String>,
+) -> Value {
     let mut host = Map::new();
     host.insert("CapAdd".into(), json!(spec.cap_add));
     host.insert("CapDrop".into(), json!(spec.cap_drop));
@@ -264,7 +379,7 @@ pub fn container_body(p: &DeclaredProfile, f: &SessionFacts<'_>) -> Result<Value
             .mounts
             .iter()
             .map(|m| {
-                json!({
+                let mut mount = json!({
                     "Type": match m.kind {
                         MountKind::Bind => "bind",
                         MountKind::Volume => "volume",
@@ -272,7 +387,15 @@ pub fn container_body(p: &DeclaredProfile, f: &SessionFacts<'_>) -> Result<Value
                     "Source": m.source,
                     "Target": m.target,
                     "ReadOnly": m.read_only,
-                })
+                });
+                // An ephemeral workspace: Docker makes the volume and removes it with
+                // the container.
+                if m.kind == MountKind::Volume && m.source.is_empty() {
+                    if let Some(o) = mount.as_object_mut() {
+                        o.remove("Source");
+                    }
+                }
+                mount
             })
             .collect();
         host.insert("Mounts".into(), Value::Array(mounts));
@@ -287,13 +410,19 @@ pub fn container_body(p: &DeclaredProfile, f: &SessionFacts<'_>) -> Result<Value
     for key in ["StdinOnce", "AttachStdin", "AttachStdout", "AttachStderr"] {
         body.insert(key.into(), json!(false));
     }
-    body.insert("Env".into(), json!(session_env(p, f.options)?));
-    if !p.command.is_empty() {
-        body.insert("Cmd".into(), json!(p.command));
+    body.insert("Env".into(), json!(env));
+    match launch {
+        Some(Launch::Cmd(cmd)) => {
+            body.insert("Cmd".into(), json!(cmd));
+        }
+        Some(Launch::Entrypoint(e)) => {
+            body.insert("Entrypoint".into(), json!(e));
+        }
+        None => {}
     }
-    body.insert("Labels".into(), json!(session_labels(f)));
+    body.insert("Labels".into(), json!(labels));
     body.insert("HostConfig".into(), Value::Object(host));
-    Ok(Value::Object(body))
+    Value::Object(body)
 }
 
 /// Where a body differs from the declared one: the JSON path of the first field that

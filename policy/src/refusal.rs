@@ -221,6 +221,16 @@ impl Refusal {
         "invalid_name",
         "name must be at most 64 printable characters",
     );
+    /// Not the caller's workspace, or no such workspace: the same answer.
+    pub const WORKSPACE_NOT_FOUND: Refusal =
+        refusal(404, "workspace_not_found", "no such workspace");
+    /// A workspace a session uses, or one being copied from, cannot be deleted or
+    /// copied now.
+    pub const WORKSPACE_IN_USE: Refusal =
+        refusal(409, "workspace_in_use", "the workspace is in use");
+    /// A workspace choice or name the profile or the request cannot take.
+    pub const INVALID_WORKSPACE: Refusal =
+        refusal(400, "invalid_workspace", "invalid workspace choice");
     /// A profile option that does not exist or has a value it does not offer.
     pub const INVALID_OPTION: Refusal = refusal(400, "invalid_option", "invalid profile option");
     /// A terminal size out of range.

@@ -304,6 +304,14 @@ fn is_numeric_non_root(user: &str) -> bool {
     }
 }
 
+/// Whether `s` is a plain Docker object name: `[A-Za-z0-9_.-]+`, not starting with `.`
+/// or `-`.
+pub fn is_plain_name(s: &str) -> bool {
+    s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
 /// Checks a spec against every red line; returns all violations (empty: compliant).
 pub fn check(spec: &ContainerSpec) -> Vec<Violation> {
     let mut v = Vec::new();
@@ -420,12 +428,10 @@ pub fn check(spec: &ContainerSpec) -> Vec<Violation> {
                     }
                 }
             },
+            // No source: an anonymous volume, made for the container and removed with
+            // it (an ephemeral workspace).
             MountKind::Volume => {
-                let ok = !m.source.is_empty()
-                    && m.source
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-                if !ok {
+                if !(m.source.is_empty() || is_plain_name(&m.source)) {
                     add(
                         Rule::MountPaths,
                         format!("volume name {:?} is not a plain name", m.source),

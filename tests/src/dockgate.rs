@@ -243,6 +243,10 @@ impl DeclaredGate {
             .collect();
         let id = policy::SessionId::parse(session).expect("a session id");
         let owner = policy::Sub::parse(owner).expect("a sub");
+        // The home workspace, as control mounts it when the user chooses none.
+        let home = policy::declared::home_volume_name(&c.instance, &owner);
+        let workspace =
+            (p.workspace_mode() != policy::declared::WorkspaceMode::None).then_some(home.as_str());
         let body = policy::declared::container_body(
             &p.declared(),
             &policy::declared::SessionFacts {
@@ -254,6 +258,7 @@ impl DeclaredGate {
                 name: "dockgate test",
                 created: 1_700_000_000,
                 options: &options,
+                workspace,
             },
         )
         .expect("a declared body");

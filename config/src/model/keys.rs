@@ -128,6 +128,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("profiles.<name>.cpus", "1.0"),
     ("profiles.<name>.tmp_size_mb", "64"),
     ("profiles.<name>.home", ""),
+    ("profiles.<name>.workspace", ""),
     ("profiles.<name>.mounts", "[]"),
     ("profiles.<name>.options", "{}"),
     ("profiles.<name>.readonly_rootfs", "true"),

@@ -46,6 +46,12 @@ pub struct Profile {
     /// Mount point of the user's persistent home volume; unset: no home volume.
     #[serde(default)]
     pub home: Option<String>,
+    /// What its sessions mount at `home`: `home` (the user's home volume), `choose`
+    /// (the workspace the user picks at create time: one of theirs, a new one, or an
+    /// ephemeral one removed with the session) or `none`; unset: `home` when `home` is
+    /// set.
+    #[serde(default)]
+    pub workspace: Option<String>,
     /// Extra mounts.
     #[serde(default)]
     pub mounts: Vec<MountConfig>,

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use policy::declared::{DeclaredOption, DeclaredProfile};
+use policy::declared::{DeclaredOption, DeclaredProfile, WorkspaceMode};
 use policy::sandbox::{self, ContainerSpec, MountKind, MountSpec, Namespace, NamespaceMode};
 
 use super::common::is_name;
@@ -74,6 +74,23 @@ fn validate_profile(name: &str, p: &Profile, err: &mut impl FnMut(&str, String))
                 format!("{runtime:?} is not a runtime name (letters, digits, '.', '_', '-'; at most 64)"),
             );
         }
+    }
+    match (p.workspace.as_deref().map(WorkspaceMode::parse), &p.home) {
+        (Some(None), _) => err(
+            &format!("{key}.workspace"),
+            format!(
+                "{:?} is not one of \"none\", \"home\", \"choose\"",
+                p.workspace.as_deref().unwrap_or_default()
+            ),
+        ),
+        (Some(Some(WorkspaceMode::Home | WorkspaceMode::Choose)), None) => err(
+            &format!("{key}.workspace"),
+            format!(
+                "{:?} needs home, the mount point of the workspace",
+                p.workspace.as_deref().unwrap_or_default()
+            ),
+        ),
+        _ => {}
     }
     if p.record_input && !p.record {
         err(
@@ -325,8 +342,19 @@ impl Profile {
                 .collect(),
             spec,
             home: self.home.clone(),
+            workspace: self.workspace_mode(),
             tmp_size_mb: self.tmp_size_mb,
             runtime: self.runtime.clone(),
+        }
+    }
+
+    /// What its sessions mount at `home` (an unknown spelling, refused at load, reads
+    /// as none).
+    pub fn workspace_mode(&self) -> WorkspaceMode {
+        match (&self.workspace, &self.home) {
+            (_, None) => WorkspaceMode::None,
+            (None, Some(_)) => WorkspaceMode::Home,
+            (Some(w), Some(_)) => WorkspaceMode::parse(w).unwrap_or_default(),
         }
     }
 

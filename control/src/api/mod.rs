@@ -4,8 +4,8 @@
 //! one); the route feed carries the service token. Bodies are bounded, unknown fields
 //! refused, and every error is the JSON shape of design §2.
 //!
-//! `route` picks the handler by path: `sessions`, `users`, `internal` (the gateways'
-//! endpoints) and `authz`; the bodies and answers are in `wire`, the plumbing they share
+//! `route` picks the handler by path: `sessions`, `workspaces`, `users`, `internal`
+//! (the gateways' endpoints) and `authz`; the bodies and answers are in `wire`, the plumbing they share
 //! (replies, authentication, bodies) in `http`.
 
 use std::convert::Infallible;
@@ -34,6 +34,7 @@ mod recording_links;
 mod sessions;
 mod users;
 pub mod wire;
+mod workspaces;
 
 /// A `/v1/` path's segments (none for any other path).
 fn path_segments(path: &str) -> Vec<&str> {
@@ -71,6 +72,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
         ["sessions", rest @ ..] => sessions::sessions(control, req, rest, limit).await,
         ["history"] => sessions::history(control, req),
         ["targets", rest @ ..] => sessions::targets(control, req, rest, limit).await,
+        ["workspaces", rest @ ..] => workspaces::workspaces(control, req, rest, limit).await,
         _ => Err(no_such_endpoint()),
     }
 }

@@ -24,6 +24,10 @@ pub struct CreateRequest {
     /// Option values by option name.
     #[serde(default)]
     pub options: BTreeMap<String, String>,
+    /// For a profile whose workspace is chosen: a workspace id of the caller's,
+    /// `"new"` or `"ephemeral"`; left out: the home workspace.
+    #[serde(default)]
+    pub workspace: Option<String>,
 }
 
 /// Body of `POST /v1/sessions/<id>/redraw`.
@@ -92,6 +96,17 @@ pub struct SessionView<'a> {
     /// (`runsc`: gVisor).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) runtime: Option<String>,
+    /// The workspace it mounts: `{"id", "name"}`, or `{"id": null, "name":
+    /// "ephemeral"}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) workspace: Option<SessionWorkspaceView>,
+}
+
+/// The workspace a session mounts, as its view names it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionWorkspaceView {
+    pub(crate) id: Option<SessionId>,
+    pub(crate) name: String,
 }
 
 /// The actions a session's profile allows its owner: read-only share links, peers,
@@ -130,6 +145,7 @@ impl<'a> From<&'a Session> for SessionView<'a> {
             peers: &s.peers,
             allows: Allows::default(),
             runtime: None,
+            workspace: None,
         }
     }
 }
@@ -480,6 +496,9 @@ pub(super) struct ProfileView<'a> {
     /// The OCI runtime its sessions run under, when not the daemon's default.
     #[serde(skip_serializing_if = "Option::is_none")]
     runtime: Option<&'a str>,
+    /// What its sessions mount: `none`, `home` or `choose` (the create takes
+    /// `workspace`).
+    workspace: &'static str,
 }
 
 /// One option of a profile, without the variable it is passed in.
@@ -508,6 +527,7 @@ impl<'a> ProfileView<'a> {
                 })
                 .collect(),
             runtime: p.runtime.as_deref(),
+            workspace: p.workspace_mode().as_str(),
         }
     }
 }

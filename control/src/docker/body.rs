@@ -35,6 +35,7 @@ mod tests {
 
     use policy::declared::{
         container_body as declared_body, DeclaredOption, DeclaredProfile, SessionFacts,
+        WorkspaceMode,
     };
     use policy::{ContainerSpec, MountKind, MountSpec, Namespace, NamespaceMode, SessionId, Sub};
 
@@ -89,12 +90,23 @@ mod tests {
                 ..Default::default()
             },
             home: Some("/home/user".into()),
+            workspace: WorkspaceMode::Home,
             tmp_size_mb: 16,
             runtime: None,
         }
     }
 
     fn declared(p: &DeclaredProfile) -> Value {
+        let home = policy::declared::home_volume_name("prod", &Sub::parse("alice").unwrap());
+        let workspace = match p.workspace {
+            WorkspaceMode::None => None,
+            WorkspaceMode::Home => Some(home.as_str()),
+            WorkspaceMode::Choose => Some(""),
+        };
+        declared_with(p, workspace)
+    }
+
+    fn declared_with(p: &DeclaredProfile, workspace: Option<&str>) -> Value {
         let id = SessionId::parse("abcdefghijk234mn").unwrap();
         let owner = Sub::parse("alice").unwrap();
         let options = BTreeMap::from([("editor".to_owned(), "vi".to_owned())]);
@@ -109,6 +121,7 @@ mod tests {
                 name: "box",
                 created: 1,
                 options: &options,
+                workspace,
             },
         )
         .unwrap()
@@ -127,11 +140,41 @@ mod tests {
         p.command.clear();
         p.spec.mounts.clear();
         p.home = None;
+        p.workspace = WorkspaceMode::None;
         p.spec.namespace_modes = BTreeMap::from([(Namespace::Cgroup, NamespaceMode::Private)]);
         let body = declared(&p);
         assert_eq!(body.get("Cmd"), None);
         let typed = container_body(&body).unwrap();
         assert_eq!(serde_json::to_value(&typed).unwrap(), body);
+    }
+
+    #[test]
+    fn bollard_sends_workspaces_and_copy_jobs_unchanged() {
+        let mut p = profile();
+        p.workspace = WorkspaceMode::Choose;
+        // An ephemeral workspace: a volume mount without a source.
+        let body = declared_with(&p, Some(""));
+        let typed = container_body(&body).unwrap();
+        assert_eq!(serde_json::to_value(&typed).unwrap(), body);
+        let chosen = declared_with(&p, Some("termgate-ws-prod-abcdefghijk234mn"));
+        let typed = container_body(&chosen).unwrap();
+        assert_eq!(serde_json::to_value(&typed).unwrap(), chosen);
+        let owner = Sub::parse("alice").unwrap();
+        let job = policy::declared::copy_job_body(
+            &p,
+            &policy::declared::CopyFacts {
+                instance: "prod",
+                host: "local",
+                owner: &owner,
+                profile: "default",
+                source: "termgate-ws-prod-abcdefghijk234mn",
+                dest: "termgate-ws-prod-bbcdefghijk234mn",
+            },
+        )
+        .unwrap();
+        assert!(job.get("Entrypoint").is_some());
+        let typed = container_body(&job).unwrap();
+        assert_eq!(serde_json::to_value(&typed).unwrap(), job);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The only module that talks to Docker: session containers and home volumes.
+//! The only module that talks to Docker: session containers, copy jobs, and home and
+//! workspace volumes.
 //!
 //! Every call is bounded by the per-call timeout given to [`Docker::connect`]; a timeout,
 //! like a daemon that cannot be reached, is [`DockerError::Unavailable`]. Container
@@ -26,12 +27,12 @@ use bollard::models::VolumeCreateRequest;
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, EventsOptionsBuilder, InspectContainerOptions,
     KillContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
-    ResizeContainerTTYOptionsBuilder,
+    RemoveVolumeOptionsBuilder, ResizeContainerTTYOptionsBuilder,
 };
 use bollard::{ClientVersion, API_DEFAULT_VERSION};
 use futures_util::{Stream, StreamExt};
 use policy::sandbox;
-use policy::Sub;
+use policy::{SessionId, Sub};
 
 use crate::labels::{self, Labels};
 
@@ -389,10 +390,37 @@ impl Docker {
         owner: &Sub,
         instance: &str,
     ) -> Result<(), DockerError> {
-        const OP: &str = "ensure_home_volume";
-        check_ref(OP, name)?;
-        let want = labels::home_volume(instance, owner);
-        let found = match self.call(OP, self.inner.inspect_volume(name)).await {
+        self.ensure_volume(
+            "ensure_home_volume",
+            name,
+            labels::home_volume(instance, owner),
+        )
+        .await
+    }
+
+    /// Makes sure workspace `id`'s volume `name` exists for `owner`, as
+    /// [`Docker::ensure_home_volume`] does the home volume: made with the workspace's
+    /// labels when absent, adopted only when it carries exactly them.
+    pub async fn ensure_workspace_volume(
+        &self,
+        name: &str,
+        owner: &Sub,
+        id: &SessionId,
+        instance: &str,
+    ) -> Result<(), DockerError> {
+        let want = policy::declared::workspace_volume_labels(instance, owner, id);
+        self.ensure_volume("ensure_workspace_volume", name, want)
+            .await
+    }
+
+    async fn ensure_volume(
+        &self,
+        op: &'static str,
+        name: &str,
+        want: Labels,
+    ) -> Result<(), DockerError> {
+        check_ref(op, name)?;
+        let found = match self.call(op, self.inner.inspect_volume(name)).await {
             Ok(v) => v.labels,
             Err(DockerError::NotFound) => {
                 let req = VolumeCreateRequest {
@@ -402,7 +430,7 @@ impl Docker {
                 };
                 // Creating an existing volume answers with that volume, so a racing
                 // creator is caught by the same label check.
-                self.call(OP, self.inner.create_volume(req)).await?.labels
+                self.call(op, self.inner.create_volume(req)).await?.labels
             }
             Err(e) => return Err(e),
         };
@@ -412,6 +440,33 @@ impl Docker {
             Err(DockerError::Conflict(format!(
                 "volume {name:?} exists and was not created by termgate for this owner and instance"
             )))
+        }
+    }
+
+    /// The labels of volume `name`; `None` when it does not exist.
+    pub async fn volume_labels(&self, name: &str) -> Result<Option<Labels>, DockerError> {
+        const OP: &str = "inspect_volume";
+        check_ref(OP, name)?;
+        match self.call(OP, self.inner.inspect_volume(name)).await {
+            Ok(v) => Ok(Some(v.labels.into_iter().collect())),
+            Err(DockerError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Removes volume `name`, never by force: a volume a container still uses stays
+    /// ([`DockerError::Conflict`]). Missing: Ok. The caller has the evidence that
+    /// termgate made it.
+    pub async fn remove_volume(&self, name: &str) -> Result<(), DockerError> {
+        const OP: &str = "remove_volume";
+        check_ref(OP, name)?;
+        let options = RemoveVolumeOptionsBuilder::new().force(false).build();
+        match self
+            .call(OP, self.inner.remove_volume(name, Some(options)))
+            .await
+        {
+            Ok(()) | Err(DockerError::NotFound) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 

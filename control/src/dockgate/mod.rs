@@ -305,9 +305,9 @@ impl Gate {
         }
     }
 
-    /// What a declared container create depends on, looked up now: the owner's home
-    /// volume is this instance's and this owner's, borrowed volumes are plain local
-    /// ones, the named network resolves to exactly that name, and each bind source
+    /// What a declared container create depends on, looked up now: the workspace (and
+    /// a copy's source and new volume) are the owner's home volume or workspaces
+    /// termgate made for them, borrowed volumes are plain local ones, the named network resolves to exactly that name, and each bind source
     /// still resolves where a mount may go.
     async fn look_up(&self, l: CreateLookups) -> Result<(), Refusal> {
         let refuse = |message: String| {
@@ -316,15 +316,22 @@ impl Gate {
                 message,
             })
         };
-        if let Some((name, owner)) = &l.home_volume {
+        for (name, owner, home_allowed) in &l.own_volumes {
             let found = self.daemon.inspect(ObjectKind::Volume, name).await?;
             let Some(found) = found else {
-                return Err(refuse(format!("home volume {name} does not exist")));
+                return Err(refuse(format!("volume {name} does not exist")));
             };
-            let want = policy::declared::home_volume_labels(&self.instance, owner);
-            if found.labels != want {
+            let home = policy::declared::home_volume_labels(&self.instance, owner);
+            let own = policy::declared::is_own_volume(name, &found.labels, &self.instance, owner)
+                && (*home_allowed || found.labels != home);
+            if !own {
                 return Err(refuse(format!(
-                    "volume {name} is not the home volume of {owner} in deployment {}",
+                    "volume {name} is not {} of {owner} in deployment {}",
+                    if *home_allowed {
+                        "the home volume or a workspace"
+                    } else {
+                        "a workspace"
+                    },
                     self.instance
                 )));
             }
@@ -437,8 +444,8 @@ fn kind_name(kind: ObjectKind) -> &'static str {
 
 fn describe(kind: ObjectKind) -> &'static str {
     match kind {
-        ObjectKind::Container => "session container",
-        ObjectKind::Volume => "home volume",
+        ObjectKind::Container => "session container or copy job",
+        ObjectKind::Volume => "home or workspace volume",
     }
 }
 

@@ -17,7 +17,7 @@ use crate::store::StoreError;
 use super::clock::now;
 use super::failpoint::failpoint;
 use super::handle::Control;
-use super::names::{container_name, home_volume_name, SYSTEM};
+use super::names::{container_name, SYSTEM};
 
 /// Where the time of a create went.
 #[derive(Debug, Clone, Copy)]
@@ -32,7 +32,7 @@ pub struct CreateTiming {
 /// format characters that make a name display as another one (bidirectional
 /// overrides and isolates, zero-width characters, the byte-order mark, line and
 /// paragraph separators).
-fn invisible(c: char) -> bool {
+pub(super) fn invisible(c: char) -> bool {
     c.is_control()
         || matches!(c,
             '\u{00AD}'
@@ -71,6 +71,7 @@ impl Control {
                 n
             }
         };
+        let workspace = self.choose_workspace(who, profile, &name, req.workspace.as_deref())?;
         let mut random = [0u8; 10];
         getrandom::getrandom(&mut random)
             .map_err(|e| ApiError::INTERNAL.with_message(format!("no randomness: {e}")))?;
@@ -92,6 +93,7 @@ impl Control {
             record: crate::model::Recording::of(profile.record, profile.record_input),
             shares: Vec::new(),
             peers: Vec::new(),
+            workspace: workspace.map(|(w, _)| w),
         };
         // Marked before the record exists, so no reconcile pass ever sees this record
         // without the mark while this process works on it.
@@ -100,8 +102,19 @@ impl Control {
             .mark(session.id)
             .ok_or_else(|| ApiError::INTERNAL.with_message("session id already in flight"))?;
         self.store
-            .insert_placed(&mut session, self.limits(), |active| {
-                self.hosts.place(&profile.hosts, profile.runtime.as_deref(), active)
+            .insert_placed(&mut session, self.limits(), |active, pinned| match pinned {
+                // A workspace's volume is on one host: the session goes there.
+                Some(h) if profile.hosts.is_empty() || profile.hosts.iter().any(|p| p == h) => {
+                    self.hosts
+                        .place(&[h.to_owned()], profile.runtime.as_deref(), active)
+                }
+                Some(h) => Err(format!(
+                    "the workspace is on host {h}, where profile {:?} does not run",
+                    req.profile
+                )),
+                None => self
+                    .hosts
+                    .place(&profile.hosts, profile.runtime.as_deref(), active),
             })
             .map_err(|e| {
                 match &e {
@@ -217,16 +230,7 @@ impl Control {
         docker: &Docker,
     ) -> Result<String, DockerError> {
         let instance = &self.config.instance;
-        let home = match &profile.home {
-            Some(_) => {
-                let volume = home_volume_name(instance, &s.owner);
-                docker
-                    .ensure_home_volume(&volume, &s.owner, instance)
-                    .await?;
-                Some(volume)
-            }
-            None => None,
-        };
+        self.ensure_workspace(s, docker).await?;
         let declared = profile.declared();
         let body = policy::declared::container_body(&declared, &labels::facts(instance, s))
             .map_err(|e| DockerError::Other {
@@ -236,7 +240,10 @@ impl Control {
         let req = ContainerRequest {
             name: container_name(&s.id),
             body,
-            spec: policy::declared::session_spec(&declared, home.as_deref()),
+            spec: policy::declared::session_spec(
+                &declared,
+                s.workspace.as_ref().map(|w| w.volume.as_str()),
+            ),
         };
         let id = docker.create(&req).await?;
         failpoint("create:after_container");

@@ -32,6 +32,8 @@ pub(super) const REVOKED: &str = "revoked";
 pub(super) const RECORDING_LINKS: &str = "recording_links";
 /// `at_ms sequence` (big-endian) → an audit line (JSON).
 pub(super) const AUDIT: &str = "audit";
+/// workspace id → the workspace.
+pub(super) const WORKSPACES: &str = "workspaces";
 
 /// The revision's key in `meta`.
 pub(super) const REV_KEY: &[u8] = b"rev";

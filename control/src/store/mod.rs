@@ -1,6 +1,6 @@
 //! The control service's books, kept in sled. This is the only module that touches sled.
 //!
-//! Layout (one sled database, twelve trees):
+//! Layout (one sled database, thirteen trees):
 //!
 //! | tree               | key                                         | value              |
 //! |--------------------|---------------------------------------------|--------------------|
@@ -16,6 +16,7 @@
 //! | `sign_ins`         | token fingerprint (hex)                     | [`SignIn`] JSON    |
 //! | `revoked`          | `f/<fingerprint>`, `j/<jti>`, `b/<sub>`     | [`Revocation`] JSON |
 //! | `recording_links`  | `h/<token sha256 hex>`; `i/<session>/<recording>/<link id>` | [`RecordingLink`] JSON; the hash |
+//! | `workspaces`       | workspace id                                | [`Workspace`] JSON |
 //!
 //! Every write holds one process-wide mutex and runs as one multi-tree transaction:
 //! the mutex serialises quota check, insert, counting and the revision bump (sled's
@@ -34,7 +35,8 @@
 //! reopening after an I/O failure) and publishing revisions. The operations live by
 //! topic: [`sessions`] the session records and their history, [`users`] per-user
 //! counts and locks, [`feed`] the route feed, [`targets`] the targets, [`meta`] the
-//! grant key, [`sign_ins`] the sign-ins and revocations, [`audit`] the audit lines.
+//! grant key, [`sign_ins`] the sign-ins and revocations, [`audit`] the audit lines,
+//! [`workspaces`] the workspaces.
 //! [`error`] holds the error types, [`keys`] the byte layouts, [`tx`] the transaction
 //! helper.
 //!
@@ -45,6 +47,7 @@
 //! [`SignIn`]: crate::model::SignIn
 //! [`Revocation`]: policy::revocation::Revocation
 //! [`RecordingLink`]: crate::model::RecordingLink
+//! [`Workspace`]: crate::model::Workspace
 
 mod audit;
 mod error;
@@ -59,6 +62,7 @@ mod targets;
 mod tests;
 mod tx;
 mod users;
+mod workspaces;
 
 pub use audit::AuditQuery;
 pub use error::{Corruption, Result, StoreError};
@@ -75,7 +79,7 @@ use tokio::sync::watch;
 use crate::model::{Pools, Route, Session};
 use keys::{
     decode_u64, AUDIT, CHANGES, COUNTS, HISTORY, HISTORY_BY_OWNER, LOCKS, META, OWNERS,
-    RECORDING_LINKS, REVOKED, REV_KEY, SESSIONS, SIGN_INS, TARGETS,
+    RECORDING_LINKS, REVOKED, REV_KEY, SESSIONS, SIGN_INS, TARGETS, WORKSPACES,
 };
 
 /// The control service's persistent state: sessions, history, quotas, locks and the
@@ -115,6 +119,7 @@ struct Opened {
     revoked: Tree,
     recording_links: Tree,
     audit: Tree,
+    workspaces: Tree,
     /// This opening's feed epoch (see [`FeedPage::epoch`](crate::model::FeedPage::epoch)).
     epoch: String,
     /// sled's log file, for [`Opened::sync`].
@@ -153,6 +158,7 @@ impl Opened {
             revoked: open(REVOKED)?,
             recording_links: open(RECORDING_LINKS)?,
             audit: open(AUDIT)?,
+            workspaces: open(WORKSPACES)?,
             epoch: new_epoch()?,
             log: std::fs::File::open(path.join("db")).map_err(StoreError::Unavailable)?,
             db,

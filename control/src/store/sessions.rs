@@ -10,7 +10,7 @@ use super::keys::{
 };
 use super::tx::{abort, encode};
 use super::Store;
-use crate::model::{Change, Session, SessionState};
+use crate::model::{Change, Session, SessionState, Workspace, WorkspaceOrigin, WorkspaceState};
 
 /// How an active session ends: [`Store::end`]'s request.
 #[derive(Debug, Clone, Copy)]
@@ -49,7 +49,7 @@ impl Store {
             )));
         }
         let _guard = self.write_lock()?;
-        self.insert_creating_locked(s, limits)
+        self.insert_creating_locked(s, limits, None)
     }
 
     /// [`Store::insert_creating`] for a session whose Docker host is chosen here, under
@@ -63,6 +63,7 @@ impl Store {
         limits: QuotaLimits,
         choose: impl FnOnce(
             &std::collections::BTreeMap<String, u32>,
+            Option<&str>,
         ) -> std::result::Result<String, String>,
     ) -> Result<()> {
         if s.state != SessionState::Creating {
@@ -82,12 +83,45 @@ impl Store {
             let active = decode_session(&key, &value)?;
             *per_host.entry(active.host).or_default() += 1;
         }
-        s.host = choose(&per_host).map_err(StoreError::NoHost)?;
-        self.insert_creating_locked(s, limits)
+        // A workspace is claimed here, where no copy or delete can start meanwhile; its
+        // volume's host (once made) is the only one the session may go to, and the
+        // first session on a new one fixes it.
+        let mut workspace = None;
+        if let Some(id) = s.workspace.as_ref().and_then(|w| w.id) {
+            let mut w = self
+                .get_workspace(&id)?
+                .filter(|w| w.owner == s.owner)
+                .ok_or_else(|| StoreError::Conflict(format!("workspace {id} is gone")))?;
+            if w.state != WorkspaceState::Ready {
+                return Err(StoreError::Conflict(format!(
+                    "workspace {:?} is not ready",
+                    w.name
+                )));
+            }
+            if self.being_copied(&id)? {
+                return Err(StoreError::Conflict(format!(
+                    "workspace {:?} is being copied; start the session once the copy is done",
+                    w.name
+                )));
+            }
+            s.host = choose(&per_host, w.host.as_deref()).map_err(StoreError::NoHost)?;
+            if w.origin == WorkspaceOrigin::Created && w.host.is_none() {
+                w.host = Some(s.host.clone());
+                workspace = Some(w);
+            }
+        } else {
+            s.host = choose(&per_host, None).map_err(StoreError::NoHost)?;
+        }
+        self.insert_creating_locked(s, limits, workspace.as_ref())
     }
 
     /// The body of an insert of a `creating` session; the caller holds the write lock.
-    fn insert_creating_locked(&self, s: &Session, limits: QuotaLimits) -> Result<()> {
+    fn insert_creating_locked(
+        &self,
+        s: &Session,
+        limits: QuotaLimits,
+        workspace: Option<&Workspace>,
+    ) -> Result<()> {
         self.transact(|tx| {
             if tx.id_used(&s.id)? {
                 return Err(abort(conflict_exists(&s.id)));
@@ -100,6 +134,9 @@ impl Store {
             tx.put_active(s)?;
             tx.add_active(&s.owner, 1)?;
             tx.bump_for(s)?;
+            if let Some(w) = workspace {
+                tx.workspaces.insert(w.id.as_str().as_bytes(), encode(w)?)?;
+            }
             Ok(())
         })?;
         self.settle()

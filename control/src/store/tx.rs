@@ -43,6 +43,7 @@ impl Store {
             &t.sign_ins,
             &t.revoked,
             &t.recording_links,
+            &t.workspaces,
         );
         let out = self.note(
             trees
@@ -60,6 +61,7 @@ impl Store {
                         sign_ins,
                         revoked,
                         recording_links,
+                        workspaces,
                     )| {
                         f(&Tx {
                             sessions,
@@ -74,6 +76,7 @@ impl Store {
                             sign_ins,
                             revoked,
                             recording_links,
+                            workspaces,
                             change_log_len: self.change_log_len,
                             pools: &self.pools,
                             viewer_pools: &self.viewer_pools,
@@ -100,6 +103,7 @@ pub(super) struct Tx<'a> {
     pub(super) sign_ins: &'a TransactionalTree,
     pub(super) revoked: &'a TransactionalTree,
     pub(super) recording_links: &'a TransactionalTree,
+    pub(super) workspaces: &'a TransactionalTree,
     change_log_len: u64,
     pools: &'a Pools,
     viewer_pools: &'a Pools,
@@ -112,7 +116,8 @@ impl Tx<'_> {
         let key = id.as_str().as_bytes();
         Ok(self.sessions.get(key)?.is_some()
             || self.history.get(key)?.is_some()
-            || self.targets.get(key)?.is_some())
+            || self.targets.get(key)?.is_some()
+            || self.workspaces.get(key)?.is_some())
     }
 
     /// Files an active session under its id and its owner.

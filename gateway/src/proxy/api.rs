@@ -75,7 +75,9 @@ fn docker_wait(control: &config::ControlConfig, method: &str, rest: &str) -> Dur
     let docker = Duration::from_secs(control.docker_timeout_seconds);
     let segments: Vec<&str> = rest.split('/').collect();
     match (method, segments.as_slice()) {
-        ("POST", ["sessions"]) | ("POST", ["sessions", _, "redraw"]) => docker,
+        ("POST", ["sessions"])
+        | ("POST", ["sessions", _, "redraw"])
+        | ("DELETE", ["workspaces", _]) => docker,
         _ => Duration::ZERO,
     }
 }

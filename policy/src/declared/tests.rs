@@ -13,9 +13,9 @@ use crate::dockgate::{
 };
 use crate::sandbox::{self, NamespaceMode};
 
-const SESSION: &str = "abcdefghijk234mn";
+pub(super) const SESSION: &str = "abcdefghijk234mn";
 
-fn profile() -> DeclaredProfile {
+pub(super) fn profile() -> DeclaredProfile {
     DeclaredProfile {
         image: "termgate/session:dev".into(),
         command: vec!["-l".into()],
@@ -61,12 +61,13 @@ fn profile() -> DeclaredProfile {
             ..ContainerSpec::default()
         },
         home: Some("/home/user".into()),
+        workspace: WorkspaceMode::Home,
         tmp_size_mb: 16,
         runtime: None,
     }
 }
 
-fn declared() -> Declared {
+pub(super) fn declared() -> Declared {
     Declared {
         instance: "prod".into(),
         host: "local".into(),
@@ -74,7 +75,7 @@ fn declared() -> Declared {
     }
 }
 
-fn alice() -> Sub {
+pub(super) fn alice() -> Sub {
     Sub::parse("alice").unwrap()
 }
 
@@ -86,6 +87,7 @@ fn body_for(options: &BTreeMap<String, String>) -> Value {
 fn body_of(p: &DeclaredProfile, options: &BTreeMap<String, String>) -> Value {
     let id = SessionId::parse(SESSION).unwrap();
     let owner = alice();
+    let home = home_volume_name("prod", &owner);
     container_body(
         p,
         &SessionFacts {
@@ -97,6 +99,7 @@ fn body_of(p: &DeclaredProfile, options: &BTreeMap<String, String>) -> Value {
             name: "my box",
             created: 1_700_000_000,
             options,
+            workspace: Some(&home),
         },
     )
     .unwrap()
@@ -129,7 +132,7 @@ fn refused(body: &Value) -> String {
     }
 }
 
-fn set(mut body: Value, path: &[&str], value: Value) -> Value {
+pub(super) fn set(mut body: Value, path: &[&str], value: Value) -> Value {
     let path: Vec<String> = path.iter().map(|s| (*s).to_owned()).collect();
     *slot(&mut body, &path) = value;
     body
@@ -167,8 +170,8 @@ fn the_declared_body_is_exactly_what_a_session_gets() {
 fn controls_body_passes_and_says_what_to_look_up() {
     let l = judge(&body()).unwrap();
     assert_eq!(
-        l.home_volume,
-        Some((home_volume_name("prod", &alice()), alice()))
+        l.own_volumes,
+        vec![(home_volume_name("prod", &alice()), alice(), true)]
     );
     assert_eq!(l.borrowed_volumes, vec!["team-tools".to_owned()]);
     assert_eq!(l.bind_sources, vec!["/srv/data".to_owned()]);
@@ -381,7 +384,7 @@ fn first_difference_names_the_first_field_in_key_order() {
 }
 
 /// Values a mutation writes: other spellings and what the daemon resolves them to.
-fn odd_value() -> impl Strategy<Value = Value> {
+pub(super) fn odd_value() -> impl Strategy<Value = Value> {
     let words = prop::sample::select(vec![
         "/proc/self/root",
         "/proc/1/root",
@@ -448,7 +451,7 @@ fn paths(v: &Value, at: Vec<String>, out: &mut Vec<(Vec<String>, bool)>) {
     }
 }
 
-fn slot<'v>(v: &'v mut Value, path: &[String]) -> &'v mut Value {
+pub(super) fn slot<'v>(v: &'v mut Value, path: &[String]) -> &'v mut Value {
     let mut at = v;
     for k in path {
         at = match at {
@@ -457,6 +460,48 @@ fn slot<'v>(v: &'v mut Value, path: &[String]) -> &'v mut Value {
         };
     }
     at
+}
+
+/// `original` changed at the path `pick` chooses among all of its paths: replaced by
+/// `value` (`how` 0), removed (1), `key` added when it is an object (2), or `value`
+/// appended when it is an array (otherwise).
+pub(super) fn mutate(
+    original: &Value,
+    pick: &prop::sample::Index,
+    how: u8,
+    value: Value,
+    key: &str,
+) -> Value {
+    let mut all = Vec::new();
+    paths(original, Vec::new(), &mut all);
+    let (path, is_object) = pick.get(&all).clone();
+    let mut mutated = original.clone();
+    match how {
+        0 => *slot(&mut mutated, &path) = value,
+        1 if !path.is_empty() => {
+            let (last, parent) = path.split_last().unwrap();
+            match slot(&mut mutated, parent) {
+                Value::Object(m) => {
+                    m.remove(last);
+                }
+                Value::Array(a) => {
+                    a.remove(last.parse::<usize>().unwrap());
+                }
+                _ => {}
+            }
+        }
+        2 if is_object => {
+            if let Value::Object(m) = slot(&mut mutated, &path) {
+                m.insert(key.to_owned(), value);
+            }
+        }
+        _ => {
+            if let Value::Array(a) = slot(&mut mutated, &path) {
+                a.push(value);
+            }
+        }
+    }
+    mutated
 }
 
 proptest! {
@@ -472,31 +517,7 @@ proptest! {
         key in prop::sample::select(vec!["Runtime", "Binds", "GroupAdd", "x", "Privileged", "Devices", "Isolation", "termgate.extra"]),
     ) {
         let original = body();
-        let mut all = Vec::new();
-        paths(&original, Vec::new(), &mut all);
-        let (path, is_object) = pick.get(&all).clone();
-        let mut mutated = original.clone();
-        match how {
-            0 => *slot(&mut mutated, &path) = value,
-            1 if !path.is_empty() => {
-                let (last, parent) = path.split_last().unwrap();
-                match slot(&mut mutated, parent) {
-                    Value::Object(m) => { m.remove(last); }
-                    Value::Array(a) => { a.remove(last.parse::<usize>().unwrap()); }
-                    _ => {}
-                }
-            }
-            2 if is_object => {
-                if let Value::Object(m) = slot(&mut mutated, &path) {
-                    m.insert(key.to_owned(), value);
-                }
-            }
-            _ => {
-                if let Value::Array(a) = slot(&mut mutated, &path) {
-                    a.push(value);
-                }
-            }
-        }
+        let mutated = mutate(&original, &pick, how, value, key);
         match judge(&mutated) {
             // The display name and the creation time are the session's own facts: a
             // body passes with any, and with nothing else changed.

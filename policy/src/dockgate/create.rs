@@ -31,7 +31,8 @@ const TOP_FIELDS: &[(&str, Field)] = &[
     ("ArgsEscaped", Field::DefaultOnly),
     ("Volumes", Field::DefaultOnly),
     ("WorkingDir", Field::DefaultOnly),
-    ("Entrypoint", Field::DefaultOnly),
+    // A copy job names one; which passes is the comparison with the declared body.
+    ("Entrypoint", Field::Read),
     ("NetworkDisabled", Field::DefaultOnly),
     ("MacAddress", Field::DefaultOnly),
     ("OnBuild", Field::DefaultOnly),

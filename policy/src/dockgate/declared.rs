@@ -9,9 +9,10 @@ use serde_json::Value;
 use super::denied::{deny, Denied, Reason};
 use super::target::Asked;
 use crate::declared::{
-    container_body, container_name, first_difference, home_volume_body, home_volume_name,
-    options_from_env, DeclaredProfile, SessionFacts, CREATED_LABEL, NAME_LABEL, OWNER_LABEL,
-    PROFILE_LABEL, SESSION_LABEL,
+    container_body, container_name, copy_job_body, copy_job_name, first_difference,
+    home_volume_body, options_from_env, workspace_volume_body, CopyFacts, DeclaredProfile,
+    SessionFacts, COPY_SOURCE_LABEL, CREATED_LABEL, MANAGED_LABEL, NAME_LABEL, OWNER_LABEL,
+    PROFILE_LABEL, SESSION_LABEL, WORKSPACE_LABEL,
 };
 use crate::sandbox::{is_daemon_path, normalise, MountKind};
 use crate::session_id::SessionId;
@@ -32,9 +33,10 @@ pub struct Declared {
 /// What the binary looks up before a declared container create goes on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CreateLookups {
-    /// The owner's home volume, when the profile has one: it must exist and carry the
-    /// home labels of this instance and this owner.
-    pub home_volume: Option<(String, Sub)>,
+    /// Volumes that must exist and be the owner's: their home volume or a workspace
+    /// termgate made for them ([`crate::declared::is_own_volume`]); `false`: a
+    /// workspace only, never the home volume.
+    pub own_volumes: Vec<(String, Sub, bool)>,
     /// The profile's borrowed volumes: each must be a plain local volume.
     pub borrowed_volumes: Vec<String>,
     /// The profile's named network: it must resolve to a network of exactly that name.
@@ -80,29 +82,58 @@ fn label<'b>(body: &'b Value, key: &str) -> Result<&'b str, Denied> {
         .ok_or_else(|| not_declared(format!("Labels.{key}: missing")))
 }
 
+/// The profile a create's labels name.
+fn profile_of<'d>(d: &'d Declared, body: &Value) -> Result<(&'d str, &'d DeclaredProfile), Denied> {
+    let name = label(body, PROFILE_LABEL)?;
+    d.profiles
+        .get_key_value(name)
+        .map(|(k, v)| (k.as_str(), v))
+        .ok_or_else(|| {
+            let known: Vec<&str> = d.profiles.keys().map(String::as_str).collect();
+            not_declared(format!(
+                "Labels.{PROFILE_LABEL}: no profile {name:?} is declared (loaded: {known:?})"
+            ))
+        })
+}
+
+fn owner_of(body: &Value) -> Result<Sub, Denied> {
+    Sub::parse(label(body, OWNER_LABEL)?)
+        .ok_or_else(|| not_declared(format!("Labels.{OWNER_LABEL}: not a valid sub")))
+}
+
+fn name_is(asked: &Asked, want: &str) -> Result<(), Denied> {
+    if asked.query_value("name") == Some(want) {
+        return Ok(());
+    }
+    Err(not_declared(format!(
+        "name (query): the configuration declares {want:?}, the request has {:?}",
+        asked.query_value("name")
+    )))
+}
+
 /// Compares a container create (its target's query and its JSON body) with the body
-/// the configuration declares for the session its labels name; on equality says what
-/// to look up before it goes on.
+/// the configuration declares for what its labels name: a session, or a workspace
+/// copy's job. On equality says what to look up before it goes on.
 pub fn container_create_declared(
     d: &Declared,
     asked: &Asked,
     body: &Value,
 ) -> Result<CreateLookups, Denied> {
-    let profile_name = label(body, PROFILE_LABEL)?;
-    let profile = d.profiles.get(profile_name).ok_or_else(|| {
-        let known: Vec<&str> = d.profiles.keys().map(String::as_str).collect();
-        not_declared(format!(
-            "Labels.{PROFILE_LABEL}: no profile {profile_name:?} is declared (loaded: {known:?})"
-        ))
-    })?;
+    if label(body, MANAGED_LABEL)? == "copy" {
+        return copy_create_declared(d, asked, body);
+    }
+    let (profile_name, profile) = profile_of(d, body)?;
     let session = SessionId::parse(label(body, SESSION_LABEL)?)
         .map_err(|_| not_declared(format!("Labels.{SESSION_LABEL}: not a session id")))?;
-    let owner = Sub::parse(label(body, OWNER_LABEL)?)
-        .ok_or_else(|| not_declared(format!("Labels.{OWNER_LABEL}: not a valid sub")))?;
+    let owner = owner_of(body)?;
     let created: u64 = label(body, CREATED_LABEL)?
         .parse()
         .map_err(|_| not_declared(format!("Labels.{CREATED_LABEL}: not a number")))?;
     let name = label(body, NAME_LABEL)?;
+    let workspace = body
+        .get("Labels")
+        .and_then(|l| l.get(WORKSPACE_LABEL))
+        .and_then(Value::as_str);
     let env: Vec<String> = body
         .get("Env")
         .and_then(Value::as_array)
@@ -123,24 +154,18 @@ pub fn container_create_declared(
         name,
         created,
         options: &options,
+        workspace,
     };
     let want = container_body(profile, &facts)
         .map_err(|e| not_declared(format!("{}: {}", e.field, e.message)))?;
     compare(&want, body)?;
-    let want_name = container_name(&session);
-    if asked.query_value("name") != Some(want_name.as_str()) {
-        return Err(not_declared(format!(
-            "name (query): the configuration declares {want_name:?}, the request has {:?}",
-            asked.query_value("name")
-        )));
+    name_is(asked, &container_name(&session))?;
+    let mut lookups = CreateLookups::default();
+    if let Some(w) = workspace.filter(|w| !w.is_empty()) {
+        lookups
+            .own_volumes
+            .push((w.to_owned(), owner.clone(), true));
     }
-    let mut lookups = CreateLookups {
-        home_volume: profile
-            .home
-            .as_ref()
-            .map(|_| (home_volume_name(&d.instance, &owner), owner.clone())),
-        ..CreateLookups::default()
-    };
     for m in &profile.spec.mounts {
         match m.kind {
             MountKind::Bind => lookups.bind_sources.push(m.source.clone()),
@@ -153,11 +178,48 @@ pub fn container_create_declared(
     Ok(lookups)
 }
 
-/// Compares a volume create with the home volume body the configuration declares for
-/// the owner its labels name.
+/// A copy job's create: the body [`copy_job_body`] makes for the volumes, owner and
+/// profile its labels name, under the name its new volume gives it. The source must be
+/// the owner's (their home volume or a workspace), the new volume a workspace of theirs.
+fn copy_create_declared(
+    d: &Declared,
+    asked: &Asked,
+    body: &Value,
+) -> Result<CreateLookups, Denied> {
+    let (profile_name, profile) = profile_of(d, body)?;
+    let owner = owner_of(body)?;
+    let source = label(body, COPY_SOURCE_LABEL)?;
+    let dest = label(body, WORKSPACE_LABEL)?;
+    let facts = CopyFacts {
+        instance: &d.instance,
+        host: &d.host,
+        owner: &owner,
+        profile: profile_name,
+        source,
+        dest,
+    };
+    let want = copy_job_body(profile, &facts)
+        .map_err(|e| not_declared(format!("{}: {}", e.field, e.message)))?;
+    compare(&want, body)?;
+    name_is(asked, &copy_job_name(dest))?;
+    Ok(CreateLookups {
+        own_volumes: vec![
+            (source.to_owned(), owner.clone(), true),
+            (dest.to_owned(), owner, false),
+        ],
+        ..CreateLookups::default()
+    })
+}
+
+/// Compares a volume create with the body the configuration declares for what its
+/// labels name: the owner's home volume, or a workspace of theirs.
 pub fn volume_create_declared(d: &Declared, body: &Value) -> Result<(), Denied> {
-    let owner = Sub::parse(label(body, OWNER_LABEL)?)
-        .ok_or_else(|| not_declared(format!("Labels.{OWNER_LABEL}: not a valid sub")))?;
+    let owner = owner_of(body)?;
+    if label(body, MANAGED_LABEL)? == "workspace" {
+        let id = SessionId::parse(label(body, WORKSPACE_LABEL)?)
+            .map_err(|_| not_declared(format!("Labels.{WORKSPACE_LABEL}: not a workspace id")))?;
+        return compare(&workspace_volume_body(&d.instance, &owner, &id), body);
+    }
     compare(&home_volume_body(&d.instance, &owner), body)
 }
 

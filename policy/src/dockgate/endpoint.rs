@@ -25,6 +25,7 @@ pub(super) enum Endpoint<'a> {
     Container(ContainerCall, &'a str),
     VolumeCreate,
     VolumeInspect(&'a str),
+    VolumeRemove(&'a str),
 }
 
 pub(super) fn endpoint(asked: &Asked) -> Option<Endpoint<'_>> {
@@ -47,6 +48,7 @@ pub(super) fn endpoint(asked: &Asked) -> Option<Endpoint<'_>> {
         (Delete, ["containers", id]) => Endpoint::Container(C::Remove, id),
         (Post, ["volumes", "create"]) => Endpoint::VolumeCreate,
         (Get, ["volumes", name]) => Endpoint::VolumeInspect(name),
+        (Delete, ["volumes", name]) => Endpoint::VolumeRemove(name),
         _ => return None,
     })
 }
@@ -120,6 +122,8 @@ const RESIZE_QUERY: &[(&str, Check)] = &[("h", dimension), ("w", dimension)];
 const WAIT_QUERY: &[(&str, Check)] = &[("condition", wait_condition)];
 const KILL_QUERY: &[(&str, Check)] = &[("signal", signal)];
 const REMOVE_QUERY: &[(&str, Check)] = &[("v", flag), ("force", flag), ("link", false_flag)];
+// A volume in use is not removed: `force` stays off.
+const VOLUME_REMOVE_QUERY: &[(&str, Check)] = &[("force", false_flag)];
 const CREATE_QUERY: &[(&str, Check)] = &[("name", is_plain_ref), ("platform", is_empty_str)];
 // `filters` is read by `filtered_instance`.
 const LIST_QUERY: &[(&str, Check)] = &[
@@ -146,6 +150,7 @@ fn query_rules(ep: &Endpoint<'_>) -> &'static [(&'static str, Check)] {
         Endpoint::ContainerCreate => CREATE_QUERY,
         Endpoint::ContainerList => LIST_QUERY,
         Endpoint::Events => EVENTS_QUERY,
+        Endpoint::VolumeRemove(_) => VOLUME_REMOVE_QUERY,
         Endpoint::Container(C::Start, _)
         | Endpoint::Ping
         | Endpoint::Version

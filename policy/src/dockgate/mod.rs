@@ -47,7 +47,8 @@
 //! | `list_containers` (`list_managed`) | `GET /containers/json?all=true&size=false&filters=…` | [`Verdict::PassFiltered`]: the `label` filter must hold `termgate.managed=session` and `termgate.instance=<i>` |
 //! | `resize_container_tty` | `POST /containers/<id>/resize?h=…&w=…` | [`Verdict::PassIfLabelled`] |
 //! | `inspect_volume` (`ensure_home_volume`) | `GET /volumes/<name>` | [`Verdict::PassIfLabelled`] (volume) |
-//! | `create_volume` (`ensure_home_volume`) | `POST /volumes/create` + JSON | [`Verdict::PassCreate`] (volume): labelled, no driver options |
+//! | `create_volume` (`ensure_home_volume`, `ensure_workspace_volume`) | `POST /volumes/create` + JSON | [`Verdict::PassCreate`] (volume): labelled, no driver options |
+//! | `remove_volume` (`remove_workspace_volume`) | `DELETE /volumes/<name>?force=false` | [`Verdict::PassIfLabelled`] (volume) |
 //! | `events` (`events_since`) | `GET /events?since=…&filters=…` | [`Verdict::PassFiltered`]: the `label` filter must hold `termgate.instance=<i>` |
 //!
 //! Control calls nothing else, so nothing else passes: no stop, wait, logs or attach
@@ -114,8 +115,8 @@ use target::is_full_id;
 pub enum Role {
     /// The ttyd pool: inspects and attaches to session containers.
     Attach,
-    /// The control service: creates, starts, ends and watches session containers and
-    /// their home volumes.
+    /// The control service: creates, starts, ends and watches session containers,
+    /// copy jobs, and home and workspace volumes.
     Control,
 }
 
@@ -194,6 +195,7 @@ fn permitted(role: Role, ep: &Endpoint<'_>) -> bool {
                 | Endpoint::Container(C::Inspect | C::Start | C::Kill | C::Remove | C::Resize, _)
                 | Endpoint::VolumeCreate
                 | Endpoint::VolumeInspect(_)
+                | Endpoint::VolumeRemove(_)
         ),
     }
 }
@@ -239,7 +241,7 @@ fn decide_or_deny(role: Role, asked: &Asked, body: &BodyInfo<'_>) -> Result<Verd
                 id: id.to_owned(),
             })
         }
-        Endpoint::VolumeInspect(name) => {
+        Endpoint::VolumeInspect(name) | Endpoint::VolumeRemove(name) => {
             if !is_plain_ref(name) {
                 return Err(deny(
                     Reason::BadReference,
@@ -276,7 +278,8 @@ fn decide_or_deny(role: Role, asked: &Asked, body: &BodyInfo<'_>) -> Result<Verd
                 volumes: spec
                     .mounts
                     .into_iter()
-                    .filter(|m| m.kind == MountKind::Volume)
+                    // No source: an anonymous volume, made with the container.
+                    .filter(|m| m.kind == MountKind::Volume && !m.source.is_empty())
                     .map(|m| m.source)
                     .collect(),
             })

@@ -10,7 +10,8 @@ use super::denied::{deny, Denied, Reason};
 use super::json::{check_fields, strict_json, Field, Fields};
 use super::target::{is_plain_ref, Asked};
 
-/// The label naming what termgate made an object as (`session`, `home`).
+/// The label naming what termgate made an object as (`session`, `copy`, `home`,
+/// `workspace`).
 pub const MANAGED_LABEL: &str = "termgate.managed";
 /// The label naming the deployment (`instance`) an object belongs to.
 pub const INSTANCE_LABEL: &str = "termgate.instance";
@@ -21,19 +22,26 @@ pub type Labels = BTreeMap<String, String>;
 /// The kinds of Docker object termgate labels (control uses no networks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ObjectKind {
-    /// A session container: `termgate.managed=session`.
+    /// A session container (`termgate.managed=session`) or a workspace copy's job
+    /// (`copy`).
     Container,
-    /// A home volume: `termgate.managed=home`.
+    /// A home volume (`termgate.managed=home`) or a workspace's (`workspace`).
     Volume,
 }
 
 impl ObjectKind {
-    /// The value of [`MANAGED_LABEL`] termgate writes on this kind.
-    pub fn managed_value(self) -> &'static str {
+    /// The values of [`MANAGED_LABEL`] termgate writes on this kind.
+    pub fn managed_values(self) -> &'static [&'static str] {
         match self {
-            ObjectKind::Container => "session",
-            ObjectKind::Volume => "home",
+            ObjectKind::Container => &["session", "copy"],
+            ObjectKind::Volume => &["home", "workspace"],
         }
+    }
+
+    fn managed(self, labels: &Labels) -> bool {
+        labels
+            .get(MANAGED_LABEL)
+            .is_some_and(|m| self.managed_values().contains(&m.as_str()))
     }
 }
 
@@ -47,15 +55,14 @@ const VOLUME_FIELDS: &[(&str, Field)] = &[
 
 /// The non-empty instance of labels that mark an object of `kind` as termgate's.
 pub(super) fn termgate_instance(labels: &Labels, kind: ObjectKind) -> Result<String, Denied> {
-    let managed = labels.get(MANAGED_LABEL).map(String::as_str);
     let instance = labels.get(INSTANCE_LABEL).filter(|i| !i.is_empty());
     match instance {
-        Some(i) if managed == Some(kind.managed_value()) => Ok(i.clone()),
+        Some(i) if kind.managed(labels) => Ok(i.clone()),
         _ => Err(deny(
             Reason::LabelsRequired,
             format!(
                 "Labels must carry {MANAGED_LABEL}={} and a non-empty {INSTANCE_LABEL}",
-                kind.managed_value()
+                kind.managed_values().join("|")
             ),
         )),
     }
@@ -109,7 +116,7 @@ pub(super) fn volume_create(body: &Value) -> Result<String, Denied> {
 /// `Verdict::PassIfLabelled`) mark it as termgate's `kind` of deployment `instance`.
 pub fn labels_pass(kind: ObjectKind, labels: &Labels, instance: &str) -> bool {
     !instance.is_empty()
-        && labels.get(MANAGED_LABEL).map(String::as_str) == Some(kind.managed_value())
+        && kind.managed(labels)
         && labels.get(INSTANCE_LABEL).map(String::as_str) == Some(instance)
 }
 
@@ -172,7 +179,7 @@ pub(super) fn filtered_instance(
             }
             if v.strip_prefix(MANAGED_LABEL)
                 .and_then(|r| r.strip_prefix('='))
-                == Some(ObjectKind::Container.managed_value())
+                == Some("session")
             {
                 session = true;
             }

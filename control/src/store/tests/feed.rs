@@ -177,7 +177,7 @@ fn unreachable_sessions_stay_active_and_publish_an_unreachable_route_to_their_po
     store.set_pools(Pools::from([("gpu-1".to_owned(), pool.clone())]));
     let mut s = session(1, "a");
     store
-        .insert_placed(&mut s, ROOMY, |_| Ok("gpu-1".into()))
+        .insert_placed(&mut s, ROOMY, |_, _| Ok("gpu-1".into()))
         .unwrap();
     let running = run(&store, 1, "c1");
     let route = store.route_of(&running).expect("a running route");
@@ -206,7 +206,7 @@ fn unreachable_sessions_stay_active_and_publish_an_unreachable_route_to_their_po
     // A host without a pool of its own is served by the gateway's.
     let mut other = session(2, "b");
     store
-        .insert_placed(&mut other, ROOMY, |_| Ok("local".into()))
+        .insert_placed(&mut other, ROOMY, |_, _| Ok("local".into()))
         .unwrap();
     let r = store.route_of(&run(&store, 2, "c2")).unwrap();
     assert_eq!((r.host.as_deref(), r.upstream), (Some("local"), None));
@@ -227,7 +227,7 @@ fn share_links_ride_the_route_to_the_hosts_read_only_pool_and_a_revoke_is_an_ups
     )]));
     let mut s = session(1, "a");
     store
-        .insert_placed(&mut s, ROOMY, |_| Ok("gpu-1".into()))
+        .insert_placed(&mut s, ROOMY, |_, _| Ok("gpu-1".into()))
         .unwrap();
     run(&store, 1, "c1");
     let token = policy::share::ShareToken::from_random(id(1), [9; 16]);

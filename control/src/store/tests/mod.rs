@@ -49,6 +49,7 @@ fn session(n: u32, owner: &str) -> Session {
         record: Default::default(),
         shares: Vec::new(),
         peers: Vec::new(),
+        workspace: None,
     }
 }
 

@@ -122,7 +122,7 @@ fn placement_records_the_chosen_host_and_counts_every_active_session_per_host() 
     let store = open(dir.path());
     let mut first = session(1, "a");
     store
-        .insert_placed(&mut first, ROOMY, |active| {
+        .insert_placed(&mut first, ROOMY, |active, _| {
             assert!(active.is_empty());
             Ok("gpu-1".into())
         })
@@ -137,14 +137,14 @@ fn placement_records_the_chosen_host_and_counts_every_active_session_per_host() 
         .unwrap();
     let mut second = session(2, "b");
     store
-        .insert_placed(&mut second, ROOMY, |active| {
+        .insert_placed(&mut second, ROOMY, |active, _| {
             assert_eq!(active, &BTreeMap::from([("gpu-1".to_owned(), 1)]));
             Ok("cpu-1".into())
         })
         .unwrap();
     assert_eq!(second.host, "cpu-1");
     let mut third = session(3, "c");
-    let refused = store.insert_placed(&mut third, ROOMY, |_| Err("every host is full".into()));
+    let refused = store.insert_placed(&mut third, ROOMY, |_, _| Err("every host is full".into()));
     assert!(
         matches!(&refused, Err(StoreError::NoHost(m)) if m == "every host is full"),
         "{refused:?}"
@@ -162,9 +162,9 @@ fn a_create_over_quota_hears_quota_before_placement_is_asked() {
         global: 10,
     };
     store
-        .insert_placed(&mut session(1, "a"), one, |_| Ok("h".into()))
+        .insert_placed(&mut session(1, "a"), one, |_, _| Ok("h".into()))
         .unwrap();
-    let r = store.insert_placed(&mut session(2, "a"), one, |_| {
+    let r = store.insert_placed(&mut session(2, "a"), one, |_, _| {
         panic!("placement must not be asked past the quota")
     });
     assert!(matches!(r, Err(StoreError::Quota(_))), "{r:?}");

@@ -63,6 +63,11 @@ fn every_call_control_makes_passes_as_bollard_sends_it() {
             "/volumes/termgate-home-alice".to_owned(),
             labelled(ObjectKind::Volume, "termgate-home-alice"),
         ),
+        (
+            "DELETE",
+            "/volumes/termgate-ws-prod-abcdefghijk234mn?force=false".to_owned(),
+            labelled(ObjectKind::Volume, "termgate-ws-prod-abcdefghijk234mn"),
+        ),
     ];
     for (m, t, want) in cases {
         assert_eq!(verdict(Role::Control, m, &t), want, "{m} {t}");
@@ -228,7 +233,6 @@ fn control_may_not_call_what_it_never_calls() {
         ("POST", "/containers/prune".to_owned()),
         ("POST", "/volumes/prune".to_owned()),
         ("GET", "/volumes".to_owned()),
-        ("DELETE", "/volumes/termgate-home-alice".to_owned()),
         ("PUT", "/volumes/termgate-home-alice".to_owned()),
         ("POST", "/networks/create".to_owned()),
         ("POST", "/networks/none/connect".to_owned()),
@@ -248,6 +252,23 @@ fn control_may_not_call_what_it_never_calls() {
             "{m} {t}"
         );
     }
+    // A volume in use is never removed by force.
+    for force in ["true", "1", "TRUE", "yes"] {
+        let t = format!("/volumes/termgate-home-alice?force={force}");
+        assert_eq!(
+            refused(verdict(Role::Control, "DELETE", &t)),
+            "query_not_allowed",
+            "{t}"
+        );
+    }
+    assert_eq!(
+        refused(verdict(
+            Role::Attach,
+            "DELETE",
+            "/volumes/termgate-home-alice"
+        )),
+        "endpoint_not_allowed"
+    );
 }
 
 #[test]

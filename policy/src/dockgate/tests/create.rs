@@ -298,7 +298,6 @@ fn fields_termgate_never_sets_are_refused_unless_default() {
                 json!({"EndpointsConfig": {"host": {}}}),
             ),
         ),
-        ("Entrypoint", with(b(), &["Entrypoint"], json!(["/bin/sh"]))),
     ] {
         assert_eq!(create_refused(&body), "field_not_allowed", "{what}");
     }
@@ -393,8 +392,8 @@ fn mount_tmpfs_and_bind_options_are_refused() {
             "mount_paths",
         ),
         (
-            "an anonymous volume",
-            mount(json!({"Source": ""})),
+            "a volume named by a path",
+            mount(json!({"Type": "volume", "Source": "a/b", "Target": "/x"})),
             "mount_paths",
         ),
         (

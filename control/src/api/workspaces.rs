@@ -1,0 +1,135 @@
+//! `/v1/workspaces…`: a user's workspaces (list, create), one of them (get, rename,
+//! delete) and its copies.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request};
+use policy::SessionId;
+use serde::{Deserialize, Serialize};
+
+use super::http::{authenticate, empty, json, not_allowed, read_json, Reply};
+use crate::error::ApiError;
+use crate::model::{Session, Workspace, WorkspaceOrigin, WorkspaceState};
+use crate::service::Control;
+
+/// Body of `POST /v1/workspaces`, `PATCH /v1/workspaces/<id>` and
+/// `POST /v1/workspaces/<id>/copy`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Named {
+    name: String,
+}
+
+/// A session that uses a workspace.
+#[derive(Debug, Serialize)]
+struct UsedBy<'a> {
+    id: &'a SessionId,
+    name: &'a str,
+}
+
+/// A workspace as the API shows it.
+#[derive(Debug, Serialize)]
+struct WorkspaceView<'a> {
+    id: &'a SessionId,
+    name: &'a str,
+    /// `home` (the user's home volume, kept) or `created` (termgate made it and may
+    /// remove it).
+    origin: &'static str,
+    /// `ready`, `copying` or `failed`.
+    state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failure: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    copied_from: Option<&'a SessionId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host: Option<&'a str>,
+    size_bytes: Option<u64>,
+    created_at: u64,
+    in_use_by: Vec<UsedBy<'a>>,
+}
+
+fn view<'a>(w: &'a Workspace, users: &'a [Session]) -> WorkspaceView<'a> {
+    let (state, failure) = match &w.state {
+        WorkspaceState::Ready => ("ready", None),
+        WorkspaceState::Copying { .. } => ("copying", None),
+        WorkspaceState::Failed { reason } => ("failed", Some(reason.as_str())),
+    };
+    WorkspaceView {
+        id: &w.id,
+        name: &w.name,
+        origin: match w.origin {
+            WorkspaceOrigin::Home => "home",
+            WorkspaceOrigin::Created => "created",
+        },
+        state,
+        failure,
+        copied_from: w.copied_from.as_ref(),
+        host: w.host.as_deref(),
+        size_bytes: w.size_bytes,
+        created_at: w.created_at,
+        in_use_by: users
+            .iter()
+            .map(|s| UsedBy {
+                id: &s.id,
+                name: &s.name,
+            })
+            .collect(),
+    }
+}
+
+#[derive(Serialize)]
+struct Workspaces<'a> {
+    workspaces: Vec<WorkspaceView<'a>>,
+}
+
+/// A malformed id names no one's workspace: the same 404 as an unknown one.
+fn workspace_id(seg: &str) -> Result<SessionId, ApiError> {
+    SessionId::parse(seg).map_err(|_| ApiError::WORKSPACE_NOT_FOUND)
+}
+
+/// `/v1/workspaces` and `/v1/workspaces/<id>…`.
+pub(super) async fn workspaces(
+    control: Arc<Control>,
+    req: Request<Incoming>,
+    rest: &[&str],
+    limit: usize,
+) -> Result<Reply, ApiError> {
+    let who = authenticate(&control, &req)?;
+    let method = req.method().clone();
+    match (rest, method) {
+        ([], Method::GET) => {
+            let list = control.workspaces(&who)?;
+            let workspaces = list.iter().map(|(w, u)| view(w, u)).collect();
+            Ok(json(200, &Workspaces { workspaces }))
+        }
+        ([], Method::POST) => {
+            let body: Named = read_json(req, limit).await?;
+            let w = control.create_workspace(&who, &body.name)?;
+            Ok(json(201, &view(&w, &[])))
+        }
+        ([id], Method::GET) => {
+            let (w, users) = control.workspace(&who, &workspace_id(id)?)?;
+            Ok(json(200, &view(&w, &users)))
+        }
+        ([id], Method::PATCH) => {
+            let id = workspace_id(id)?;
+            let body: Named = read_json(req, limit).await?;
+            let w = control.rename_workspace(&who, &id, &body.name)?;
+            let (_, users) = control.workspace(&who, &id)?;
+            Ok(json(200, &view(&w, &users)))
+        }
+        ([id], Method::DELETE) => {
+            control.delete_workspace(&who, &workspace_id(id)?).await?;
+            Ok(empty(204))
+        }
+        ([id, "copy"], Method::POST) => {
+            let id = workspace_id(id)?;
+            let body: Named = read_json(req, limit).await?;
+            let w = control.copy_workspace(&who, &id, &body.name)?;
+            Ok(json(202, &view(&w, &[])))
+        }
+        ([] | [_] | [_, "copy"], _) => Err(not_allowed()),
+        _ => Err(super::http::no_such_endpoint()),
+    }
+}

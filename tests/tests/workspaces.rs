@@ -1,0 +1,485 @@
+//! Workspaces against a real Docker daemon, through a real dockgate, with the real
+//! control binary and its sled directory: what a session writes stays with its
+//! workspace, ephemeral ones go with their session, others' are not found, and a copy
+//! is made by a throwaway job from an idle workspace only.
+
+use std::time::Duration;
+
+use e2e::stack::{docker, wait_for, Answer, ControlStack};
+use serde_json::{json, Value};
+
+const T: Duration = Duration::from_secs(30);
+
+fn call(
+    stack: &ControlStack,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> Answer {
+    stack.call(method, path, Some(token), body)
+}
+
+fn new_workspace(stack: &ControlStack, token: &str, name: &str) -> String {
+    let a = call(
+        stack,
+        token,
+        "POST",
+        "/v1/workspaces",
+        Some(json!({ "name": name })),
+    );
+    assert_eq!(a.status, 201, "{}", a.text);
+    assert_eq!(a.body["state"], "ready");
+    assert_eq!(a.body["origin"], "created");
+    a.body["id"].as_str().unwrap().to_owned()
+}
+
+/// A session on `workspace` (an id, `new` or `ephemeral`; `None`: the home one).
+fn session_on(stack: &ControlStack, token: &str, workspace: Option<&str>) -> Value {
+    let mut body = json!({ "profile": "default" });
+    if let Some(w) = workspace {
+        body["workspace"] = json!(w);
+    }
+    let a = call(stack, token, "POST", "/v1/sessions", Some(body));
+    assert_eq!(a.status, 201, "create: {}\n{}", a.text, stack.log_text());
+    a.body
+}
+
+fn container_of(stack: &ControlStack, session: &str) -> String {
+    docker(&[
+        "ps",
+        "-aq",
+        "--no-trunc",
+        "--filter",
+        &format!("label=termgate.instance={}", stack.instance),
+        "--filter",
+        &format!("label=termgate.session={session}"),
+    ])
+}
+
+/// Runs `script` in a session's container as its user; its output, asserting success.
+fn sh(stack: &ControlStack, session: &str, script: &str) -> String {
+    let c = container_of(stack, session);
+    let o = std::process::Command::new("docker")
+        .args(["exec", &c, "/bin/sh", "-c", script])
+        .output()
+        .expect("docker exec");
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{script}: {out}");
+    out
+}
+
+/// Ends a session and waits until its container is gone.
+fn end(stack: &ControlStack, token: &str, session: &str) {
+    let a = call(
+        stack,
+        token,
+        "DELETE",
+        &format!("/v1/sessions/{session}"),
+        None,
+    );
+    assert_eq!(a.status, 204, "{}", a.text);
+    wait_for("the session's container to go", T, || {
+        container_of(stack, session).is_empty().then_some(())
+    });
+}
+
+fn workspace(stack: &ControlStack, token: &str, id: &str) -> Value {
+    let a = call(stack, token, "GET", &format!("/v1/workspaces/{id}"), None);
+    assert_eq!(a.status, 200, "{}", a.text);
+    a.body
+}
+
+fn volume_exists(name: &str) -> bool {
+    std::process::Command::new("docker")
+        .args(["volume", "inspect", name])
+        .output()
+        .expect("docker volume inspect")
+        .status
+        .success()
+}
+
+fn volume_of(stack: &ControlStack, id: &str) -> String {
+    format!("termgate-ws-{}-{id}", stack.instance)
+}
+
+/// Every file under the workspace with its mode, owner, size and checksum, sorted.
+const LISTING: &str = "cd /home/user && find . -mindepth 1 | sort | while read -r f; do \
+     if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then s=$(sha256sum \"$f\" | cut -d' ' -f1); else s=-; fi; \
+     echo \"$f $(stat -c '%a %u:%g %s' \"$f\") $s\"; done";
+
+#[test]
+fn a_file_stays_with_its_workspace_and_nowhere_else() {
+    let stack = ControlStack::start("");
+    let alice = stack.token("alice", false);
+    let w1 = new_workspace(&stack, &alice, "project");
+    let s1 = session_on(&stack, &alice, Some(&w1));
+    assert_eq!(s1["workspace"]["id"], w1.as_str());
+    assert_eq!(s1["workspace"]["name"], "project");
+    let s1 = s1["id"].as_str().unwrap().to_owned();
+    sh(&stack, &s1, "echo kept-across-sessions > /home/user/marker");
+    let listed = workspace(&stack, &alice, &w1);
+    assert_eq!(listed["in_use_by"][0]["id"], s1.as_str());
+    end(&stack, &alice, &s1);
+    assert_eq!(workspace(&stack, &alice, &w1)["in_use_by"], json!([]));
+
+    // The next session on the same workspace finds the file.
+    let s2 = session_on(&stack, &alice, Some(&w1))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        sh(&stack, &s2, "cat /home/user/marker"),
+        "kept-across-sessions\n"
+    );
+    end(&stack, &alice, &s2);
+    // A session on a new workspace, on the home one and on an ephemeral one does not.
+    let fresh = session_on(&stack, &alice, Some("new"));
+    assert_eq!(fresh["workspace"]["name"], "default");
+    let home = session_on(&stack, &alice, None);
+    assert_eq!(home["workspace"]["name"], "home");
+    let eph = session_on(&stack, &alice, Some("ephemeral"));
+    assert_eq!(eph["workspace"], json!({"id": null, "name": "ephemeral"}));
+    for s in [&fresh, &home, &eph] {
+        let id = s["id"].as_str().unwrap();
+        assert_eq!(
+            sh(
+                &stack,
+                id,
+                "test -e /home/user/marker && echo there || echo absent"
+            ),
+            "absent\n",
+            "{s}"
+        );
+    }
+    // The list has the home workspace, the one made for "new" and the project.
+    let a = call(&stack, &alice, "GET", "/v1/workspaces", None);
+    let names: Vec<&str> = a.body["workspaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["default", "home", "project"], "{}", a.text);
+}
+
+#[test]
+fn an_ephemeral_workspace_goes_with_its_session() {
+    let stack = ControlStack::start("");
+    let alice = stack.token("alice", false);
+    let s = session_on(&stack, &alice, Some("ephemeral"))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    sh(&stack, &s, "echo scratch > /home/user/scratch");
+    let c = container_of(&stack, &s);
+    let mounts: Value =
+        serde_json::from_str(&docker(&["inspect", "--format", "{{json .Mounts}}", &c])).unwrap();
+    let volume = mounts
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["Destination"] == "/home/user")
+        .and_then(|m| m["Name"].as_str())
+        .expect("an anonymous volume at the mount point")
+        .to_owned();
+    assert!(volume_exists(&volume));
+    end(&stack, &alice, &s);
+    wait_for("the ephemeral volume to go", T, || {
+        (!volume_exists(&volume)).then_some(())
+    });
+}
+
+#[test]
+fn another_users_workspace_is_not_found_whatever_is_asked() {
+    let stack = ControlStack::start("");
+    let alice = stack.token("alice", false);
+    let bob = stack.token("bob", false);
+    let w = new_workspace(&stack, &alice, "private");
+    let unknown = "abcdefghijk234mn";
+    let asks = |id: &str| {
+        vec![
+            ("GET", format!("/v1/workspaces/{id}"), None),
+            (
+                "PATCH",
+                format!("/v1/workspaces/{id}"),
+                Some(json!({"name": "mine"})),
+            ),
+            ("DELETE", format!("/v1/workspaces/{id}"), None),
+            (
+                "POST",
+                format!("/v1/workspaces/{id}/copy"),
+                Some(json!({"name": "stolen"})),
+            ),
+            (
+                "POST",
+                "/v1/sessions".to_owned(),
+                Some(json!({"profile": "default", "workspace": id})),
+            ),
+        ]
+    };
+    for (theirs, never) in asks(&w).into_iter().zip(asks(unknown)) {
+        let a = call(&stack, &bob, theirs.0, &theirs.1, theirs.2.clone());
+        let b = call(&stack, &bob, never.0, &never.1, never.2.clone());
+        assert_eq!(a.status, 404, "{} {}: {}", theirs.0, theirs.1, a.text);
+        assert_eq!(
+            a.body, b.body,
+            "{} {}: the same answer as an unknown id",
+            theirs.0, theirs.1
+        );
+        assert_eq!(a.body["error"]["code"], "workspace_not_found");
+    }
+    // Bob's listing does not show it; alice's workspace is untouched.
+    let listed = call(&stack, &bob, "GET", "/v1/workspaces", None);
+    assert!(!listed.text.contains(&w), "{}", listed.text);
+    assert_eq!(workspace(&stack, &alice, &w)["name"], "private");
+    assert!(
+        stack.containers().is_empty(),
+        "bob's create made no container"
+    );
+}
+
+#[test]
+fn a_workspace_in_use_is_neither_deleted_nor_copied() {
+    let stack = ControlStack::start("");
+    let alice = stack.token("alice", false);
+    let w = new_workspace(&stack, &alice, "busy");
+    let s = session_on(&stack, &alice, Some(&w))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let del = call(
+        &stack,
+        &alice,
+        "DELETE",
+        &format!("/v1/workspaces/{w}"),
+        None,
+    );
+    assert_eq!(del.status, 409, "{}", del.text);
+    assert_eq!(del.body["error"]["code"], "workspace_in_use");
+    assert!(
+        del.text.contains(&s),
+        "the refusal names the session: {}",
+        del.text
+    );
+    let copy = call(
+        &stack,
+        &alice,
+        "POST",
+        &format!("/v1/workspaces/{w}/copy"),
+        Some(json!({"name": "snap"})),
+    );
+    assert_eq!(copy.status, 409, "{}", copy.text);
+    assert!(copy.text.contains(&s), "{}", copy.text);
+    // The home workspace is kept whatever happens.
+    let list = call(&stack, &alice, "GET", "/v1/workspaces", None);
+    let home = list.body["workspaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["origin"] == "home")
+        .expect("a home workspace")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let a = call(
+        &stack,
+        &alice,
+        "DELETE",
+        &format!("/v1/workspaces/{home}"),
+        None,
+    );
+    assert_eq!(a.status, 409, "{}", a.text);
+    // Once the session ended it goes, its volume with it.
+    let volume = volume_of(&stack, &w);
+    assert!(volume_exists(&volume));
+    end(&stack, &alice, &s);
+    let a = call(
+        &stack,
+        &alice,
+        "DELETE",
+        &format!("/v1/workspaces/{w}"),
+        None,
+    );
+    assert_eq!(a.status, 204, "{}", a.text);
+    assert!(!volume_exists(&volume), "its volume was removed");
+    let a = call(&stack, &alice, "GET", &format!("/v1/workspaces/{w}"), None);
+    assert_eq!(a.status, 404);
+    let audit = stack.log_text();
+    for line in ["workspace created", "workspace deleted"] {
+        assert!(audit.contains(line), "audit has {line:?}");
+    }
+}
+
+/// Waits until a copy is no longer `copying`; its view.
+fn copied(stack: &ControlStack, token: &str, id: &str) -> Value {
+    wait_for("the copy to end", Duration::from_secs(120), || {
+        let w = workspace(stack, token, id);
+        (w["state"] != "copying").then_some(w)
+    })
+}
+
+#[test]
+fn a_copy_equals_its_source_and_leaves_it_unchanged() {
+    let stack = ControlStack::start("");
+    let alice = stack.token("alice", false);
+    let src = new_workspace(&stack, &alice, "source");
+    let s = session_on(&stack, &alice, Some(&src))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    sh(
+        &stack,
+        &s,
+        "cd /home/user && mkdir -p a/b/c && echo one > a/one && echo two > a/b/c/two \
+         && head -c 3000000 /dev/urandom > a/blob && chmod 600 a/one && chmod 750 a/b \
+         && ln -s a/one link && touch -d '2020-01-01 00:00' a/b/c/two && rm -f .profile",
+    );
+    let before = sh(&stack, &s, LISTING);
+    end(&stack, &alice, &s);
+
+    let a = call(
+        &stack,
+        &alice,
+        "POST",
+        &format!("/v1/workspaces/{src}/copy"),
+        Some(json!({"name": "copy"})),
+    );
+    assert_eq!(a.status, 202, "{}", a.text);
+    assert_eq!(a.body["state"], "copying");
+    let copy = a.body["id"].as_str().unwrap().to_owned();
+    let done = copied(&stack, &alice, &copy);
+    assert_eq!(done["state"], "ready", "{done}\n{}", stack.log_text());
+    assert_eq!(done["copied_from"], src.as_str());
+    // The job is gone.
+    let jobs = docker(&[
+        "ps",
+        "-aq",
+        "--filter",
+        &format!("label=termgate.instance={}", stack.instance),
+        "--filter",
+        "label=termgate.managed=copy",
+    ]);
+    assert!(jobs.is_empty(), "the copy job was removed: {jobs}");
+
+    let on_copy = session_on(&stack, &alice, Some(&copy))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        sh(&stack, &on_copy, LISTING),
+        before,
+        "the copy has the same tree"
+    );
+    assert!(
+        sh(&stack, &on_copy, "stat -c %y /home/user/a/b/c/two").starts_with("2020-01-01"),
+        "times are kept"
+    );
+    end(&stack, &alice, &on_copy);
+    let on_src = session_on(&stack, &alice, Some(&src))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        sh(&stack, &on_src, LISTING),
+        before,
+        "the source is unchanged"
+    );
+    assert!(stack.log_text().contains("workspace copied"));
+}
+
+#[test]
+fn a_copy_cut_short_by_a_crash_is_never_ready() {
+    let mut stack = ControlStack::start("");
+    let alice = stack.token("alice", false);
+    let src = new_workspace(&stack, &alice, "source");
+    let s = session_on(&stack, &alice, Some(&src))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    sh(&stack, &s, "head -c 20000000 /dev/urandom > /home/user/big");
+    end(&stack, &alice, &s);
+    stack.kill9();
+    stack.spawn(&[("TERMGATE_FAILPOINT", "copy:after_start")]);
+    let a = call(
+        &stack,
+        &alice,
+        "POST",
+        &format!("/v1/workspaces/{src}/copy"),
+        Some(json!({"name": "half"})),
+    );
+    assert_eq!(a.status, 202, "{}", a.text);
+    let copy = a.body["id"].as_str().unwrap().to_owned();
+    stack.wait_exit(T);
+    assert!(stack
+        .log_text()
+        .contains("failpoint copy:after_start: aborting"));
+    stack.spawn(&[]);
+    let w = workspace(&stack, &alice, &copy);
+    assert_eq!(w["state"], "failed", "{w}");
+    assert!(
+        w["failure"].as_str().unwrap().contains("control stopped"),
+        "{w}"
+    );
+    assert!(
+        !volume_exists(&volume_of(&stack, &copy)),
+        "the half-made volume was removed"
+    );
+    let jobs = docker(&[
+        "ps",
+        "-aq",
+        "--filter",
+        &format!("label=termgate.instance={}", stack.instance),
+        "--filter",
+        "label=termgate.managed=copy",
+    ]);
+    assert!(jobs.is_empty(), "the job was removed: {jobs}");
+    // A failed copy is not offered to a session, and can be deleted.
+    let a = call(
+        &stack,
+        &alice,
+        "POST",
+        "/v1/sessions",
+        Some(json!({"profile": "default", "workspace": copy})),
+    );
+    assert_eq!(a.status, 409, "{}", a.text);
+    let a = call(
+        &stack,
+        &alice,
+        "DELETE",
+        &format!("/v1/workspaces/{copy}"),
+        None,
+    );
+    assert_eq!(a.status, 204, "{}", a.text);
+}
+
+#[test]
+fn a_profile_without_a_choice_refuses_one() {
+    let stack = ControlStack::start("[profiles.plain]\nimage = \"termgate/session:dev\"\nhome = \"/home/user\"\nworkspace = \"home\"\n");
+    let alice = stack.token("alice", false);
+    let w = new_workspace(&stack, &alice, "x");
+    for choice in [w.as_str(), "new", "ephemeral"] {
+        let a = call(
+            &stack,
+            &alice,
+            "POST",
+            "/v1/sessions",
+            Some(json!({"profile": "plain", "workspace": choice})),
+        );
+        assert_eq!(a.status, 400, "{choice}: {}", a.text);
+        assert_eq!(a.body["error"]["code"], "invalid_workspace");
+    }
+    let a = call(
+        &stack,
+        &alice,
+        "POST",
+        "/v1/sessions",
+        Some(json!({"profile": "plain"})),
+    );
+    assert_eq!(a.status, 201, "{}", a.text);
+    assert_eq!(a.body["workspace"]["name"], "home");
+}
