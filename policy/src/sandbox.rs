@@ -263,7 +263,7 @@ const DAEMON_PATHS: &[&str] = &[
 ];
 
 /// Normalises an absolute path lexically. `None` for relative paths, `..`, NUL.
-pub(crate) fn normalise(path: &str) -> Option<String> {
+pub fn normalise(path: &str) -> Option<String> {
     if !path.starts_with('/') || path.contains('\0') {
         return None;
     }

@@ -483,3 +483,95 @@ fn a_profile_without_a_choice_refuses_one() {
     assert_eq!(a.status, 201, "{}", a.text);
     assert_eq!(a.body["workspace"]["name"], "home");
 }
+
+/// Every byte under `dir`, file by file, for searching.
+fn files_under(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>)>) {
+    for e in std::fs::read_dir(dir).expect("read dir").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files_under(&p, out);
+        } else if let Ok(bytes) = std::fs::read(&p) {
+            out.push((p, bytes));
+        }
+    }
+}
+
+#[test]
+fn a_secret_is_mounted_by_reference_and_its_value_goes_nowhere_else() {
+    use std::os::unix::fs::PermissionsExt;
+    let secrets = tempfile::tempdir().expect("temp dir");
+    let value = format!("s3cr3t-{}", e2e::random_hex(12));
+    let file = secrets.path().join("token");
+    std::fs::write(&file, &value).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let profile = format!(
+        "[profiles.vault]\nimage = \"termgate/session:dev\"\nhome = \"/home/user\"\n\
+         [profiles.vault.secrets]\ntoken = \"{}\"\n",
+        file.display()
+    );
+    let mut stack = ControlStack::prepare("");
+    let text = std::fs::read_to_string(stack.dir.config_path()).unwrap();
+    let text = text.replacen(
+        "[docker]\n",
+        &format!("[docker]\nsecrets_dir = \"{}\"\n", secrets.path().display()),
+        1,
+    );
+    stack.dir.write_config(&format!("{text}\n{profile}"));
+    stack.spawn(&[]);
+    let alice = stack.token("alice", false);
+    let a = call(
+        &stack,
+        &alice,
+        "POST",
+        "/v1/sessions",
+        Some(json!({"profile": "vault"})),
+    );
+    assert_eq!(a.status, 201, "{}\n{}", a.text, stack.log_text());
+    let s = a.body["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        sh(&stack, &s, "cat /run/secrets/token"),
+        value,
+        "the session reads it"
+    );
+    assert_eq!(
+        sh(
+            &stack,
+            &s,
+            "(echo x > /run/secrets/token) 2>/dev/null && echo written || echo refused"
+        ),
+        "refused\n",
+        "read-only"
+    );
+    // Nothing termgate answers, logs or stores holds the value.
+    let mut answers = String::new();
+    for path in [
+        "/v1/profiles",
+        "/v1/sessions",
+        "/v1/workspaces",
+        &format!("/v1/sessions/{s}"),
+    ] {
+        answers.push_str(&call(&stack, &alice, "GET", path, None).text);
+    }
+    let admin = stack.token("root", true);
+    answers.push_str(&call(&stack, &admin, "GET", "/v1/audit", None).text);
+    assert!(answers.contains("vault"), "the answers were read");
+    assert!(!answers.contains(&value), "an API answer holds the secret");
+    end(&stack, &alice, &s);
+    assert!(
+        !stack.log_text().contains(&value),
+        "control's log holds the secret"
+    );
+    if let Some(g) = &stack.dockgate {
+        assert!(
+            !g.log_text().contains(&value),
+            "dockgate's log holds the secret"
+        );
+    }
+    let mut stored = Vec::new();
+    files_under(stack.dir.dir.path(), &mut stored);
+    assert!(stored.len() > 3, "the state directory was read");
+    for (path, bytes) in &stored {
+        let hit = bytes.windows(value.len()).any(|w| w == value.as_bytes());
+        assert!(!hit, "{} holds the secret", path.display());
+    }
+}

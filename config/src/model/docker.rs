@@ -25,6 +25,11 @@ pub struct DockerConfig {
     /// machine, which its dockgate fronts. `deploy/up` sets it.
     #[serde(default)]
     pub dockgate_dir: Option<PathBuf>,
+    /// The directory on the Docker hosts under which profiles' `secrets` files must
+    /// be (absolute; outside termgate's own state). termgate never reads them: they are
+    /// mounted read-only by reference.
+    #[serde(default)]
+    pub secrets_dir: Option<PathBuf>,
 }
 
 impl Default for DockerConfig {
@@ -33,6 +38,7 @@ impl Default for DockerConfig {
             enabled: true,
             hosts: Vec::new(),
             dockgate_dir: None,
+            secrets_dir: None,
         }
     }
 }

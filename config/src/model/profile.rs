@@ -55,6 +55,11 @@ pub struct Profile {
     /// Extra mounts.
     #[serde(default)]
     pub mounts: Vec<MountConfig>,
+    /// Secrets by reference: each name's file on the Docker host (under
+    /// `docker.secrets_dir`) is mounted read-only at `/run/secrets/<name>`; its value
+    /// is never read by termgate.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, String>,
     /// Options the user may choose, each from enumerated values, passed as environment.
     #[serde(default)]
     pub options: BTreeMap<String, OptionConfig>,

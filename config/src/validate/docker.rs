@@ -16,6 +16,17 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
     if c.docker.dockgate_dir.is_some() {
         check_dockgate(c, err);
     }
+    if let Some(dir) = &c.docker.secrets_dir {
+        if !dir.is_absolute() {
+            err(
+                "docker.secrets_dir",
+                format!(
+                    "{}: must be an absolute path on the Docker hosts",
+                    dir.display()
+                ),
+            );
+        }
+    }
     if c.docker.hosts.is_empty() {
         return;
     }

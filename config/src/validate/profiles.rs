@@ -28,6 +28,41 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
                 );
             }
         }
+        for (secret, file) in &p.secrets {
+            let key = format!("profiles.{name}.secrets.{secret}");
+            let named = (1..=64).contains(&secret.len())
+                && secret
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+                && !secret.starts_with('.');
+            if !named {
+                err(
+                    &key,
+                    "secret names are 1-64 characters of A-Z a-z 0-9 . _ - (not starting with .)"
+                        .into(),
+                );
+            }
+            match &c.docker.secrets_dir {
+                None => err(
+                    &key,
+                    "needs docker.secrets_dir, the directory its file must be under".into(),
+                ),
+                Some(dir) => {
+                    let under = sandbox::normalise(file)
+                        .zip(sandbox::normalise(&dir.display().to_string()))
+                        .is_some_and(|(f, d)| f.starts_with(&format!("{d}/")));
+                    if !under {
+                        err(
+                            &key,
+                            format!(
+                                "{file:?} must be an absolute path under docker.secrets_dir ({})",
+                                dir.display()
+                            ),
+                        );
+                    }
+                }
+            }
+        }
         if c.control.service_networks.contains(&p.network) {
             err(
                 &format!("profiles.{name}.network"),
@@ -289,7 +324,7 @@ impl Profile {
         .into_iter()
         .filter_map(|(kind, mode)| mode.map(|m| (kind, m)))
         .collect();
-        let mounts: Vec<MountSpec> = self
+        let mut mounts: Vec<MountSpec> = self
             .mounts
             .iter()
             .map(|m| MountSpec {
@@ -303,6 +338,12 @@ impl Profile {
                 read_only: m.read_only,
             })
             .collect();
+        mounts.extend(self.secrets.iter().map(|(name, file)| MountSpec {
+            kind: MountKind::Bind,
+            source: file.clone(),
+            target: secret_target(name),
+            read_only: true,
+        }));
         let memory = i64::try_from(self.memory_mb.saturating_mul(1 << 20)).unwrap_or(i64::MAX);
         let spec = ContainerSpec {
             user: Some(self.user.clone()),
@@ -363,6 +404,11 @@ impl Profile {
     pub fn sandbox_spec(&self, home_volume: Option<&str>) -> ContainerSpec {
         policy::declared::session_spec(&self.declared(), home_volume)
     }
+}
+
+/// Where a secret named `name` is mounted in a session.
+pub fn secret_target(name: &str) -> String {
+    format!("/run/secrets/{name}")
 }
 
 impl Config {

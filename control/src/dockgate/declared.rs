@@ -30,6 +30,8 @@ struct Loaded {
     stamp: Option<Stamp>,
     /// The state the configuration names: its store and recordings.
     state: Vec<String>,
+    /// The secrets directory, and each secret file with the user of its sessions.
+    secrets: (Option<PathBuf>, Vec<(String, String)>),
 }
 
 /// The configuration a gate compares creates with, and where it comes from.
@@ -49,6 +51,16 @@ pub enum DeclaredError {
     /// It does not load.
     #[error("{0}")]
     Config(String),
+    /// A secret's file is not one a session may be given.
+    #[error("profiles.{profile}.secrets.{name}: {why}")]
+    Secret {
+        /// The profile.
+        profile: String,
+        /// The secret's name.
+        name: String,
+        /// Why.
+        why: String,
+    },
     /// A declared bind resolves where no mount may go.
     #[error("profiles.{profile}.mounts[{index}]: {denied}")]
     Bind {
@@ -90,6 +102,7 @@ impl DeclaredSource {
                 }),
                 stamp: None,
                 state: Vec::new(),
+                secrets: (None, Vec::new()),
             }),
         };
         let loaded = source.read()?;
@@ -118,6 +131,16 @@ impl DeclaredSource {
             std::fs::canonicalize(&p).unwrap_or(p).display().to_string()
         })
         .collect();
+        for (name, p) in &config.profiles {
+            for (secret, file) in &p.secrets {
+                self.secret_ok(config.docker.secrets_dir.as_deref(), file, &p.user, &state)
+                    .map_err(|why| DeclaredError::Secret {
+                        profile: name.clone(),
+                        name: secret.clone(),
+                        why,
+                    })?;
+            }
+        }
         for (name, p) in &declared.profiles {
             for (index, m) in p.spec.mounts.iter().enumerate() {
                 if m.kind == MountKind::Bind {
@@ -131,22 +154,83 @@ impl DeclaredSource {
                 }
             }
         }
+        let secret_files = config
+            .profiles
+            .values()
+            .flat_map(|p| p.secrets.values().map(|f| (f.clone(), p.user.clone())))
+            .collect();
         Ok(Loaded {
             declared: Arc::new(declared),
             stamp,
             state,
+            secrets: (config.docker.secrets_dir.clone(), secret_files),
         })
+    }
+
+    /// Whether a secret's file may be given to sessions whose user is `user`
+    /// (`uid:gid`): it resolves to a regular file under the secrets directory, which
+    /// itself may be mounted from, and that user can read it. Only its metadata is read.
+    fn secret_ok(
+        &self,
+        dir: Option<&Path>,
+        file: &str,
+        user: &str,
+        state: &[String],
+    ) -> Result<(), String> {
+        use std::os::unix::fs::MetadataExt;
+        let dir = dir.ok_or("docker.secrets_dir is not set")?;
+        let dir = std::fs::canonicalize(dir)
+            .map_err(|e| format!("docker.secrets_dir {}: {e}", dir.display()))?;
+        self.bind_ok_within(&dir.display().to_string(), state)
+            .map_err(|d| format!("docker.secrets_dir: {}", d.message))?;
+        let resolved = std::fs::canonicalize(file).map_err(|e| format!("{file:?}: {e}"))?;
+        if !resolved.starts_with(&dir) || resolved == dir {
+            return Err(format!(
+                "{file:?} resolves to {}, outside docker.secrets_dir ({})",
+                resolved.display(),
+                dir.display()
+            ));
+        }
+        let m = std::fs::metadata(&resolved).map_err(|e| format!("{file:?}: {e}"))?;
+        if !m.is_file() {
+            return Err(format!("{file:?} is not a regular file"));
+        }
+        let (uid, gid) = user
+            .split_once(':')
+            .and_then(|(u, g)| Some((u.parse::<u32>().ok()?, g.parse::<u32>().ok()?)))
+            .ok_or_else(|| format!("the profile's user {user:?} is not uid:gid"))?;
+        let mode = m.mode();
+        let readable = mode & 0o004 != 0
+            || (m.uid() == uid && mode & 0o400 != 0)
+            || (m.gid() == gid && mode & 0o040 != 0);
+        if !readable {
+            return Err(format!(
+                "{file:?} (mode {:o}, owner {}:{}) cannot be read by the sessions' user {user}",
+                mode & 0o7777,
+                m.uid(),
+                m.gid()
+            ));
+        }
+        Ok(())
     }
 
     /// Whether a declared bind source, resolved on this host now, may be mounted.
     pub fn bind_ok(&self, source: &str) -> Result<(), Denied> {
-        let state = self
-            .loaded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .state
-            .clone();
-        self.bind_ok_within(source, &state)
+        let (state, (dir, secrets)) = {
+            let l = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+            (l.state.clone(), l.secrets.clone())
+        };
+        self.bind_ok_within(source, &state)?;
+        // A secret's file is judged again as at load: still under the directory, still
+        // a readable regular file.
+        for (file, user) in secrets.iter().filter(|(f, _)| f == source) {
+            self.secret_ok(dir.as_deref(), file, user, &state)
+                .map_err(|why| Denied {
+                    reason: Reason::NotDeclared,
+                    message: format!("secret {file:?}: {why}"),
+                })?;
+        }
+        Ok(())
     }
 
     fn bind_ok_within(&self, source: &str, state: &[String]) -> Result<(), Denied> {
