@@ -33,7 +33,7 @@ fn setup() -> Option<Setup> {
     let image =
         std::env::var("TERMGATE_SESSION_IMAGE").unwrap_or_else(|_| "termgate/session:dev".into());
     let mut control = ControlStack::prepare(&format!(
-        "\n[profiles.gvisor]\nimage = \"{image}\"\nruntime = \"runsc\"\ndescription = \"A shell under gVisor\"\n\n[profiles.plain]\nimage = \"{image}\"\nhosts = [\"main\"]\n\n[profiles.gvisor-rec]\nimage = \"{image}\"\nruntime = \"runsc\"\nrecord = true\nidle_timeout_seconds = 8\n\n[profiles.gvisor-tight]\nimage = \"{image}\"\nruntime = \"runsc\"\nmemory_mb = 64\npids_limit = 128\n"
+        "\n[profiles.gvisor]\nimage = \"{image}\"\nruntime = \"runsc\"\ndescription = \"A shell under gVisor\"\n\n[profiles.plain]\nimage = \"{image}\"\nhosts = [\"main\"]\n\n[profiles.gvisor-rec]\nimage = \"{image}\"\nruntime = \"runsc\"\nrecord = true\nidle_timeout_seconds = 8\n\n[profiles.gvisor-tight]\nimage = \"{image}\"\nruntime = \"runsc\"\nmemory_mb = 64\npids_limit = 128\n\n[profiles.gvisor-ws]\nimage = \"{image}\"\nruntime = \"runsc\"\nhome = \"/home/user\"\nworkspace = \"choose\"\n"
     ));
     let main_pool = TtydPool::start_for(&control.instance);
     let main_counter = CountingProxy::start(main_pool.target());
@@ -376,4 +376,108 @@ fn past_its_limits_a_runsc_session_ends_where_runc_would_refuse_one_process() {
             assert_ne!(ended["state"], "running", "{what}: {ended}");
         }
     }
+}
+
+/// Runs `script` in a container on gv; its output, asserting success.
+fn sh_on_gv(s: &Setup, session: &str, script: &str) -> String {
+    let cid = s.gv.containers(&format!("termgate.session={session}"));
+    assert_eq!(cid.len(), 1, "the session's container is on gv");
+    let o = s.gv.docker(&["exec", &cid[0], "/bin/sh", "-c", script]);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{script}: {out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+#[test]
+fn a_workspace_keeps_its_files_across_runsc_sessions_and_copies_there() {
+    let Some(s) = setup() else { return };
+    let c = &s.stack.control;
+    let alice = c.token("alice", false);
+    let made = c.call(
+        "POST",
+        "/v1/workspaces",
+        Some(&alice),
+        Some(json!({"name": "under-gvisor"})),
+    );
+    assert_eq!(made.status, 201, "{}", made.text);
+    let ws = made.body["id"].as_str().unwrap().to_owned();
+    let create = |workspace: &str| {
+        let a = c.call(
+            "POST",
+            "/v1/sessions",
+            Some(&alice),
+            Some(json!({"profile": "gvisor-ws", "workspace": workspace})),
+        );
+        assert_eq!(a.status, 201, "{}\n{}", a.text, c.log_text());
+        assert_eq!(a.body["host"], "gv", "{}", a.text);
+        a.body["id"].as_str().unwrap().to_owned()
+    };
+    let end = |id: &str| {
+        let a = c.call("DELETE", &format!("/v1/sessions/{id}"), Some(&alice), None);
+        assert_eq!(a.status, 204, "{}", a.text);
+        e2e::stack::wait_for("the container to go", T, || {
+            s.gv.containers(&format!("termgate.session={id}"))
+                .is_empty()
+                .then_some(())
+        });
+    };
+    let first = create(&ws);
+    // Under gVisor's kernel, on the workspace's volume.
+    assert_ne!(
+        sh_on_gv(&s, &first, "uname -r").trim(),
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap()
+            .trim()
+    );
+    sh_on_gv(
+        &s,
+        &first,
+        "echo under-gvisor > /home/user/kept && mkdir -p /home/user/d && echo x > /home/user/d/y",
+    );
+    end(&first);
+    let second = create(&ws);
+    assert_eq!(
+        sh_on_gv(&s, &second, "cat /home/user/kept"),
+        "under-gvisor\n"
+    );
+    end(&second);
+    // Its volume is on gv, labelled as termgate made it.
+    let volume = format!("termgate-ws-{}-{ws}", c.instance);
+    let o = s.gv.docker(&[
+        "volume",
+        "inspect",
+        "-f",
+        "{{index .Labels \"termgate.managed\"}}",
+        &volume,
+    ]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "workspace");
+    // A copy is made on gv too, and a runsc session reads it.
+    let a = c.call(
+        "POST",
+        &format!("/v1/workspaces/{ws}/copy"),
+        Some(&alice),
+        Some(json!({"name": "copy"})),
+    );
+    assert_eq!(a.status, 202, "{}", a.text);
+    let copy = a.body["id"].as_str().unwrap().to_owned();
+    let done = e2e::stack::wait_for("the copy", Duration::from_secs(120), || {
+        let w = c.call("GET", &format!("/v1/workspaces/{copy}"), Some(&alice), None);
+        (w.body["state"] != "copying").then_some(w.body)
+    });
+    assert_eq!(done["state"], "ready", "{done}\n{}", c.log_text());
+    let third = create(&copy);
+    assert_eq!(
+        sh_on_gv(&s, &third, "cat /home/user/kept /home/user/d/y"),
+        "under-gvisor\nx\n"
+    );
+    end(&third);
+    assert!(
+        !s.gate.log_text().contains("not_declared"),
+        "{}",
+        s.gate.log_text()
+    );
 }
