@@ -496,3 +496,5 @@ pub fn first_difference(want: &Value, got: &Value) -> Option<Difference> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod workspace_tests;

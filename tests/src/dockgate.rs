@@ -236,6 +236,28 @@ impl DeclaredGate {
             .profiles
             .get(profile)
             .expect("a profile of the configuration");
+        // The home workspace, as control mounts it when the user chooses none.
+        let sub = policy::Sub::parse(owner).expect("a sub");
+        let home = policy::declared::home_volume_name(&c.instance, &sub);
+        let workspace =
+            (p.workspace_mode() != policy::declared::WorkspaceMode::None).then_some(home.as_str());
+        self.session_body_in(profile, session, owner, workspace)
+    }
+
+    /// Like [`DeclaredGate::session_body`], the session mounting the volume `workspace`
+    /// (`Some("")`: an ephemeral one; `None`: none).
+    pub fn session_body_in(
+        &self,
+        profile: &str,
+        session: &str,
+        owner: &str,
+        workspace: Option<&str>,
+    ) -> (String, Value) {
+        let c = self.config();
+        let p = c
+            .profiles
+            .get(profile)
+            .expect("a profile of the configuration");
         let options: std::collections::BTreeMap<String, String> = p
             .options
             .iter()
@@ -243,10 +265,6 @@ impl DeclaredGate {
             .collect();
         let id = policy::SessionId::parse(session).expect("a session id");
         let owner = policy::Sub::parse(owner).expect("a sub");
-        // The home workspace, as control mounts it when the user chooses none.
-        let home = policy::declared::home_volume_name(&c.instance, &owner);
-        let workspace =
-            (p.workspace_mode() != policy::declared::WorkspaceMode::None).then_some(home.as_str());
         let body = policy::declared::container_body(
             &p.declared(),
             &policy::declared::SessionFacts {
@@ -263,6 +281,48 @@ impl DeclaredGate {
         )
         .expect("a declared body");
         (policy::declared::container_name(&id), body)
+    }
+
+    /// The create body of `owner`'s workspace `id` (a session id's form), and the
+    /// volume's name.
+    pub fn workspace_body(&self, owner: &str, id: &str) -> (String, Value) {
+        let c = self.config();
+        let owner = policy::Sub::parse(owner).expect("a sub");
+        let id = policy::SessionId::parse(id).expect("a workspace id");
+        (
+            policy::declared::workspace_volume_name(&c.instance, &id),
+            policy::declared::workspace_volume_body(&c.instance, &owner, &id),
+        )
+    }
+
+    /// The create body of `owner`'s job on `profile` that copies the volume `source`
+    /// into the volume `dest`, and the job's container name.
+    pub fn copy_body(
+        &self,
+        profile: &str,
+        owner: &str,
+        source: &str,
+        dest: &str,
+    ) -> (String, Value) {
+        let c = self.config();
+        let p = c
+            .profiles
+            .get(profile)
+            .expect("a profile of the configuration");
+        let owner = policy::Sub::parse(owner).expect("a sub");
+        let body = policy::declared::copy_job_body(
+            &p.declared(),
+            &policy::declared::CopyFacts {
+                instance: &c.instance,
+                host: "local",
+                owner: &owner,
+                profile,
+                source,
+                dest,
+            },
+        )
+        .expect("a declared copy job");
+        (policy::declared::copy_job_name(dest), body)
     }
 
     /// The home volume create body of `owner`, and the volume's name.

@@ -141,7 +141,10 @@ struct Cleanup(Vec<String>);
 impl Drop for Cleanup {
     fn drop(&mut self) {
         for name in &self.0 {
-            let _ = Command::new("docker").args(["rm", "-f", name]).output();
+            // `-v`: an ephemeral workspace's anonymous volume goes with it.
+            let _ = Command::new("docker")
+                .args(["rm", "-f", "-v", name])
+                .output();
         }
     }
 }
@@ -338,10 +341,12 @@ fn a_compromised_control_gets_only_what_control_does() {
             hc("NetworkMode", json!(bridge_prefix)),
             "HostConfig.NetworkMode",
         ),
+        // The default profile lets the user choose the workspace: the body is declared
+        // for bob as well, and alice's home is not one of bob's volumes.
         (
             "another user's home",
             with(b(), &["Labels", "termgate.owner"], json!("bob")),
-            "HostConfig.Mounts[0].Source",
+            "not the home volume or a workspace of bob",
         ),
         (
             "a profile not in the configuration",
@@ -819,6 +824,274 @@ fn a_profile_reaches_dockgate_when_the_configuration_changes_and_not_before() {
         "{said}"
     );
     drop(declared);
+}
+
+fn volume_exists(name: &str) -> bool {
+    Command::new("docker")
+        .args(["volume", "inspect", name])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Creates a volume through `socket` with `body`, as control does; removed when the
+/// test ends.
+fn made_volume(socket: &Path, name: &str, body: &Value) -> VolumeCleanup {
+    let cleanup = VolumeCleanup(name.to_owned());
+    let a = send(
+        socket,
+        "POST",
+        "/volumes/create",
+        Some(body.to_string().as_bytes()),
+    );
+    assert_eq!(a.status, 201, "control's volume {name} passes: {}", a.text);
+    cleanup
+}
+
+/// A volume made beside termgate with the Docker CLI (`args` before its name);
+/// removed when the test ends.
+fn made_beside(name: &str, args: &[String]) -> VolumeCleanup {
+    let cleanup = VolumeCleanup(name.to_owned());
+    let mut all: Vec<&str> = vec!["volume", "create"];
+    all.extend(args.iter().map(String::as_str));
+    all.push(name);
+    docker(&all);
+    cleanup
+}
+
+/// `--label k=v` for each of `labels`.
+fn label_args(labels: &std::collections::BTreeMap<String, String>) -> Vec<String> {
+    labels
+        .iter()
+        .flat_map(|(k, v)| ["--label".to_owned(), format!("{k}={v}")])
+        .collect()
+}
+
+/// Removes a container through `socket` as control ends a session: `204`.
+fn remove_container(socket: &Path, name: &str) {
+    let a = send(
+        socket,
+        "DELETE",
+        &format!("/containers/{name}?v=true&force=true&link=false"),
+        None,
+    );
+    assert_eq!(a.status, 204, "removing {name}: {}", a.text);
+    assert!(!container_exists(name), "{name} is still there");
+}
+
+#[test]
+fn a_chosen_workspace_is_mounted_only_when_termgate_made_it_for_the_owner() {
+    let instance = format!("dg{}", random_hex(4));
+    let declared = DeclaredGate::start(&instance, "");
+    let mode = declared.config().profiles["default"].workspace_mode();
+    assert_eq!(
+        mode,
+        policy::declared::WorkspaceMode::Choose,
+        "the example's default"
+    );
+    let socket = declared.gate.socket("control");
+    // Dropped in reverse: the containers go before the volumes they mount.
+    let mut volumes = Vec::new();
+    let mut names = Cleanup(Vec::new());
+
+    // Alice's and bob's workspaces, made as control makes them.
+    let (alices, body) = declared.workspace_body("alice", &session_id());
+    volumes.push(made_volume(&socket, &alices, &body));
+    let (bobs, body) = declared.workspace_body("bob", &session_id());
+    volumes.push(made_volume(&socket, &bobs, &body));
+    // A plain volume made beside termgate, and a host's root behind a volume carrying
+    // exactly the labels termgate gives alice's workspace, under the name they give it.
+    let plain = format!("termgate-dg-{}", random_hex(5));
+    volumes.push(made_beside(&plain, &[]));
+    let id = session_id();
+    let (bound, _) = declared.workspace_body("alice", &id);
+    let labels = policy::declared::workspace_volume_labels(
+        &instance,
+        &policy::Sub::parse("alice").expect("a sub"),
+        &policy::SessionId::parse(&id).expect("an id"),
+    );
+    let mut args: Vec<String> = ["--driver", "local", "--opt", "type=none", "--opt", "o=bind"]
+        .map(str::to_owned)
+        .into();
+    args.extend(["--opt".to_owned(), "device=/".to_owned()]);
+    args.extend(label_args(&labels));
+    volumes.push(made_beside(&bound, &args));
+    let device = docker(&["volume", "inspect", "-f", "{{.Options.device}}", &bound]);
+    assert_eq!(device, "/", "the volume is backed by the host's root");
+
+    let missing = format!("termgate-dg-{}", random_hex(5));
+    for (what, volume, rule) in [
+        ("bob's workspace", &bobs, "not_declared"),
+        (
+            "a plain volume termgate did not make",
+            &plain,
+            "not_declared",
+        ),
+        ("a volume that does not exist", &missing, "not_declared"),
+        (
+            "the host's root under alice's workspace labels",
+            &bound,
+            "volume_driver",
+        ),
+    ] {
+        let s = session_id();
+        let (name, body) = declared.session_body_in("default", &s, "alice", Some(volume));
+        names.0.push(name.clone());
+        let a = create(&socket, &name, &body);
+        assert_refused(&a, rule, what);
+        let message = json_of(&a)["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let says = if rule == "volume_driver" {
+            "o=bind"
+        } else {
+            volume.as_str()
+        };
+        assert!(message.contains(says), "{what}: {message}");
+        assert!(!container_exists(&name), "{what}: Docker made {name}");
+    }
+    assert!(!volume_exists(&missing), "Docker made {missing}");
+
+    // Alice's own workspace is mounted read-write at the profile's home.
+    let (name, body) = declared.session_body_in("default", &session_id(), "alice", Some(&alices));
+    names.0.push(name.clone());
+    let a = create(&socket, &name, &body);
+    assert_eq!(a.status, 201, "alice's workspace passes: {}", a.text);
+    let mounts = docker(&[
+        "inspect",
+        "-f",
+        "{{range .Mounts}}{{.Type}} {{.Name}} {{.Destination}} {{.RW}};{{end}}",
+        &name,
+    ]);
+    assert!(
+        mounts.contains(&format!("volume {alices} /home/user true")),
+        "{mounts}"
+    );
+    remove_container(&socket, &name);
+    // An ephemeral one: an anonymous volume, made with the container and gone with it.
+    let (name, body) = declared.session_body_in("default", &session_id(), "alice", Some(""));
+    names.0.push(name.clone());
+    let a = create(&socket, &name, &body);
+    assert_eq!(a.status, 201, "an ephemeral workspace passes: {}", a.text);
+    let anonymous = docker(&[
+        "inspect",
+        "-f",
+        "{{range .Mounts}}{{if eq .Destination \"/home/user\"}}{{.Name}}{{end}}{{end}}",
+        &name,
+    ]);
+    assert!(
+        !anonymous.is_empty() && volume_exists(&anonymous),
+        "{anonymous}"
+    );
+    remove_container(&socket, &name);
+    assert!(
+        !volume_exists(&anonymous),
+        "{anonymous} outlived its session"
+    );
+    // Never with options that make the anonymous volume a host path.
+    let (name, mut body) = declared.session_body_in("default", &session_id(), "alice", Some(""));
+    names.0.push(name.clone());
+    let options = json!({
+        "DriverConfig": {"Name": "local", "Options": {"type": "none", "o": "bind", "device": "/"}}
+    });
+    let mounts = body["HostConfig"]["Mounts"].as_array_mut().expect("mounts");
+    let workspace = mounts
+        .iter_mut()
+        .find(|m| m["Target"] == "/home/user")
+        .expect("the workspace mount");
+    workspace["VolumeOptions"] = options;
+    let a = create(&socket, &name, &body);
+    assert_eq!(
+        a.status, 403,
+        "an anonymous volume over the host's root: {}",
+        a.text
+    );
+    assert!(!container_exists(&name), "Docker made {name}");
+}
+
+#[test]
+fn a_copy_fills_only_a_workspace_and_control_removes_only_unused_termgate_volumes() {
+    let instance = format!("dg{}", random_hex(4));
+    let declared = DeclaredGate::start(&instance, "");
+    let socket = declared.gate.socket("control");
+    // Dropped in reverse: the containers go before the volumes they mount.
+    let mut volumes = Vec::new();
+    let mut names = Cleanup(Vec::new());
+    let (home, body) = declared.home_body("alice");
+    volumes.push(made_volume(&socket, &home, &body));
+    let (alices, body) = declared.workspace_body("alice", &session_id());
+    volumes.push(made_volume(&socket, &alices, &body));
+
+    // A copy into the owner's home volume: refused, and no job made.
+    let (name, body) = declared.copy_body("default", "alice", &alices, &home);
+    names.0.push(name.clone());
+    let a = create(&socket, &name, &body);
+    assert_refused(&a, "not_declared", "a copy into the home volume");
+    let message = json_of(&a)["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains(&home) && message.contains("a workspace"),
+        "{message}"
+    );
+    assert!(!container_exists(&name), "Docker made {name}");
+    // From the home volume into the workspace, as control copies: the job is made.
+    let (name, body) = declared.copy_body("default", "alice", &home, &alices);
+    names.0.push(name.clone());
+    let a = create(&socket, &name, &body);
+    assert_eq!(a.status, 201, "control's copy job passes: {}", a.text);
+    remove_container(&socket, &name);
+
+    // Removing volumes: only this deployment's home and workspace volumes, never by
+    // force, and Docker still refuses one in use.
+    let plain = format!("termgate-dg-{}", random_hex(5));
+    volumes.push(made_beside(&plain, &[]));
+    let a = send(&socket, "DELETE", &format!("/volumes/{plain}"), None);
+    assert_refused(&a, "labels_required", "removing a plain volume");
+    assert!(volume_exists(&plain), "{plain} was removed");
+    let id = session_id();
+    let (theirs, _) = declared.workspace_body("alice", &id);
+    let other = policy::declared::workspace_volume_labels(
+        "another-deployment",
+        &policy::Sub::parse("alice").expect("a sub"),
+        &policy::SessionId::parse(&id).expect("an id"),
+    );
+    volumes.push(made_beside(&theirs, &label_args(&other)));
+    let a = send(&socket, "DELETE", &format!("/volumes/{theirs}"), None);
+    assert_refused(
+        &a,
+        "labels_required",
+        "removing another deployment's workspace",
+    );
+    assert!(volume_exists(&theirs), "{theirs} was removed");
+    let a = send(
+        &socket,
+        "DELETE",
+        &format!("/volumes/{alices}?force=true"),
+        None,
+    );
+    assert_refused(&a, "query_not_allowed", "removing a workspace by force");
+    assert!(volume_exists(&alices), "{alices} was removed by force");
+    let (session, body) =
+        declared.session_body_in("default", &session_id(), "alice", Some(&alices));
+    names.0.push(session.clone());
+    let a = create(&socket, &session, &body);
+    assert_eq!(a.status, 201, "{}", a.text);
+    let a = send(
+        &socket,
+        "DELETE",
+        &format!("/volumes/{alices}?force=false"),
+        None,
+    );
+    assert_eq!(a.status, 409, "Docker keeps a workspace in use: {}", a.text);
+    assert!(volume_exists(&alices), "{alices} was removed in use");
+    remove_container(&socket, &session);
+    let a = send(&socket, "DELETE", &format!("/volumes/{alices}"), None);
+    assert_eq!(a.status, 204, "control removes the workspace: {}", a.text);
+    assert!(!volume_exists(&alices), "{alices} is still there");
+    let a = send(&socket, "DELETE", &format!("/volumes/{alices}"), None);
+    assert_eq!(a.status, 404, "{}", a.text);
 }
 
 /// The machine's daemon socket, as dockgate finds it without `--daemon`.

@@ -335,7 +335,10 @@ impl Gate {
                     self.instance
                 )));
             }
-            volume_ok(&found.driver, &found.options).map_err(Refusal::Denied)?;
+            volume_ok(&found.driver, &found.options).map_err(|mut d| {
+                d.message = format!("volume {name}: {}", d.message);
+                Refusal::Denied(d)
+            })?;
         }
         for name in &l.borrowed_volumes {
             // A volume that does not exist is made by Docker as a plain local one.

@@ -138,6 +138,20 @@ pub(super) fn set(mut body: Value, path: &[&str], value: Value) -> Value {
     body
 }
 
+/// `body` without the object key at `path`.
+pub(super) fn remove(mut body: Value, path: &[&str]) -> Value {
+    let (last, parents) = path.split_last().unwrap();
+    let mut at = &mut body;
+    for p in parents {
+        at = match at {
+            Value::Array(a) => &mut a[p.parse::<usize>().unwrap()],
+            other => &mut other[*p],
+        };
+    }
+    at.as_object_mut().unwrap().remove(*last);
+    body
+}
+
 #[test]
 fn the_declared_body_is_exactly_what_a_session_gets() {
     let b = body();

@@ -116,6 +116,12 @@ pub fn copy_job_body(p: &DeclaredProfile, f: &CopyFacts<'_>) -> Result<Value, No
             ))
         }
     };
+    if f.source == f.dest {
+        return Err(not_declared(
+            format!("Labels.{WORKSPACE_LABEL}"),
+            "a copy's destination is not its source",
+        ));
+    }
     for (label, v) in [(COPY_SOURCE_LABEL, f.source), (WORKSPACE_LABEL, f.dest)] {
         if !crate::sandbox::is_plain_name(v) {
             return Err(not_declared(
