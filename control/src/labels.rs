@@ -91,6 +91,7 @@ pub fn facts<'a>(instance: &'a str, s: &'a Session) -> policy::declared::Session
         created: s.created_at,
         options: &s.options,
         workspace: s.workspace.as_ref().map(|w| w.volume.as_str()),
+        workspace_read_only: s.workspace.as_ref().is_some_and(|w| w.read_only),
     }
 }
 
@@ -156,6 +157,8 @@ pub struct SessionLabels {
     /// The volume of the workspace it mounts (`""`: an ephemeral one); `None`: none, or
     /// made before workspaces were labelled.
     pub workspace: Option<String>,
+    /// It is mounted read-only.
+    pub workspace_read_only: bool,
 }
 
 impl SessionLabels {
@@ -169,6 +172,7 @@ impl SessionLabels {
             created: l.get(CREATED).and_then(|t| t.parse().ok()),
             host: l.get(HOST).cloned(),
             workspace: l.get(policy::declared::WORKSPACE_LABEL).cloned(),
+            workspace_read_only: l.contains_key(policy::declared::WORKSPACE_ACCESS_LABEL),
         })
     }
 }
@@ -248,6 +252,7 @@ mod tests {
                 created: Some(1_700_000_000),
                 host: Some("gpu-1".into()),
                 workspace: None,
+                workspace_read_only: false,
             })
         );
         // A session on a workspace names its volume; an ephemeral one, none.
@@ -256,6 +261,7 @@ mod tests {
             on.workspace = Some(crate::model::SessionWorkspace {
                 id: None,
                 volume: volume.into(),
+                read_only: false,
             });
             let l = session_container("prod", &on);
             assert_eq!(

@@ -123,6 +123,9 @@ pub struct SessionWorkspace {
     pub id: Option<SessionId>,
     /// Its Docker volume; `""` for an ephemeral one.
     pub volume: String,
+    /// Mounted read-only (a shared workspace granted so).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
 }
 
 /// Where a workspace is in its life.
@@ -153,6 +156,28 @@ pub enum WorkspaceOrigin {
     /// Made by termgate (`termgate.managed=workspace` and this record, written in the
     /// same step): termgate may remove it.
     Created,
+    /// Made by termgate for sharing (`termgate.managed=shared`), by an admin: only an
+    /// admin's explicit delete removes it.
+    Shared,
+    /// An existing volume an admin registered for sharing (`docker.shared_volumes`):
+    /// mounted where granted, never removed.
+    Borrowed,
+}
+
+impl WorkspaceOrigin {
+    /// Whether it is shared (granted to users and roles) rather than one user's.
+    pub fn is_shared(self) -> bool {
+        matches!(self, WorkspaceOrigin::Shared | WorkspaceOrigin::Borrowed)
+    }
+}
+
+/// Who a shared workspace is granted to, and how.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceGrant {
+    /// `user:<sub>` or `role:<role>`.
+    pub to: String,
+    /// Mounted read-only for them.
+    pub read_only: bool,
 }
 
 /// A workspace as control stores it: one Docker volume that outlives sessions.
@@ -183,6 +208,31 @@ pub struct Workspace {
     /// The workspace it was copied from.
     #[serde(default)]
     pub copied_from: Option<SessionId>,
+    /// A shared workspace's grants.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<WorkspaceGrant>,
+}
+
+impl Workspace {
+    /// What `sub` with `roles` may do with it: `Some(false)` read and write (their own,
+    /// or a shared one granted so), `Some(true)` read only, `None` nothing.
+    pub fn access(&self, sub: &Sub, roles: &[String]) -> Option<bool> {
+        if !self.origin.is_shared() {
+            return (self.owner == *sub).then_some(false);
+        }
+        let mut access = None;
+        for g in &self.grants {
+            let granted = match g.to.split_once(':') {
+                Some(("user", u)) => u == sub.as_str(),
+                Some(("role", r)) => roles.iter().any(|have| have == r),
+                _ => false,
+            };
+            if granted {
+                access = Some(access.unwrap_or(true) && g.read_only);
+            }
+        }
+        access
+    }
 }
 
 fn local_host() -> String {

@@ -162,9 +162,11 @@ impl Reconciler {
                             peers: Vec::new(),
                             // Its volume, from the label; which record it was is for
                             // the workspaces' own books.
-                            workspace: l
-                                .workspace
-                                .map(|volume| SessionWorkspace { id: None, volume }),
+                            workspace: l.workspace.map(|volume| SessionWorkspace {
+                                id: None,
+                                volume,
+                                read_only: l.workspace_read_only,
+                            }),
                         })
                     }),
             );

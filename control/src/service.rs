@@ -36,6 +36,7 @@ mod peers;
 mod recording_links;
 mod shares;
 mod sign_ins;
+mod shared_workspaces;
 mod targets;
 mod workspaces;
 

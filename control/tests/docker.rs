@@ -116,6 +116,7 @@ impl Req {
                 created: 1,
                 options: &options,
                 workspace: None,
+                workspace_read_only: false,
             },
         )
         .expect("a declared body");

@@ -44,8 +44,10 @@ pub const HOST_LABEL: &str = "termgate.host";
 mod workspace;
 
 pub use workspace::{
-    copy_job_body, copy_job_name, is_own_volume, workspace_volume_body, workspace_volume_labels,
-    workspace_volume_name, CopyFacts, COPY_SOURCE_LABEL, COPY_SOURCE_TARGET, WORKSPACE_LABEL,
+    copy_job_body, copy_job_name, is_own_volume, is_shared_volume, shared_volume_body,
+    shared_volume_labels, shared_volume_name, workspace_volume_body, workspace_volume_labels,
+    workspace_volume_name, CopyFacts, COPY_SOURCE_LABEL, COPY_SOURCE_TARGET,
+    WORKSPACE_ACCESS_LABEL, WORKSPACE_LABEL,
 };
 
 /// What a profile's sessions mount at its `home` mount point.
@@ -139,6 +141,8 @@ pub struct SessionFacts<'a> {
     /// The Docker volume of the session's workspace (`""`: an ephemeral one, made
     /// anonymous and removed with the container); `None`: it mounts none.
     pub workspace: Option<&'a str>,
+    /// The workspace is mounted read-only (a shared one granted read-only).
+    pub workspace_read_only: bool,
 }
 
 /// A body that cannot be declared: the field and why.
@@ -206,19 +210,27 @@ pub fn session_labels(f: &SessionFacts<'_>) -> BTreeMap<String, String> {
         f.workspace
             .map(|w| (WORKSPACE_LABEL.to_owned(), w.to_owned())),
     )
+    .chain(
+        f.workspace_read_only
+            .then(|| (WORKSPACE_ACCESS_LABEL.to_owned(), "ro".to_owned())),
+    )
     .collect()
 }
 
 /// The sandbox of a session of `p` whose workspace is the volume `workspace` (`""`:
-/// an anonymous one).
-pub fn session_spec(p: &DeclaredProfile, workspace: Option<&str>) -> ContainerSpec {
+/// an anonymous one), mounted read-only when `read_only`.
+pub fn session_spec(
+    p: &DeclaredProfile,
+    workspace: Option<&str>,
+    read_only: bool,
+) -> ContainerSpec {
     let mut spec = p.spec.clone();
     if let (Some(target), Some(volume)) = (&p.home, workspace) {
         spec.mounts.push(MountSpec {
             kind: MountKind::Volume,
             source: volume.to_owned(),
             target: target.clone(),
-            read_only: false,
+            read_only,
         });
     }
     spec
@@ -279,7 +291,7 @@ pub fn container_body(p: &DeclaredProfile, f: &SessionFacts<'_>) -> Result<Value
         ));
     }
     let workspace = session_workspace(p, f)?;
-    let spec = session_spec(p, workspace);
+    let spec = session_spec(p, workspace, f.workspace_read_only);
     let env = session_env(p, f.options)?;
     let cmd = (!p.command.is_empty()).then(|| Launch::Cmd(p.command.clone()));
     Ok(body_of(p, &spec, env, cmd, session_labels(f)))
@@ -298,6 +310,15 @@ fn session_workspace<'f>(
     } else {
         WorkspaceMode::None
     };
+    // Only a chosen workspace may be one granted read-only.
+    if f.workspace_read_only
+        && (mode != WorkspaceMode::Choose || f.workspace.is_none_or(str::is_empty))
+    {
+        return Err(not_declared(
+            format!("Labels.{WORKSPACE_ACCESS_LABEL}"),
+            "only a chosen shared workspace is mounted read-only",
+        ));
+    }
     match (mode, f.workspace) {
         (WorkspaceMode::None, None) => Ok(None),
         (WorkspaceMode::None, Some(_)) => {
@@ -498,3 +519,5 @@ pub fn first_difference(want: &Value, got: &Value) -> Option<Difference> {
 mod tests;
 #[cfg(test)]
 mod workspace_tests;
+#[cfg(test)]
+mod shared_tests;

@@ -277,6 +277,7 @@ impl DeclaredGate {
                 created: 1_700_000_000,
                 options: &options,
                 workspace,
+                workspace_read_only: false,
             },
         )
         .expect("a declared body");

@@ -346,7 +346,7 @@ fn a_compromised_control_gets_only_what_control_does() {
         (
             "another user's home",
             with(b(), &["Labels", "termgate.owner"], json!("bob")),
-            "not the home volume or a workspace of bob",
+            "not the home volume, a workspace or a shared workspace of bob",
         ),
         (
             "a profile not in the configuration",

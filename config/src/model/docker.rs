@@ -30,6 +30,10 @@ pub struct DockerConfig {
     /// mounted read-only by reference.
     #[serde(default)]
     pub secrets_dir: Option<PathBuf>,
+    /// Existing Docker volumes an admin may register as shared workspaces (borrowed:
+    /// termgate mounts them where granted and never removes them).
+    #[serde(default)]
+    pub shared_volumes: Vec<String>,
 }
 
 impl Default for DockerConfig {
@@ -39,6 +43,7 @@ impl Default for DockerConfig {
             hosts: Vec::new(),
             dockgate_dir: None,
             secrets_dir: None,
+            shared_volumes: Vec::new(),
         }
     }
 }

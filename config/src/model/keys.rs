@@ -110,6 +110,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("docker.hosts.capacity", ""),
     ("docker.dockgate_dir", ""),
     ("docker.secrets_dir", ""),
+    ("docker.shared_volumes", "[]"),
     ("ttyd.binary", "\"ttyd\""),
     ("ttyd.socket", "\"ttyd/ttyd.sock\""),
     ("ttyd.viewer_socket", "\"ttyd/ttyd-view.sock\""),

@@ -16,6 +16,15 @@ pub(super) fn check(c: &Config, err: &mut impl FnMut(&str, String)) {
     if c.docker.dockgate_dir.is_some() {
         check_dockgate(c, err);
     }
+    for (i, v) in c.docker.shared_volumes.iter().enumerate() {
+        let termgate_made = v.starts_with("termgate-");
+        if !policy::sandbox::is_plain_name(v) || termgate_made {
+            err(
+                &format!("docker.shared_volumes[{i}]"),
+                format!("{v:?}: a volume's plain name, not one termgate makes (termgate-…)"),
+            );
+        }
+    }
     if let Some(dir) = &c.docker.secrets_dir {
         if !dir.is_absolute() {
             err(

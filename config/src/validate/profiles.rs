@@ -402,7 +402,7 @@ impl Profile {
     /// The container this profile describes, as the sandbox rules see it. `home_volume`
     /// is the user's home volume name when the profile has `home`.
     pub fn sandbox_spec(&self, home_volume: Option<&str>) -> ContainerSpec {
-        policy::declared::session_spec(&self.declared(), home_volume)
+        policy::declared::session_spec(&self.declared(), home_volume, false)
     }
 }
 
@@ -422,6 +422,7 @@ impl Config {
                 .iter()
                 .map(|(name, p)| (name.clone(), p.declared()))
                 .collect(),
+            shared_volumes: self.docker.shared_volumes.clone(),
         }
     }
 

@@ -73,6 +73,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
         ["history"] => sessions::history(control, req),
         ["targets", rest @ ..] => sessions::targets(control, req, rest, limit).await,
         ["workspaces", rest @ ..] => workspaces::workspaces(control, req, rest, limit).await,
+        ["shared-workspaces", rest @ ..] => workspaces::shared(control, req, rest, limit).await,
         _ => Err(no_such_endpoint()),
     }
 }

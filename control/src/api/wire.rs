@@ -496,9 +496,10 @@ pub(super) struct ProfileView<'a> {
     /// The OCI runtime its sessions run under, when not the daemon's default.
     #[serde(skip_serializing_if = "Option::is_none")]
     runtime: Option<&'a str>,
-    /// What its sessions mount: `none`, `home` or `choose` (the create takes
-    /// `workspace`).
-    workspace: &'static str,
+    /// What its sessions mount: `home` or `choose` (the create takes `workspace`);
+    /// absent: nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    workspace: Option<&'static str>,
 }
 
 /// One option of a profile, without the variable it is passed in.
@@ -527,7 +528,9 @@ impl<'a> ProfileView<'a> {
                 })
                 .collect(),
             runtime: p.runtime.as_deref(),
-            workspace: p.workspace_mode().as_str(),
+            workspace: Some(p.workspace_mode())
+                .filter(|m| *m != policy::declared::WorkspaceMode::None)
+                .map(|m| m.as_str()),
         }
     }
 }

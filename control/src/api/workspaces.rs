@@ -1,11 +1,11 @@
 //! `/v1/workspaces…`: a user's workspaces (list, create), one of them (get, rename,
-//! delete) and its copies.
+//! delete) and its copies; `/v1/shared-workspaces…`: the shared ones (admins).
 
 use std::sync::Arc;
 
 use hyper::body::Incoming;
 use hyper::{Method, Request};
-use policy::SessionId;
+use policy::{Principal, SessionId};
 use serde::{Deserialize, Serialize};
 
 use super::http::{authenticate, empty, json, not_allowed, read_json, Reply};
@@ -21,6 +21,38 @@ struct Named {
     name: String,
 }
 
+/// Body of `POST /v1/shared-workspaces`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewShared {
+    name: String,
+    /// An existing volume of `docker.shared_volumes`; left out: termgate makes one.
+    #[serde(default)]
+    volume: Option<String>,
+    #[serde(default)]
+    host: Option<String>,
+}
+
+/// One grant as the API says it.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GrantBody {
+    /// `user:<sub>` or `role:<role>`.
+    to: String,
+    /// `ro` or `rw`.
+    access: String,
+}
+
+/// Body of `PATCH /v1/shared-workspaces/<id>`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SharedPatch {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    grants: Option<Vec<GrantBody>>,
+}
+
 /// A session that uses a workspace.
 #[derive(Debug, Serialize)]
 struct UsedBy<'a> {
@@ -33,9 +65,16 @@ struct UsedBy<'a> {
 struct WorkspaceView<'a> {
     id: &'a SessionId,
     name: &'a str,
-    /// `home` (the user's home volume, kept) or `created` (termgate made it and may
-    /// remove it).
+    /// `home` (the user's home volume, kept), `created` (termgate made it and may
+    /// remove it), `shared` (termgate made it for sharing) or `borrowed` (an existing
+    /// volume, shared, never removed).
     origin: &'static str,
+    /// What the caller may do in it: `rw` or `ro` (a shared one granted read-only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    access: Option<&'static str>,
+    /// A shared workspace's grants (admins' view).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grants: Option<Vec<GrantBody>>,
     /// `ready`, `copying` or `failed`.
     state: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -50,6 +89,15 @@ struct WorkspaceView<'a> {
 }
 
 fn view<'a>(w: &'a Workspace, users: &'a [Session]) -> WorkspaceView<'a> {
+    view_as(w, users, None)
+}
+
+/// `w` as `who` sees it: with their access, or (`None`) as its owner or an admin.
+fn view_as<'a>(
+    w: &'a Workspace,
+    users: &'a [Session],
+    who: Option<&Principal>,
+) -> WorkspaceView<'a> {
     let (state, failure) = match &w.state {
         WorkspaceState::Ready => ("ready", None),
         WorkspaceState::Copying { .. } => ("copying", None),
@@ -61,7 +109,21 @@ fn view<'a>(w: &'a Workspace, users: &'a [Session]) -> WorkspaceView<'a> {
         origin: match w.origin {
             WorkspaceOrigin::Home => "home",
             WorkspaceOrigin::Created => "created",
+            WorkspaceOrigin::Shared => "shared",
+            WorkspaceOrigin::Borrowed => "borrowed",
         },
+        access: who
+            .and_then(|p| w.access(&p.sub, &p.roles))
+            .map(|ro| if ro { "ro" } else { "rw" }),
+        grants: (who.is_none() && w.origin.is_shared()).then(|| {
+            w.grants
+                .iter()
+                .map(|g| GrantBody {
+                    to: g.to.clone(),
+                    access: if g.read_only { "ro" } else { "rw" }.to_owned(),
+                })
+                .collect()
+        }),
         state,
         failure,
         copied_from: w.copied_from.as_ref(),
@@ -100,7 +162,10 @@ pub(super) async fn workspaces(
     match (rest, method) {
         ([], Method::GET) => {
             let list = control.workspaces(&who)?;
-            let workspaces = list.iter().map(|(w, u)| view(w, u)).collect();
+            let workspaces = list
+                .iter()
+                .map(|(w, u)| view_as(w, u, Some(&who)))
+                .collect();
             Ok(json(200, &Workspaces { workspaces }))
         }
         ([], Method::POST) => {
@@ -110,7 +175,7 @@ pub(super) async fn workspaces(
         }
         ([id], Method::GET) => {
             let (w, users) = control.workspace(&who, &workspace_id(id)?)?;
-            Ok(json(200, &view(&w, &users)))
+            Ok(json(200, &view_as(&w, &users, Some(&who))))
         }
         ([id], Method::PATCH) => {
             let id = workspace_id(id)?;
@@ -130,6 +195,56 @@ pub(super) async fn workspaces(
             Ok(json(202, &view(&w, &[])))
         }
         ([] | [_] | [_, "copy"], _) => Err(not_allowed()),
+        _ => Err(super::http::no_such_endpoint()),
+    }
+}
+
+/// `/v1/shared-workspaces` and `/v1/shared-workspaces/<id>` (admins).
+pub(super) async fn shared(
+    control: Arc<Control>,
+    req: Request<Incoming>,
+    rest: &[&str],
+    limit: usize,
+) -> Result<Reply, ApiError> {
+    let who = authenticate(&control, &req)?;
+    let method = req.method().clone();
+    match (rest, method) {
+        ([], Method::GET) => {
+            let list = control.shared_workspaces(&who)?;
+            let workspaces = list.iter().map(|(w, u)| view(w, u)).collect();
+            Ok(json(200, &Workspaces { workspaces }))
+        }
+        ([], Method::POST) => {
+            let body: NewShared = read_json(req, limit).await?;
+            let w = control.create_shared_workspace(
+                &who,
+                &body.name,
+                body.volume.as_deref(),
+                body.host.as_deref(),
+            )?;
+            Ok(json(201, &view(&w, &[])))
+        }
+        ([id], Method::PATCH) => {
+            let id = workspace_id(id)?;
+            let body: SharedPatch = read_json(req, limit).await?;
+            let grants: Option<Vec<(String, String)>> = body
+                .grants
+                .map(|g| g.into_iter().map(|g| (g.to, g.access)).collect());
+            let w = control.update_shared_workspace(
+                &who,
+                &id,
+                body.name.as_deref(),
+                grants.as_deref(),
+            )?;
+            Ok(json(200, &view(&w, &[])))
+        }
+        ([id], Method::DELETE) => {
+            control
+                .delete_shared_workspace(&who, &workspace_id(id)?)
+                .await?;
+            Ok(empty(204))
+        }
+        ([] | [_], _) => Err(not_allowed()),
         _ => Err(super::http::no_such_endpoint()),
     }
 }

@@ -122,6 +122,7 @@ mod tests {
                 created: 1,
                 options: &options,
                 workspace,
+                workspace_read_only: false,
             },
         )
         .unwrap()

@@ -413,6 +413,18 @@ impl Docker {
             .await
     }
 
+    /// Makes sure shared workspace `id`'s volume `name` exists, as
+    /// [`Docker::ensure_workspace_volume`] does a workspace's.
+    pub async fn ensure_shared_volume(
+        &self,
+        name: &str,
+        id: &SessionId,
+        instance: &str,
+    ) -> Result<(), DockerError> {
+        let want = policy::declared::shared_volume_labels(instance, id);
+        self.ensure_volume("ensure_shared_volume", name, want).await
+    }
+
     async fn ensure_volume(
         &self,
         op: &'static str,

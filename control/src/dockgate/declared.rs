@@ -99,6 +99,7 @@ impl DeclaredSource {
                     instance: String::new(),
                     host: host.to_owned(),
                     profiles: Default::default(),
+                    shared_volumes: Vec::new(),
                 }),
                 stamp: None,
                 state: Vec::new(),

@@ -316,6 +316,11 @@ impl Gate {
                 message,
             })
         };
+        let borrowable = self
+            .declared
+            .as_ref()
+            .map(|d| d.current().shared_volumes.clone())
+            .unwrap_or_default();
         for (name, owner, home_allowed) in &l.own_volumes {
             let found = self.daemon.inspect(ObjectKind::Volume, name).await?;
             let Some(found) = found else {
@@ -324,11 +329,18 @@ impl Gate {
             let home = policy::declared::home_volume_labels(&self.instance, owner);
             let own = policy::declared::is_own_volume(name, &found.labels, &self.instance, owner)
                 && (*home_allowed || found.labels != home);
-            if !own {
+            let shared = *home_allowed
+                && policy::declared::is_shared_volume(
+                    name,
+                    &found.labels,
+                    &self.instance,
+                    &borrowable,
+                );
+            if !(own || shared) {
                 return Err(refuse(format!(
                     "volume {name} is not {} of {owner} in deployment {}",
                     if *home_allowed {
-                        "the home volume or a workspace"
+                        "the home volume, a workspace or a shared workspace"
                     } else {
                         "a workspace"
                     },

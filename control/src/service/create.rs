@@ -243,6 +243,7 @@ impl Control {
             spec: policy::declared::session_spec(
                 &declared,
                 s.workspace.as_ref().map(|w| w.volume.as_str()),
+                s.workspace.as_ref().is_some_and(|w| w.read_only),
             ),
         };
         let id = docker.create(&req).await?;

@@ -31,7 +31,7 @@ pub const HOME_WORKSPACE: &str = "home";
 const COPY_POLL: Duration = Duration::from_secs(30);
 
 /// A workspace name: 1-64 printable characters.
-fn checked_name(name: &str) -> Result<String, ApiError> {
+pub(super) fn checked_name(name: &str) -> Result<String, ApiError> {
     let name = name.trim();
     if name.is_empty() || name.chars().count() > 64 || name.chars().any(super::create::invisible) {
         return Err(ApiError::INVALID_NAME);
@@ -39,7 +39,7 @@ fn checked_name(name: &str) -> Result<String, ApiError> {
     Ok(name.to_owned())
 }
 
-fn new_id() -> Result<SessionId, ApiError> {
+pub(super) fn new_id() -> Result<SessionId, ApiError> {
     let mut random = [0u8; 10];
     getrandom::getrandom(&mut random)
         .map_err(|e| ApiError::INTERNAL.with_message(format!("no randomness: {e}")))?;
@@ -47,7 +47,7 @@ fn new_id() -> Result<SessionId, ApiError> {
 }
 
 /// A store refusal about a workspace, as the API says it.
-fn refused(e: StoreError) -> ApiError {
+pub(super) fn refused(e: StoreError) -> ApiError {
     match e {
         StoreError::NotFound => ApiError::WORKSPACE_NOT_FOUND,
         StoreError::Conflict(m) => ApiError::WORKSPACE_IN_USE.with_message(m),
@@ -82,6 +82,7 @@ impl Control {
             created_at: now(),
             size_bytes: None,
             copied_from: None,
+            grants: Vec::new(),
         };
         match self.store.insert_workspace(&w) {
             Ok(()) => Ok(w),
@@ -100,21 +101,24 @@ impl Control {
         }
     }
 
-    /// `who`'s workspaces (the home one first made if any profile mounts workspaces),
-    /// each with the active sessions that use it.
+    /// `who`'s workspaces (the home one first made if any profile mounts workspaces)
+    /// and the shared ones granted to them, each with the active sessions that use it.
     pub fn workspaces(&self, who: &Principal) -> Result<Vec<(Workspace, Vec<Session>)>, ApiError> {
         if self.has_workspaces() {
             self.home_workspace(&who.sub)?;
         }
         let mut out = Vec::new();
-        for w in self.store.list_workspaces(Some(&who.sub))? {
-            let users = self.store.users_of(&w.id)?;
-            out.push((w, users));
+        for w in self.store.list_workspaces(None)? {
+            if w.access(&who.sub, &who.roles).is_some() {
+                let users = self.store.users_of(&w.id)?;
+                out.push((w, users));
+            }
         }
         Ok(out)
     }
 
-    /// One of `who`'s workspaces; another user's is not found, as an unknown id.
+    /// One of the workspaces `who` may use (theirs, or a shared one granted to them);
+    /// any other is not found, as an unknown id.
     pub fn workspace(
         &self,
         who: &Principal,
@@ -123,9 +127,23 @@ impl Control {
         let w = self
             .store
             .get_workspace(id)?
-            .filter(|w| w.owner == who.sub)
+            .filter(|w| w.access(&who.sub, &who.roles).is_some())
             .ok_or(ApiError::WORKSPACE_NOT_FOUND)?;
         let users = self.store.users_of(id)?;
+        Ok((w, users))
+    }
+
+    /// One of `who`'s own workspaces, to rename or delete: a shared one is an admin's.
+    fn own_workspace(
+        &self,
+        who: &Principal,
+        id: &SessionId,
+    ) -> Result<(Workspace, Vec<Session>), ApiError> {
+        let (w, users) = self.workspace(who, id)?;
+        if w.origin.is_shared() {
+            return Err(ApiError::ADMIN_REQUIRED
+                .with_message("a shared workspace is changed in the admin console"));
+        }
         Ok((w, users))
     }
 
@@ -144,6 +162,7 @@ impl Control {
             created_at: now(),
             size_bytes: None,
             copied_from: None,
+            grants: Vec::new(),
         };
         self.store.insert_workspace(&w).map_err(refused)?;
         tracing::info!(target: "audit", sub = %who.sub, workspace = %w.id, name = %w.name, "workspace created");
@@ -158,7 +177,7 @@ impl Control {
         name: &str,
     ) -> Result<Workspace, ApiError> {
         let name = checked_name(name)?;
-        self.workspace(who, id)?;
+        self.own_workspace(who, id)?;
         let (w, ()) = self
             .store
             .change_workspace(id, |w, _| {
@@ -174,7 +193,7 @@ impl Control {
     /// use, being copied or being copied from is refused naming why; the home
     /// workspace is never deleted.
     pub async fn delete_workspace(&self, who: &Principal, id: &SessionId) -> Result<(), ApiError> {
-        let (w, users) = self.workspace(who, id)?;
+        let (w, users) = self.own_workspace(who, id)?;
         if w.origin == WorkspaceOrigin::Home {
             return Err(ApiError::WORKSPACE_IN_USE
                 .with_message("the home workspace is your default one and is kept"));
@@ -211,15 +230,22 @@ impl Control {
 
     /// Removes a volume termgate made for workspace `w` on `host`, after checking its
     /// labels say so (a volume whose labels and record disagree is left, and said).
-    async fn remove_created_volume(&self, host: &str, w: &Workspace) -> Result<(), ApiError> {
-        if w.origin != WorkspaceOrigin::Created {
-            return Ok(());
-        }
+    pub(super) async fn remove_created_volume(
+        &self,
+        host: &str,
+        w: &Workspace,
+    ) -> Result<(), ApiError> {
+        let instance = &self.config.instance;
+        let want = match w.origin {
+            WorkspaceOrigin::Created => {
+                policy::declared::workspace_volume_labels(instance, &w.owner, &w.id)
+            }
+            WorkspaceOrigin::Shared => policy::declared::shared_volume_labels(instance, &w.id),
+            WorkspaceOrigin::Home | WorkspaceOrigin::Borrowed => return Ok(()),
+        };
         let docker = self
             .docker_of(host)
             .map_err(|e| DockerError::Unavailable(e.to_string()))?;
-        let want =
-            policy::declared::workspace_volume_labels(&self.config.instance, &w.owner, &w.id);
         match docker.volume_labels(&w.volume).await? {
             None => Ok(()),
             Some(found) if found == want => Ok(docker.remove_volume(&w.volume).await?),
@@ -244,6 +270,7 @@ impl Control {
         let kept = |w: &Workspace| SessionWorkspace {
             id: Some(w.id),
             volume: w.volume.clone(),
+            read_only: w.access(&who.sub, &who.roles).unwrap_or(true),
         };
         match (mode, choice) {
             (WorkspaceMode::None, None) => Ok(None),
@@ -260,6 +287,7 @@ impl Control {
                 SessionWorkspace {
                     id: None,
                     volume: String::new(),
+                    read_only: false,
                 },
                 None,
             ))),
@@ -306,13 +334,31 @@ impl Control {
                 .ensure_home_volume(&ws.volume, &s.owner, instance)
                 .await;
         }
-        let id = ws.id.ok_or_else(|| DockerError::Other {
+        let missing = |message: String| DockerError::Other {
             op: "ensure_workspace_volume",
-            message: "the session's workspace has no record".into(),
-        })?;
-        docker
-            .ensure_workspace_volume(&ws.volume, &s.owner, &id, instance)
-            .await
+            message,
+        };
+        let id = ws
+            .id
+            .ok_or_else(|| missing("the session's workspace has no record".into()))?;
+        let origin = self
+            .store
+            .get_workspace(&id)
+            .ok()
+            .flatten()
+            .map(|w| w.origin)
+            .ok_or_else(|| missing(format!("workspace {id} is gone")))?;
+        match origin {
+            WorkspaceOrigin::Shared => docker.ensure_shared_volume(&ws.volume, &id, instance).await,
+            // Never made by termgate, nor looked at (it carries no label of termgate's):
+            // dockgate refuses the create if it is not there.
+            WorkspaceOrigin::Borrowed => Ok(()),
+            WorkspaceOrigin::Home | WorkspaceOrigin::Created => {
+                docker
+                    .ensure_workspace_volume(&ws.volume, &s.owner, &id, instance)
+                    .await
+            }
+        }
     }
 
     /// Starts a copy of `who`'s idle workspace `source` into a new one named `name`,
@@ -340,6 +386,7 @@ impl Control {
             created_at: now(),
             size_bytes: None,
             copied_from: Some(*source),
+            grants: Vec::new(),
         };
         let shown = copy.clone();
         // Where the source's volume is: its record's host, else (a home workspace,
@@ -387,12 +434,14 @@ impl Control {
     /// removed. `Err` says why the copy failed.
     async fn run_copy(&self, host: &str, from: &Workspace, copy: &Workspace) -> Result<(), String> {
         let docker = self.docker_of(host).map_err(|e| e.to_string())?;
-        if docker
-            .volume_labels(&from.volume)
-            .await
-            .map_err(|e| e.to_string())?
-            .is_none()
-        {
+        // A borrowed volume is there by the admin's word (and dockgate's check).
+        let never_made = from.origin != WorkspaceOrigin::Borrowed
+            && docker
+                .volume_labels(&from.volume)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_none();
+        if never_made {
             // Never used on this host: an empty workspace copies as an empty one.
             return Ok(());
         }
@@ -507,7 +556,7 @@ impl Control {
     }
 }
 
-fn in_use(w: &Workspace, s: &Session) -> ApiError {
+pub(super) fn in_use(w: &Workspace, s: &Session) -> ApiError {
     ApiError::WORKSPACE_IN_USE.with_message(format!(
         "workspace {:?} is in use by session {} ({:?}); end it first",
         w.name, s.id, s.name

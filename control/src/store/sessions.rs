@@ -90,7 +90,7 @@ impl Store {
         if let Some(id) = s.workspace.as_ref().and_then(|w| w.id) {
             let mut w = self
                 .get_workspace(&id)?
-                .filter(|w| w.owner == s.owner)
+                .filter(|w| w.owner == s.owner || w.origin.is_shared())
                 .ok_or_else(|| StoreError::Conflict(format!("workspace {id} is gone")))?;
             if w.state != WorkspaceState::Ready {
                 return Err(StoreError::Conflict(format!(
@@ -105,7 +105,8 @@ impl Store {
                 )));
             }
             s.host = choose(&per_host, w.host.as_deref()).map_err(StoreError::NoHost)?;
-            if w.origin == WorkspaceOrigin::Created && w.host.is_none() {
+            let made = matches!(w.origin, WorkspaceOrigin::Created | WorkspaceOrigin::Shared);
+            if made && w.host.is_none() {
                 w.host = Some(s.host.clone());
                 workspace = Some(w);
             }

@@ -76,7 +76,7 @@ impl Store {
     pub fn insert_copy(&self, source: &SessionId, copy: &Workspace) -> Result<Workspace> {
         let _guard = self.write_lock()?;
         let from = self.get_workspace(source)?.ok_or(StoreError::NotFound)?;
-        if from.owner != copy.owner {
+        if from.owner != copy.owner && !from.origin.is_shared() {
             return Err(StoreError::NotFound);
         }
         if let Some(s) = self.users_of(source)?.first() {

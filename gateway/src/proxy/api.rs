@@ -77,7 +77,7 @@ fn docker_wait(control: &config::ControlConfig, method: &str, rest: &str) -> Dur
     match (method, segments.as_slice()) {
         ("POST", ["sessions"])
         | ("POST", ["sessions", _, "redraw"])
-        | ("DELETE", ["workspaces", _]) => docker,
+        | ("DELETE", ["workspaces" | "shared-workspaces", _]) => docker,
         _ => Duration::ZERO,
     }
 }

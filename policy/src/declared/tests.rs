@@ -72,6 +72,7 @@ pub(super) fn declared() -> Declared {
         instance: "prod".into(),
         host: "local".into(),
         profiles: BTreeMap::from([("default".into(), profile())]),
+        shared_volumes: Vec::new(),
     }
 }
 
@@ -100,6 +101,7 @@ fn body_of(p: &DeclaredProfile, options: &BTreeMap<String, String>) -> Value {
             created: 1_700_000_000,
             options,
             workspace: Some(&home),
+            workspace_read_only: false,
         },
     )
     .unwrap()
@@ -175,7 +177,7 @@ fn the_declared_body_is_exactly_what_a_session_gets() {
     // The spec the body is made of passes the red lines.
     let owner = alice();
     let home = home_volume_name("prod", &owner);
-    assert!(sandbox::check(&session_spec(&profile(), Some(&home))).is_empty());
+    assert!(sandbox::check(&session_spec(&profile(), Some(&home), false)).is_empty());
     // And the red-line screen of the same body agrees.
     assert!(crate::dockgate::spec_from_create_body(&b).is_ok());
 }

@@ -18,6 +18,8 @@ use crate::Sub;
 /// On a session container or a copy job: the volume of the workspace it mounts (`""`
 /// on a session: an ephemeral one). On a workspace volume: the workspace's id.
 pub const WORKSPACE_LABEL: &str = "termgate.workspace";
+/// On a session container whose workspace is mounted read-only: `ro`.
+pub const WORKSPACE_ACCESS_LABEL: &str = "termgate.workspace.access";
 /// On a copy job: the volume it copies from.
 pub const COPY_SOURCE_LABEL: &str = "termgate.copy.source";
 /// Where a copy job mounts its source, read-only.
@@ -72,6 +74,49 @@ pub fn is_own_volume(
     };
     *labels == workspace_volume_labels(instance, owner, &id)
         && name == workspace_volume_name(instance, &id)
+}
+
+/// Name of shared workspace `id`'s volume, when termgate makes it.
+pub fn shared_volume_name(instance: &str, id: &SessionId) -> String {
+    format!("termgate-shared-{instance}-{id}")
+}
+
+/// The labels of shared workspace `id`'s volume: nobody's own, the deployment's.
+pub fn shared_volume_labels(instance: &str, id: &SessionId) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_LABEL.to_owned(), "shared".to_owned()),
+        (INSTANCE_LABEL.to_owned(), instance.to_owned()),
+        (WORKSPACE_LABEL.to_owned(), id.to_string()),
+    ])
+}
+
+/// The create body of shared workspace `id`'s volume.
+pub fn shared_volume_body(instance: &str, id: &SessionId) -> Value {
+    json!({
+        "Name": shared_volume_name(instance, id),
+        "Labels": shared_volume_labels(instance, id),
+    })
+}
+
+/// Whether the volume `name`, labelled `labels`, may be mounted as a shared workspace
+/// of deployment `instance`: one termgate made for sharing (its labels and the name
+/// they give it), or one the configuration lists in `borrowable` (`docker.
+/// shared_volumes`) that carries no termgate label (never another user's).
+pub fn is_shared_volume(
+    name: &str,
+    labels: &BTreeMap<String, String>,
+    instance: &str,
+    borrowable: &[String],
+) -> bool {
+    if let Some(id) = labels
+        .get(WORKSPACE_LABEL)
+        .and_then(|id| SessionId::parse(id).ok())
+    {
+        if *labels == shared_volume_labels(instance, &id) {
+            return name == shared_volume_name(instance, &id);
+        }
+    }
+    borrowable.iter().any(|b| b == name) && !labels.keys().any(|k| k.starts_with("termgate."))
 }
 
 /// What one copy job copies, for whom, and with which profile's image and sandbox.

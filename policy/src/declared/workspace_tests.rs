@@ -72,6 +72,7 @@ fn session(p: &DeclaredProfile, workspace: Option<&str>) -> Value {
             created: 1_700_000_000,
             options: &BTreeMap::from([("editor".into(), "vi".into())]),
             workspace,
+            workspace_read_only: false,
         },
     )
     .unwrap()
@@ -180,7 +181,7 @@ fn an_ephemeral_workspace_is_an_anonymous_volume_and_nothing_is_looked_up_for_it
     assert!(l.own_volumes.is_empty(), "{l:?}");
     assert_eq!(l.borrowed_volumes, vec!["team-tools".to_owned()]);
     // The red lines pass, on the spec the body is made of and on the body itself.
-    let violations = sandbox::check(&session_spec(&choose(), Some("")));
+    let violations = sandbox::check(&session_spec(&choose(), Some(""), false));
     assert!(violations.is_empty(), "{violations:?}");
     let (spec, _) = spec_from_create_body(&b).unwrap();
     let anonymous = |m: &MountSpec| m.target == "/home/user" && m.source.is_empty();
@@ -383,7 +384,11 @@ fn every_other_copy_job_is_refused() {
     // copy never empties its source); called a session, it is judged as one.
     let b = set(good.clone(), &WS, json!(home()));
     denied("dest", judge_copy(&choose(), &name, &b), "not its source");
-    let b = set(good.clone(), &WS, json!("termgate-ws-prod-zzzzzzzzzzzzzzzz"));
+    let b = set(
+        good.clone(),
+        &WS,
+        json!("termgate-ws-prod-zzzzzzzzzzzzzzzz"),
+    );
     denied("dest", judge_copy(&choose(), &name, &b), "Mounts[1].Source");
     let b = set(good.clone(), &["Labels", MANAGED_LABEL], json!("session"));
     denied("session", judge_copy(&choose(), &name, &b), SESSION_LABEL);

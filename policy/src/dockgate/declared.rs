@@ -10,9 +10,9 @@ use super::denied::{deny, Denied, Reason};
 use super::target::Asked;
 use crate::declared::{
     container_body, container_name, copy_job_body, copy_job_name, first_difference,
-    home_volume_body, options_from_env, workspace_volume_body, CopyFacts, DeclaredProfile,
-    SessionFacts, COPY_SOURCE_LABEL, CREATED_LABEL, MANAGED_LABEL, NAME_LABEL, OWNER_LABEL,
-    PROFILE_LABEL, SESSION_LABEL, WORKSPACE_LABEL,
+    home_volume_body, options_from_env, shared_volume_body, workspace_volume_body, CopyFacts,
+    DeclaredProfile, SessionFacts, COPY_SOURCE_LABEL, CREATED_LABEL, MANAGED_LABEL, NAME_LABEL,
+    OWNER_LABEL, PROFILE_LABEL, SESSION_LABEL, WORKSPACE_ACCESS_LABEL, WORKSPACE_LABEL,
 };
 use crate::sandbox::{is_daemon_path, normalise, MountKind};
 use crate::session_id::SessionId;
@@ -28,14 +28,18 @@ pub struct Declared {
     pub host: String,
     /// Every profile, by name.
     pub profiles: BTreeMap<String, DeclaredProfile>,
+    /// Existing volumes that may be mounted as shared workspaces (`docker.
+    /// shared_volumes`).
+    pub shared_volumes: Vec<String>,
 }
 
 /// What the binary looks up before a declared container create goes on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CreateLookups {
-    /// Volumes that must exist and be the owner's: their home volume or a workspace
-    /// termgate made for them ([`crate::declared::is_own_volume`]); `false`: a
-    /// workspace only, never the home volume.
+    /// Volumes that must exist and be the owner's: a workspace termgate made for them,
+    /// or, with `true`, also their home volume or a shared workspace
+    /// ([`crate::declared::is_own_volume`], [`crate::declared::is_shared_volume`]);
+    /// `false` (a copy's destination): one of their workspaces only.
     pub own_volumes: Vec<(String, Sub, bool)>,
     /// The profile's borrowed volumes: each must be a plain local volume.
     pub borrowed_volumes: Vec<String>,
@@ -134,6 +138,11 @@ pub fn container_create_declared(
         .get("Labels")
         .and_then(|l| l.get(WORKSPACE_LABEL))
         .and_then(Value::as_str);
+    // Any other spelling of the access is not what the rebuilt body carries.
+    let workspace_read_only = body
+        .get("Labels")
+        .and_then(|l| l.get(WORKSPACE_ACCESS_LABEL))
+        .is_some();
     let env: Vec<String> = body
         .get("Env")
         .and_then(Value::as_array)
@@ -155,6 +164,7 @@ pub fn container_create_declared(
         created,
         options: &options,
         workspace,
+        workspace_read_only,
     };
     let want = container_body(profile, &facts)
         .map_err(|e| not_declared(format!("{}: {}", e.field, e.message)))?;
@@ -212,8 +222,13 @@ fn copy_create_declared(
 }
 
 /// Compares a volume create with the body the configuration declares for what its
-/// labels name: the owner's home volume, or a workspace of theirs.
+/// labels name: the owner's home volume, a workspace of theirs, or a shared one.
 pub fn volume_create_declared(d: &Declared, body: &Value) -> Result<(), Denied> {
+    if label(body, MANAGED_LABEL)? == "shared" {
+        let id = SessionId::parse(label(body, WORKSPACE_LABEL)?)
+            .map_err(|_| not_declared(format!("Labels.{WORKSPACE_LABEL}: not a workspace id")))?;
+        return compare(&shared_volume_body(&d.instance, &id), body);
+    }
     let owner = owner_of(body)?;
     if label(body, MANAGED_LABEL)? == "workspace" {
         let id = SessionId::parse(label(body, WORKSPACE_LABEL)?)

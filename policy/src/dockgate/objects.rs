@@ -25,7 +25,8 @@ pub enum ObjectKind {
     /// A session container (`termgate.managed=session`) or a workspace copy's job
     /// (`copy`).
     Container,
-    /// A home volume (`termgate.managed=home`) or a workspace's (`workspace`).
+    /// A home volume (`termgate.managed=home`), a workspace's (`workspace`) or a
+    /// shared workspace's (`shared`).
     Volume,
 }
 
@@ -34,7 +35,7 @@ impl ObjectKind {
     pub fn managed_values(self) -> &'static [&'static str] {
         match self {
             ObjectKind::Container => &["session", "copy"],
-            ObjectKind::Volume => &["home", "workspace"],
+            ObjectKind::Volume => &["home", "workspace", "shared"],
         }
     }
 
