@@ -18,6 +18,7 @@ pub mod term;
 pub mod tls;
 pub mod ttyd;
 pub mod upstream;
+pub mod workspaces;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

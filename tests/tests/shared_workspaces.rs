@@ -5,53 +5,8 @@
 use std::time::Duration;
 
 use e2e::stack::{docker, wait_for, Answer, ControlStack};
+use e2e::workspaces::{call, container_of, end, exec as sh, volume_exists};
 use serde_json::{json, Value};
-
-const T: Duration = Duration::from_secs(30);
-
-fn call(
-    stack: &ControlStack,
-    token: &str,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> Answer {
-    stack.call(method, path, Some(token), body)
-}
-
-fn container_of(stack: &ControlStack, session: &str) -> String {
-    docker(&[
-        "ps",
-        "-aq",
-        "--no-trunc",
-        "--filter",
-        &format!("label=termgate.instance={}", stack.instance),
-        "--filter",
-        &format!("label=termgate.session={session}"),
-    ])
-}
-
-/// Runs `script` in a session's container; whether it succeeded, and its output.
-fn sh(stack: &ControlStack, session: &str, script: &str) -> (bool, String) {
-    let o = std::process::Command::new("docker")
-        .args([
-            "exec",
-            &container_of(stack, session),
-            "/bin/sh",
-            "-c",
-            script,
-        ])
-        .output()
-        .expect("docker exec");
-    (
-        o.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        ),
-    )
-}
 
 fn session_on(stack: &ControlStack, token: &str, workspace: &str) -> Answer {
     call(
@@ -61,29 +16,6 @@ fn session_on(stack: &ControlStack, token: &str, workspace: &str) -> Answer {
         "/v1/sessions",
         Some(json!({"profile": "default", "workspace": workspace})),
     )
-}
-
-fn end(stack: &ControlStack, token: &str, session: &str) {
-    let a = call(
-        stack,
-        token,
-        "DELETE",
-        &format!("/v1/sessions/{session}"),
-        None,
-    );
-    assert_eq!(a.status, 204, "{}", a.text);
-    wait_for("the container to go", T, || {
-        container_of(stack, session).is_empty().then_some(())
-    });
-}
-
-fn volume_exists(name: &str) -> bool {
-    std::process::Command::new("docker")
-        .args(["volume", "inspect", name])
-        .output()
-        .expect("docker volume inspect")
-        .status
-        .success()
 }
 
 fn grant(stack: &ControlStack, admin: &str, id: &str, grants: Value) {

@@ -5,20 +5,11 @@
 
 use std::time::Duration;
 
-use e2e::stack::{docker, wait_for, Answer, ControlStack};
+use e2e::stack::{docker, wait_for, ControlStack};
+use e2e::workspaces::{call, container_of, end, exec, volume_exists};
 use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(30);
-
-fn call(
-    stack: &ControlStack,
-    token: &str,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> Answer {
-    stack.call(method, path, Some(token), body)
-}
 
 fn new_workspace(stack: &ControlStack, token: &str, name: &str) -> String {
     let a = call(
@@ -45,66 +36,21 @@ fn session_on(stack: &ControlStack, token: &str, workspace: Option<&str>) -> Val
     a.body
 }
 
-fn container_of(stack: &ControlStack, session: &str) -> String {
-    docker(&[
-        "ps",
-        "-aq",
-        "--no-trunc",
-        "--filter",
-        &format!("label=termgate.instance={}", stack.instance),
-        "--filter",
-        &format!("label=termgate.session={session}"),
-    ])
-}
-
-/// Runs `script` in a session's container as its user; its output, asserting success.
-fn sh(stack: &ControlStack, session: &str, script: &str) -> String {
-    let c = container_of(stack, session);
-    let o = std::process::Command::new("docker")
-        .args(["exec", &c, "/bin/sh", "-c", script])
-        .output()
-        .expect("docker exec");
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(o.status.success(), "{script}: {out}");
-    out
-}
-
-/// Ends a session and waits until its container is gone.
-fn end(stack: &ControlStack, token: &str, session: &str) {
-    let a = call(
-        stack,
-        token,
-        "DELETE",
-        &format!("/v1/sessions/{session}"),
-        None,
-    );
-    assert_eq!(a.status, 204, "{}", a.text);
-    wait_for("the session's container to go", T, || {
-        container_of(stack, session).is_empty().then_some(())
-    });
-}
-
 fn workspace(stack: &ControlStack, token: &str, id: &str) -> Value {
     let a = call(stack, token, "GET", &format!("/v1/workspaces/{id}"), None);
     assert_eq!(a.status, 200, "{}", a.text);
     a.body
 }
 
-fn volume_exists(name: &str) -> bool {
-    std::process::Command::new("docker")
-        .args(["volume", "inspect", name])
-        .output()
-        .expect("docker volume inspect")
-        .status
-        .success()
-}
-
 fn volume_of(stack: &ControlStack, id: &str) -> String {
     format!("termgate-ws-{}-{id}", stack.instance)
+}
+
+/// Runs `script` in a session's container; its output, asserting success.
+fn sh(stack: &ControlStack, session: &str, script: &str) -> String {
+    let (ok, out) = exec(stack, session, script);
+    assert!(ok, "{script}: {out}");
+    out
 }
 
 /// Every file under the workspace with its mode, owner, size and checksum, sorted.

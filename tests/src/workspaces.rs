@@ -1,0 +1,83 @@
+//! What the workspace suites do to a control stack's sessions and volumes: find a
+//! session's container, run a command in it, end it and wait for its container to go,
+//! ask whether a volume exists.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::stack::{docker, wait_for, Answer, ControlStack};
+
+/// How long a session's container may take to go.
+const GONE: Duration = Duration::from_secs(30);
+
+/// `method path` on control's API as the holder of `token`.
+pub fn call(
+    stack: &ControlStack,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> Answer {
+    stack.call(method, path, Some(token), body)
+}
+
+/// The id of session `session`'s container (empty: none).
+pub fn container_of(stack: &ControlStack, session: &str) -> String {
+    docker(&[
+        "ps",
+        "-aq",
+        "--no-trunc",
+        "--filter",
+        &format!("label=termgate.instance={}", stack.instance),
+        "--filter",
+        &format!("label=termgate.session={session}"),
+    ])
+}
+
+/// Runs `script` in a session's container as its user: whether it succeeded, and its
+/// output and errors.
+pub fn exec(stack: &ControlStack, session: &str, script: &str) -> (bool, String) {
+    let o = std::process::Command::new("docker")
+        .args([
+            "exec",
+            &container_of(stack, session),
+            "/bin/sh",
+            "-c",
+            script,
+        ])
+        .output()
+        .expect("docker exec");
+    (
+        o.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    )
+}
+
+/// Ends a session as the holder of `token` and waits until its container is gone.
+pub fn end(stack: &ControlStack, token: &str, session: &str) {
+    let a = stack.call(
+        "DELETE",
+        &format!("/v1/sessions/{session}"),
+        Some(token),
+        None,
+    );
+    assert_eq!(a.status, 204, "{}", a.text);
+    wait_for("the session's container to go", GONE, || {
+        container_of(stack, session).is_empty().then_some(())
+    });
+}
+
+/// Whether Docker has volume `name`.
+pub fn volume_exists(name: &str) -> bool {
+    std::process::Command::new("docker")
+        .args(["volume", "inspect", name])
+        .output()
+        .expect("docker volume inspect")
+        .status
+        .success()
+}
