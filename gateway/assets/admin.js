@@ -1,5 +1,5 @@
-// termgate admin console: every session, users' locks, ended sessions, the audit
-// trail. The API checks the admin role on every call; this page only shows it.
+// termgate admin console: every session, users' locks, shared workspaces, ended
+// sessions, the audit trail. The API checks the admin role on every call; this page only shows it.
 "use strict";
 
 const call = request;
@@ -223,9 +223,94 @@ async function loadKept() {
   }));
 }
 
+// Shared workspaces: made here or registered from docker.shared_volumes, granted to
+// users and roles read-only or read-write. A grants field reads
+// "role:dev=rw, user:carol=ro".
+function grantsText(grants) {
+  return (grants || []).map((g) => g.to + "=" + g.access).join(", ");
+}
+
+function parseGrants(text) {
+  return text.split(",").map((g) => g.trim()).filter((g) => g).map((g) => {
+    const [to, access] = g.split("=").map((x) => x.trim());
+    return { to, access: access || "rw" };
+  });
+}
+
+async function loadShared() {
+  const data = await call("GET", "/api/shared-workspaces");
+  const rows = data.workspaces.map((w) => {
+    const tr = document.createElement("tr");
+    tr.dataset.id = w.id;
+    const grants = document.createElement("td");
+    const input = document.createElement("input");
+    input.value = grantsText(w.grants);
+    input.setAttribute("aria-label", "Grants of " + w.name);
+    input.spellcheck = false;
+    grants.append(input, button("Save", () => saveGrants(w, input.value), "Save the grants of " + w.name));
+    const actions = document.createElement("td");
+    const del = button("Delete", () => deleteShared(w), "Delete shared workspace " + w.name);
+    if (w.in_use_by.length) {
+      del.disabled = true;
+      del.title = "In use: end its sessions first";
+    }
+    actions.append(del);
+    tr.append(
+      cell(w.name),
+      cell(w.origin === "borrowed" ? "borrowed (never removed)" : "made by termgate"),
+      cell(w.host ? w.volume + " on " + w.host : w.volume),
+      grants,
+      cell(w.in_use_by.map((s) => s.name).join(", ") || "—"),
+      actions,
+    );
+    return tr;
+  });
+  // A grants field being edited is left alone by the refresh.
+  if (document.activeElement && $("shared-rows").contains(document.activeElement)) return;
+  $("shared-rows").replaceChildren(...rows);
+  $("no-shared").hidden = rows.length > 0;
+}
+
+async function makeShared(event) {
+  event.preventDefault();
+  const name = $("shared-name").value.trim();
+  const volume = $("shared-volume").value.trim();
+  if (!name) return;
+  try {
+    await call("POST", "/api/shared-workspaces", volume ? { name, volume } : { name });
+    say("Made shared workspace " + name + ".");
+    $("shared-name").value = "";
+    $("shared-volume").value = "";
+  } catch (e) {
+    say(e.message, true);
+  }
+  await loadShared().catch((e) => say(e.message, true));
+}
+
+async function saveGrants(w, text) {
+  try {
+    await call("PATCH", "/api/shared-workspaces/" + w.id, { grants: parseGrants(text) });
+    say("Saved the grants of " + w.name + ".");
+  } catch (e) {
+    say(e.message, true);
+  }
+  if (document.activeElement) document.activeElement.blur();
+  await loadShared().catch((e) => say(e.message, true));
+}
+
+async function deleteShared(w) {
+  try {
+    await call("DELETE", "/api/shared-workspaces/" + w.id);
+    say("Deleted shared workspace " + w.name + (w.origin === "borrowed" ? " (its volume is kept)." : "."));
+  } catch (e) {
+    say(e.message, true);
+  }
+  await loadShared().catch((e) => say(e.message, true));
+}
+
 async function refresh() {
   try {
-    await Promise.all([loadActive(), loadLocked(), loadEnded()]);
+    await Promise.all([loadActive(), loadLocked(), loadEnded(), loadShared()]);
   } catch (e) {
     say(e.message, true);
   }
@@ -242,6 +327,7 @@ document.addEventListener("DOMContentLoaded", () => {
     if (sub) setLock(sub, false);
   });
   $("audit-form").addEventListener("submit", search);
+  $("shared-form").addEventListener("submit", makeShared);
   $("signins-form").addEventListener("submit", loadSignIns);
   $("signins-all").addEventListener("click", signOutAll);
   $("revoke-form").addEventListener("submit", (e) => {
