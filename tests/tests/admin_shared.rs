@@ -52,11 +52,11 @@ fn the_console_makes_grants_and_deletes_a_shared_workspace() {
     // Granted to alice, read-write, from the row's field.
     ok(
         "grant it",
-        b.eval(&format!(
-            "(() => {{ const r = [...document.querySelectorAll('#shared-rows tr')].find((r) => r.cells[0].textContent === 'team'); \
+        b.eval(
+            "(() => { const r = [...document.querySelectorAll('#shared-rows tr')].find((r) => r.cells[0].textContent === 'team'); \
                r.querySelector('input').value = 'user:alice=rw, role:ops=ro'; \
-               [...r.querySelectorAll('button')].find((b) => b.textContent === 'Save').click(); return true; }})()"
-        )),
+               [...r.querySelectorAll('button')].find((b) => b.textContent === 'Save').click(); return true; })()"
+        ),
     );
     let admin = stack.control.token("root", true);
     let id = wait_for("the grants saved", T, || {
