@@ -142,18 +142,49 @@ impl Reply {
         serde_json::from_slice(&self.body).unwrap_or(Value::Null)
     }
 
-    /// The message of the gateway's error body, else the body's first line.
+    /// The message of the gateway's error body; else an HTML page's title (a proxy's
+    /// own error page), the body's first line, or the status's name.
     pub fn message(&self) -> String {
-        match serde_json::from_slice::<policy::ErrorBody>(&self.body) {
-            Ok(e) => e.error.message,
-            Err(_) => String::from_utf8_lossy(&self.body)
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .chars()
-                .take(200)
-                .collect(),
+        if let Ok(e) = serde_json::from_slice::<policy::ErrorBody>(&self.body) {
+            return e.error.message;
         }
+        let text = String::from_utf8_lossy(&self.body);
+        let title = text
+            .split_once("<title>")
+            .and_then(|(_, rest)| rest.split_once("</title>"))
+            .map(|(title, _)| title);
+        let line = title
+            .or_else(|| text.lines().next())
+            .unwrap_or_default()
+            .trim();
+        if line.is_empty() {
+            let status = hyper::StatusCode::from_u16(self.status).ok();
+            return status
+                .and_then(|s| s.canonical_reason())
+                .unwrap_or("no message")
+                .to_owned();
+        }
+        line.chars().take(200).collect()
+    }
+
+    /// Whether the body is termgate's error body (`{"error":{"code","message"}}`).
+    pub fn is_termgate_error(&self) -> bool {
+        serde_json::from_slice::<policy::ErrorBody>(&self.body).is_ok()
+    }
+
+    /// The URL has no such endpoint: a 404 or 405 without termgate's error body, as a
+    /// front proxy that passes only terminals (`deploy/nginx/termgate-authz.conf`)
+    /// answers everything else itself. termgate's own 404s and 405s always carry its
+    /// error body.
+    pub fn not_there(&self) -> bool {
+        matches!(self.status, 404 | 405) && !self.is_termgate_error()
+    }
+
+    /// Not the gateway's API answering: [`Reply::not_there`], or a body that is not
+    /// JSON at all (a proxy's own page, or Caddy's empty 502 when nothing serves its
+    /// other paths). Every answer of the API is JSON.
+    pub fn not_the_api(&self) -> bool {
+        self.not_there() || serde_json::from_slice::<Value>(&self.body).is_err()
     }
 }
 
@@ -347,6 +378,15 @@ impl Gateway {
                 "the gateway no longer accepts this sign-in",
             );
         }
+        if reply.not_there() {
+            return Failure::error(format!(
+                "{doing}: {} has no termgate API ({}: {}); behind a front proxy that passes \
+                 only terminals, termgate attach <id> is what works",
+                self.url.as_str(),
+                reply.status,
+                reply.message()
+            ));
+        }
         Failure::error(format!("{doing}: {} ({})", reply.message(), reply.status))
     }
 }
@@ -394,6 +434,54 @@ mod tests {
         assert_eq!(u.websocket("/s/x/ws"), "ws://127.0.0.1:8080/term/s/x/ws");
         let u = GatewayUrl::parse("https://[::1]:9443").unwrap();
         assert_eq!((u.host(), u.port()), ("::1", 9443));
+    }
+
+    fn reply(status: u16, body: &str) -> Reply {
+        Reply {
+            status,
+            body: body.as_bytes().to_vec(),
+            set_cookies: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_front_proxys_own_answers_are_told_from_the_apis() {
+        // What nginx with deploy/nginx/termgate-authz.conf answers for `/api/…` and
+        // `/auth/…`, and Caddy's empty 502 when nothing serves its other paths.
+        let page = |code: &str| {
+            format!(
+                "<html>\r\n<head><title>{code}</title></head>\r\n<body>\r\n\
+                 <center><h1>{code}</h1></center>\r\n<hr><center>nginx/1.22.1</center>\r\n\
+                 </body>\r\n</html>\r\n"
+            )
+        };
+        let nginx_404 = reply(404, &page("404 Not Found"));
+        let nginx_405 = reply(405, &page("405 Not Allowed"));
+        let caddy_502 = reply(502, "");
+        for r in [&nginx_404, &nginx_405] {
+            assert!(r.not_there() && r.not_the_api(), "{r:?}");
+        }
+        assert!(!caddy_502.not_there() && caddy_502.not_the_api());
+        assert_eq!(nginx_404.message(), "404 Not Found");
+        assert_eq!(caddy_502.message(), "Bad Gateway");
+
+        // termgate's own answers, refusals included, are the API's.
+        let not_found = r#"{"error":{"code":"session_not_found","message":"no such session"}}"#;
+        for r in [
+            reply(404, not_found),
+            reply(
+                405,
+                r#"{"error":{"code":"method_not_allowed","message":"no"}}"#,
+            ),
+            reply(
+                401,
+                r#"{"error":{"code":"unauthenticated","message":"sign in"}}"#,
+            ),
+            reply(200, r#"{"sessions":[]}"#),
+        ] {
+            assert!(!r.not_there() && !r.not_the_api(), "{r:?}");
+        }
+        assert_eq!(reply(404, not_found).message(), "no such session");
     }
 
     #[test]

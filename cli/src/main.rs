@@ -84,7 +84,8 @@ enum Command {
     },
     /// Attach to a session's terminal; the detach keys leave it running.
     Attach {
-        /// The session's id or its unique name (with --new: the new session's name).
+        /// The session's id or its unique name (with --new: the new session's name);
+        /// its id behind a front proxy that passes only terminals.
         #[arg(required_unless_present = "new")]
         session: Option<String>,
         /// Create a session and attach to it.
@@ -323,7 +324,7 @@ async fn run(cli: Cli) -> Result<Status, Failure> {
                 (s, wanted)
             } else {
                 let wanted = session.unwrap_or_default();
-                (sessions::find(&gw, &wanted).await?, wanted)
+                (sessions::find_to_open(&gw, &wanted).await?, wanted)
             };
             let ended = attach::attach(&gw, &target, &wanted, keys).await?;
             eprintln!("{}", ended.message);

@@ -66,8 +66,13 @@ pub async fn list(gw: &Gateway) -> Result<Vec<Listed>, Failure> {
 
 async fn listed(gw: &Gateway, path: &str, doing: &str) -> Result<Vec<Listed>, Failure> {
     let reply = gw.call("GET", path, None).await?;
+    list_of(gw, &reply, doing)
+}
+
+/// The sessions a list's answer holds.
+fn list_of(gw: &Gateway, reply: &Reply, doing: &str) -> Result<Vec<Listed>, Failure> {
     if reply.status != 200 {
-        return Err(gw.refused(&reply, doing));
+        return Err(gw.refused(reply, doing));
     }
     let body = reply.json();
     let sessions = body
@@ -114,6 +119,29 @@ pub async fn end(gw: &Gateway, wanted: &str) -> Result<Listed, Failure> {
 pub async fn find(gw: &Gateway, wanted: &str) -> Result<Listed, Failure> {
     let listed = list(gw).await?;
     pick(listed, wanted)
+}
+
+/// The session `wanted` names, for its terminal: as [`find`] finds it, or — where the
+/// gateway's URL has no API, as behind a front proxy that passes only terminals
+/// (README "Behind a front proxy") — an id as it is, for the terminal's own check to
+/// judge (the same "not found" for an unknown id and another user's). A name needs
+/// the API's list.
+pub async fn find_to_open(gw: &Gateway, wanted: &str) -> Result<Listed, Failure> {
+    let doing = "listing sessions";
+    let reply = gw.call("GET", "/api/sessions", None).await?;
+    if reply.status == 401 || !reply.not_the_api() {
+        return pick(list_of(gw, &reply, doing)?, wanted);
+    }
+    if policy::SessionId::parse(wanted).is_err() {
+        return Err(Failure::error(format!(
+            "{} has no termgate API to find the session named {wanted:?} ({}: {}): a \
+             name needs the gateway's API; name the session by its id",
+            gw.url.as_str(),
+            reply.status,
+            reply.message()
+        )));
+    }
+    Ok(unlisted(wanted))
 }
 
 /// [`find`] among ended sessions too (their recordings are kept): a live session of
@@ -167,12 +195,7 @@ fn pick(listed: Vec<Listed>, wanted: &str) -> Result<Listed, Failure> {
     let named = if live.is_empty() { named } else { live };
     match named.as_slice() {
         [one] => Ok((*one).clone()),
-        [] if policy::SessionId::parse(wanted).is_ok() => Ok(Listed {
-            id: wanted.to_owned(),
-            name: String::new(),
-            state: String::new(),
-            view: Value::Null,
-        }),
+        [] if policy::SessionId::parse(wanted).is_ok() => Ok(unlisted(wanted)),
         [] => Err(Failure::not_found(wanted)),
         several => {
             let ids: Vec<&str> = several.iter().map(|s| s.id.as_str()).collect();
@@ -182,6 +205,16 @@ fn pick(listed: Vec<Listed>, wanted: &str) -> Result<Listed, Failure> {
                 ids.join(", ")
             )))
         }
+    }
+}
+
+/// A session known by its id alone.
+fn unlisted(id: &str) -> Listed {
+    Listed {
+        id: id.to_owned(),
+        name: String::new(),
+        state: String::new(),
+        view: Value::Null,
     }
 }
 

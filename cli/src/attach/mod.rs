@@ -52,10 +52,12 @@ pub async fn attach(
     let (mut winch, mut term, mut hup, mut int) = signals;
     let mut raw = local::Raw::enter().map_err(Failure::error)?;
     let typed = stdin_reader();
+    let mut tail = ttyd::Tail::default();
     let ended = pump(
         &mut socket,
         typed,
         &mut keys::Detacher::new(detach_keys),
+        &mut tail,
         Signals {
             winch: &mut winch,
             term: &mut term,
@@ -65,6 +67,22 @@ pub async fn attach(
     )
     .await;
     raw.restore();
+    // Behind a front proxy the reason is the terminal's last line, before ttyd closes
+    // it as for any program's end (or the connection just drops); a reason the close
+    // frame gives is the gateway's, and stands.
+    let ended = match (ended, tail.reason()) {
+        (Pumped::Closed { code, reason }, Some(printed)) if !reason.starts_with("termgate: ") => {
+            Pumped::Closed {
+                code,
+                reason: printed.to_owned(),
+            }
+        }
+        (Pumped::Lost(_), Some(printed)) => Pumped::Closed {
+            code: 1000,
+            reason: printed.to_owned(),
+        },
+        (ended, _) => ended,
+    };
     let ended = match ended {
         Pumped::Detached => Ended {
             status: Status::Done,
@@ -153,6 +171,7 @@ async fn pump(
     socket: &mut socket::Socket,
     mut typed: mpsc::Receiver<Option<Vec<u8>>>,
     detacher: &mut keys::Detacher,
+    tail: &mut ttyd::Tail,
     signals: Signals<'_>,
 ) -> Pumped {
     let mut stdout = std::io::stdout();
@@ -160,11 +179,11 @@ async fn pump(
         let send = tokio::select! {
             message = socket.next() => match message {
                 Some(Ok(Message::Binary(b))) => {
-                    write_output(&mut stdout, &b);
+                    write_output(&mut stdout, tail, &b);
                     continue;
                 }
                 Some(Ok(Message::Text(t))) => {
-                    write_output(&mut stdout, t.as_bytes());
+                    write_output(&mut stdout, tail, t.as_bytes());
                     continue;
                 }
                 Some(Ok(Message::Close(frame))) => {
@@ -208,8 +227,9 @@ async fn pump(
 }
 
 /// The terminal's output, as it comes; only a message from ttyd with output is written.
-fn write_output(stdout: &mut std::io::Stdout, message: &[u8]) {
+fn write_output(stdout: &mut std::io::Stdout, tail: &mut ttyd::Tail, message: &[u8]) {
     if let Some(bytes) = ttyd::output(message) {
+        tail.push(bytes);
         let mut out = stdout.lock();
         // A closed standard output leaves nothing to show; the attach goes on until
         // the user or the gateway ends it.

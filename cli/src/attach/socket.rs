@@ -1,6 +1,7 @@
 //! The terminal's websocket through the gateway: `/s/<id>/ws`, subprotocol `tty`, the
 //! sign-in as a bearer header. The gateway checks it as it checks the page's: the
-//! sign-in, ownership, locks, limits.
+//! sign-in, ownership, locks, limits. Behind a front proxy the same request is checked
+//! by control's `/v1/authz`, which takes the bearer header without an `Origin` too.
 
 use std::time::Duration;
 

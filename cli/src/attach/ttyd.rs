@@ -43,6 +43,38 @@ pub fn output(message: &[u8]) -> Option<&[u8]> {
     }
 }
 
+/// The end of the terminal's output, for the reason a pool behind a front proxy prints
+/// before it closes a terminal (README "Behind a front proxy"): no gateway carries the
+/// terminal there to say it in a close frame, so `ttyd-attach` writes
+/// `\r\ntermgate: <sentence>\r\n` as the terminal's last output, then ends.
+#[derive(Debug, Default)]
+pub struct Tail(Vec<u8>);
+
+impl Tail {
+    /// Enough for the longest reason and its line breaks.
+    const KEEP: usize = 256;
+
+    /// Output as it is shown.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.0
+            .extend_from_slice(&bytes[bytes.len().saturating_sub(Self::KEEP)..]);
+        let extra = self.0.len().saturating_sub(Self::KEEP);
+        self.0.drain(..extra);
+    }
+
+    /// The gateway's reason the output ends with, on a line of its own as the pool
+    /// prints it; none for anything else (a program that merely exited).
+    pub fn reason(&self) -> Option<&'static str> {
+        let text = self.0.strip_suffix(b"\r\n")?;
+        let start = text.windows(2).rposition(|w| w == b"\r\n")? + 2;
+        let line = &text[start..];
+        GATEWAY_REASONS
+            .iter()
+            .map(|(r, _)| r.message())
+            .find(|m| m.as_bytes() == line)
+    }
+}
+
 /// The reasons the gateway closes a terminal with, and the status each ends in.
 const GATEWAY_REASONS: [(CloseReason, Status); 8] = [
     (CloseReason::RouteRemoved, Status::Ended),
@@ -84,6 +116,34 @@ pub fn closed(code: u16, reason: &str) -> (Status, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reason_a_pool_prints_last_is_read_and_nothing_else() {
+        let mut t = Tail::default();
+        t.push(&[b'x'; 1000]);
+        t.push(b"$ \r\ntermgate: this session");
+        t.push(b" was ended\r\n");
+        assert_eq!(t.reason(), Some("termgate: this session was ended"));
+        let read = |bytes: &[u8]| {
+            let mut t = Tail::default();
+            t.push(bytes);
+            t.reason()
+        };
+        assert_eq!(
+            read(b"\r\ntermgate: signed out\r\n"),
+            Some("termgate: signed out")
+        );
+        for other in [
+            &b""[..],
+            b"exit\r\n",
+            b"\r\ntermgate: this session was ended",
+            b"\r\ntermgate: this session was ended\r\n$ ",
+            b"\r\nsay termgate: signed out\r\n",
+            b"\r\ntermgate: refusing to attach: no such container\r\n",
+        ] {
+            assert_eq!(read(other), None, "{}", String::from_utf8_lossy(other));
+        }
+    }
 
     #[test]
     fn messages_are_ttyds() {
