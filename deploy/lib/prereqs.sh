@@ -18,6 +18,7 @@
 #   ensure_compose        docker-compose (or the compose plugin) for the deployment test
 #   ensure_chromium       a headless-capable chromium on PATH (browser e2e test)
 #   ensure_nginx          nginx with auth_request (the /v1/authz test and deploy/bench)
+#   ensure_haproxy        HAProxy >= 2.5 with Lua ($TERMGATE_HAPROXY; the /v1/authz test)
 #   ensure_tmux           tmux, the terminal the command-line client's tests type into
 #   ensure_oidc_provider  a real OpenID Connect provider for the sign-in tests
 #                         ($TERMGATE_OIDC_PROVIDER)
@@ -720,6 +721,47 @@ ensure_caddy() {
     fi
     export TERMGATE_CADDY="$caddy"
     info "caddy $("$caddy" version 2>&1 | head -n 1)"
+}
+
+# HAProxy (the /v1/authz test runs deploy/haproxy/haproxy.cfg and its Lua action
+# through it): Debian's package, which has Lua and core.httpclient() (2.5 and later).
+# The tests run haproxy processes of their own (`-f <config> -db`); the package's own
+# service is neither started on install nor left enabled by this install.
+ensure_haproxy() {
+    step "haproxy"
+    local haproxy=/usr/sbin/haproxy
+    if [[ ! -x "$haproxy" ]] && command -v haproxy >/dev/null 2>&1; then
+        haproxy="$(command -v haproxy)"
+    fi
+    if [[ ! -x "$haproxy" ]]; then
+        if ! _tg_is_root; then
+            die "haproxy is not installed (the /v1/authz test needs it); as root run: apt-get install -y haproxy"
+        fi
+        _tg_apt_install_unstarted haproxy
+        haproxy=/usr/sbin/haproxy
+        [[ -x "$haproxy" ]] || die "haproxy still missing after apt-get install haproxy"
+        # The package enables its unit for the next boot; nothing here wants it.
+        if command -v systemctl >/dev/null 2>&1; then
+            systemctl disable haproxy.service >/dev/null 2>&1 || true
+        fi
+        info "installed haproxy"
+    fi
+    local vv first major minor
+    vv="$("$haproxy" -vv 2>&1)" || die "$haproxy -vv failed: $vv"
+    first="${vv%%$'\n'*}"
+    if [[ "$first" =~ ^HAProxy\ version\ ([0-9]+)\.([0-9]+) ]]; then
+        major="${BASH_REMATCH[1]}"
+        minor="${BASH_REMATCH[2]}"
+    else
+        die "$haproxy does not say its version: $first"
+    fi
+    if ((major < 2 || (major == 2 && minor < 5))); then
+        die "$haproxy is $major.$minor; the Lua check needs 2.5 or later (core.httpclient)"
+    fi
+    [[ "$vv" == *$'\nBuilt with Lua'* ]] \
+        || die "$haproxy is built without Lua (Debian's haproxy package has it)"
+    export TERMGATE_HAPROXY="$haproxy"
+    info "$first"
 }
 
 # --------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 pub mod caddy;
 pub mod daemon;
 pub mod dockgate;
+pub mod haproxy;
 pub mod hostile;
 pub mod netns;
 pub mod nginx;

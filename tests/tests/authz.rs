@@ -1,15 +1,21 @@
-//! `GET /v1/authz` through a real nginx (`deploy/nginx/termgate-authz.conf`) and a
-//! real Caddy (`deploy/caddy/Caddyfile`), the shipped files, in front of the real ttyd
-//! pool, with real control and real session containers: the owner's terminal works,
-//! everyone else is refused before ttyd, and an end, a lock or a sign-out closes the
-//! open terminal within 2 s although termgate carries none of its bytes. Traefik's and
-//! Envoy's checks by contract (exactly the headers each sends), with the handle pool
-//! their snippets proxy to.
+//! `GET /v1/authz` through a real nginx (`deploy/nginx/termgate-authz.conf`), a real
+//! Caddy (`deploy/caddy/Caddyfile`) and a real HAProxy (`deploy/haproxy/haproxy.cfg`
+//! with its Lua check), the shipped files, in front of the real ttyd pool, with real
+//! control and real session containers: the owner's terminal works, everyone else is
+//! refused before ttyd, ttyd receives control's target and no credential, and an end,
+//! a lock or a sign-out closes the open terminal within 2 s although termgate carries
+//! none of its bytes. Traefik's and Envoy's checks by contract (exactly the headers
+//! each sends), with the handle pool their snippets proxy to.
 
+use std::io::{Read, Write};
 use std::net::SocketAddr;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use e2e::caddy::Caddy;
+use e2e::haproxy::Haproxy;
 use e2e::nginx::Nginx;
 use e2e::raw::exchange;
 use e2e::stack::{docker, free_port, http, ControlStack};
@@ -21,15 +27,35 @@ const T: Duration = Duration::from_secs(15);
 const CLOSE_WITHIN: Duration = Duration::from_secs(2);
 
 /// The proxy in front.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Nginx,
     Caddy,
+    Haproxy,
+}
+
+impl Kind {
+    /// Whether this proxy can run here; when it cannot, the test fails naming why
+    /// (or, with `TERMGATE_ALLOW_SKIP=1`, says so and returns `false`).
+    fn runs_here(self) -> bool {
+        if self != Kind::Haproxy {
+            // nginx and Caddy fail at their start when missing.
+            return true;
+        }
+        match e2e::haproxy::unavailable() {
+            None => true,
+            Some(why) => {
+                e2e::skip_or_fail(&why);
+                false
+            }
+        }
+    }
 }
 
 enum Front {
     Nginx(Nginx),
     Caddy(Caddy),
+    Haproxy(Haproxy),
 }
 
 impl Front {
@@ -37,6 +63,7 @@ impl Front {
         match self {
             Front::Nginx(n) => n.port(),
             Front::Caddy(c) => c.port(),
+            Front::Haproxy(h) => h.port(),
         }
     }
 
@@ -48,17 +75,20 @@ impl Front {
         match self {
             Front::Nginx(n) => n.log_text(),
             Front::Caddy(c) => c.log_text(),
+            Front::Haproxy(h) => h.log_text(),
         }
     }
 }
 
 /// Control, the ttyd pool (with `TERMGATE_CONTROL`: it closes what control revokes)
 /// behind a connection-counting proxy (control's `ttyd.socket`, so the check answers it
-/// as the upstream) and the front proxy with its shipped configuration.
+/// as the upstream) and a hop that keeps every request head ttyd receives, and the
+/// front proxy with its shipped configuration.
 struct Stack {
     // Declared first: the proxy stops before the pool and control go away.
     front: Front,
     counter: CountingProxy,
+    heads: HeadRecorder,
     ttyd: TtydPool,
     control: ControlStack,
 }
@@ -78,7 +108,8 @@ impl Stack {
             control.set_env(k, v);
         }
         let ttyd = TtydPool::start_plugin_for(&control.instance, &control.api);
-        let counter = CountingProxy::start(ttyd.target());
+        let heads = HeadRecorder::start(&ttyd.target());
+        let counter = CountingProxy::start(heads.target());
         let port = free_port();
         let socket = counter.socket_path().to_string_lossy().into_owned();
         control.set_env("TERMGATE__TTYD__SOCKET", &socket);
@@ -92,10 +123,17 @@ impl Stack {
             Kind::Nginx => Front::Nginx(Nginx::authz(port, &api)),
             // Nothing but terminals is asked of the page address here.
             Kind::Caddy => Front::Caddy(Caddy::start(port, &api, "127.0.0.1:9")),
+            Kind::Haproxy => Front::Haproxy(Haproxy::authz(
+                port,
+                &control.api,
+                counter.socket_path(),
+                "127.0.0.1:9",
+            )),
         };
         Stack {
             front,
             counter,
+            heads,
             ttyd,
             control,
         }
@@ -215,7 +253,15 @@ fn the_owner_types_through_caddy_and_a_client_arg_never_chooses_the_container() 
     the_owner_types_and_a_client_arg_never_chooses_the_container(Kind::Caddy);
 }
 
+#[test]
+fn the_owner_types_through_haproxy_and_a_client_arg_never_chooses_the_container() {
+    the_owner_types_and_a_client_arg_never_chooses_the_container(Kind::Haproxy);
+}
+
 fn the_owner_types_and_a_client_arg_never_chooses_the_container(kind: Kind) {
+    if !kind.runs_here() {
+        return;
+    }
     let stack = Stack::behind(kind);
     let mine = stack.create("alice");
     let theirs = stack.create("bob");
@@ -224,11 +270,17 @@ fn the_owner_types_and_a_client_arg_never_chooses_the_container(kind: Kind) {
     let origin = stack.front.origin();
     let cookie = stack.cookie("alice");
     // The browser's way: the cookie and the proxy's Origin; the client asks for bob's
-    // container in its query, which the proxy must never send on.
+    // container in its query, which the proxy must never send on, and names a user and
+    // a handle of its own for ttyd.
     let t = stack
         .open(
             &format!("/s/{mine}/ws?arg={their_container}&arg=x"),
-            &[("Cookie", &cookie), ("Origin", &origin)],
+            &[
+                ("Cookie", &cookie),
+                ("Origin", &origin),
+                ("X-Termgate-User", "mallory"),
+                ("X-Termgate-Handle", "hforged"),
+            ],
         )
         .unwrap_or_else(|e| {
             panic!(
@@ -301,6 +353,60 @@ fn the_owner_types_and_a_client_arg_never_chooses_the_container(kind: Kind) {
         header(&answer, "x-termgate-upstream"),
         Some(format!("unix:{socket}").as_str())
     );
+
+    // What ttyd itself received: control's target and user, nothing of the client's.
+    let heads = stack.heads.heads();
+    let lines: Vec<&str> = heads.iter().filter_map(|h| h.lines().next()).collect();
+    let terminals = lines.iter().filter(|l| l.starts_with("GET /ws?")).count();
+    assert_eq!(terminals, 2, "{kind:?}: ttyd's requests: {lines:?}");
+    assert!(lines.contains(&"GET / HTTP/1.1"), "{kind:?}: {lines:?}");
+    let cookie_value = cookie.trim_start_matches("termgate_session=");
+    for head in &heads {
+        let line = head.lines().next().unwrap_or_default();
+        let target = line.split(' ').nth(1).unwrap_or_default();
+        if let Some(query) = target.strip_prefix("/ws?") {
+            // Exactly `arg=<alice's container>&arg=<a handle>`.
+            let args: Vec<&str> = query.split('&').collect();
+            assert_eq!(args.len(), 2, "{kind:?}: {line}");
+            assert_eq!(args[0], format!("arg={my_container}"), "{kind:?}: {line}");
+            let handle = args[1].strip_prefix("arg=h").unwrap_or_default();
+            assert!(
+                !handle.is_empty() && handle.bytes().all(|b| b.is_ascii_alphanumeric()),
+                "{kind:?}: {line}"
+            );
+        } else {
+            assert_eq!(target, "/", "{kind:?}: {line}");
+        }
+        let mut users = Vec::new();
+        for l in head.lines().skip(1) {
+            let (name, value) = l.split_once(':').unwrap_or((l, ""));
+            let name = name.trim().to_ascii_lowercase();
+            assert!(
+                name != "cookie" && name != "authorization",
+                "{kind:?}: a credential reached ttyd:\n{head}"
+            );
+            if name == "x-termgate-user" {
+                users.push(value.trim().to_owned());
+            }
+        }
+        assert_eq!(users, ["alice"], "{kind:?}: ttyd's user:\n{head}");
+        for secret in [
+            token.as_str(),
+            cookie_value,
+            &their_container[..12],
+            "mallory",
+        ] {
+            assert!(
+                !head.contains(secret),
+                "{kind:?}: {secret} reached ttyd:\n{head}"
+            );
+        }
+        // nginx replaces X-Termgate-User only; Caddy and HAProxy drop every client
+        // X-Termgate-* (the handle pool reads X-Termgate-Handle).
+        if kind != Kind::Nginx {
+            assert!(!head.contains("hforged"), "{kind:?}: {head}");
+        }
+    }
 }
 
 #[test]
@@ -313,7 +419,15 @@ fn refusals_through_caddy_keep_their_status_and_ttyd_sees_no_connection() {
     refusals_keep_their_status_and_ttyd_sees_no_connection(Kind::Caddy);
 }
 
+#[test]
+fn refusals_through_haproxy_keep_their_status_and_ttyd_sees_no_connection() {
+    refusals_keep_their_status_and_ttyd_sees_no_connection(Kind::Haproxy);
+}
+
 fn refusals_keep_their_status_and_ttyd_sees_no_connection(kind: Kind) {
+    if !kind.runs_here() {
+        return;
+    }
     let stack = Stack::behind(kind);
     let id = stack.create("alice");
     let container = stack.container(&id);
@@ -361,6 +475,19 @@ fn refusals_keep_their_status_and_ttyd_sees_no_connection(kind: Kind) {
         .open(&ws, &[("Origin", &origin)])
         .expect_err("no credential");
     assert_eq!(none.status(), Some(401), "{none}");
+    assert!(
+        none.header("www-authenticate")
+            .is_some_and(|v| v.starts_with("Bearer")),
+        "{kind:?}: {none:?}"
+    );
+    // nginx answers its own page for the check's 401; the others control's JSON.
+    if kind != Kind::Nginx {
+        assert_eq!(
+            none.json().unwrap_or_default()["error"]["code"],
+            "unauthenticated",
+            "{none}"
+        );
+    }
     let forged = stack
         .open(&ws, &[("Authorization", "Bearer not.a.token")])
         .expect_err("a forged token");
@@ -411,6 +538,14 @@ fn refusals_keep_their_status_and_ttyd_sees_no_connection(kind: Kind) {
         }
         let e = stack.open(&ws, &headers).expect_err("a cross-site upgrade");
         assert_eq!(e.status(), Some(403), "Origin {bad:?}: {e}");
+        if kind == Kind::Haproxy {
+            let code = match bad {
+                Some("null") => "origin_null",
+                Some(_) => "origin_not_allowed",
+                None => "origin_missing",
+            };
+            assert_eq!(e.json().unwrap_or_default()["error"]["code"], code, "{e}");
+        }
     }
 
     // A locked owner: 403.
@@ -454,6 +589,11 @@ fn an_end_a_lock_and_a_sign_out_close_the_open_terminal_through_caddy() {
 }
 
 #[test]
+fn an_end_a_lock_and_a_sign_out_close_the_open_terminal_through_haproxy() {
+    revocation_closes_open_terminals(Kind::Haproxy);
+}
+
+#[test]
 fn a_peer_types_through_nginx_and_is_closed_when_the_invitation_goes() {
     a_peer_types_and_is_closed_when_the_invitation_goes(Kind::Nginx);
 }
@@ -463,10 +603,18 @@ fn a_peer_types_through_caddy_and_is_closed_when_the_invitation_goes() {
     a_peer_types_and_is_closed_when_the_invitation_goes(Kind::Caddy);
 }
 
+#[test]
+fn a_peer_types_through_haproxy_and_is_closed_when_the_invitation_goes() {
+    a_peer_types_and_is_closed_when_the_invitation_goes(Kind::Haproxy);
+}
+
 /// A user the owner invited opens the owner's terminal through the front proxy as
 /// through the gateway, ttyd is told it is the peer, and the terminal closes when the
 /// owner withdraws the invitation, and when a later one lapses by itself.
 fn a_peer_types_and_is_closed_when_the_invitation_goes(kind: Kind) {
+    if !kind.runs_here() {
+        return;
+    }
     let stack = Stack::behind_with(
         kind,
         &[
@@ -547,6 +695,101 @@ fn a_peer_types_and_is_closed_when_the_invitation_goes(kind: Kind) {
         .expect("alice's own terminal stays open");
 }
 
+#[test]
+fn control_not_answering_is_a_502_through_nginx_and_open_terminals_stay_open() {
+    control_not_answering_is_a_502_and_open_terminals_stay_open(Kind::Nginx);
+}
+
+#[test]
+fn control_not_answering_is_a_502_through_haproxy_and_open_terminals_stay_open() {
+    control_not_answering_is_a_502_and_open_terminals_stay_open(Kind::Haproxy);
+}
+
+/// Without control's answer no terminal opens (502 `terminal_unavailable`, nothing
+/// reaches ttyd), and the open ones stay open.
+fn control_not_answering_is_a_502_and_open_terminals_stay_open(kind: Kind) {
+    if !kind.runs_here() {
+        return;
+    }
+    let mut stack = Stack::behind(kind);
+    let id = stack.create("alice");
+    let cookie = stack.cookie("alice");
+    let open = stack.open_as(&id, &cookie);
+    let before = stack.counter.connections();
+    stack.control.kill9();
+    let origin = stack.front.origin();
+    let e = stack
+        .open(
+            &format!("/s/{id}/ws"),
+            &[("Cookie", &cookie), ("Origin", &origin)],
+        )
+        .expect_err("no check, no terminal");
+    assert_eq!(e.status(), Some(502), "{kind:?}: {e}");
+    assert_eq!(
+        e.json().unwrap_or_default()["error"]["code"],
+        "terminal_unavailable",
+        "{e}"
+    );
+    assert_eq!(stack.counter.connections(), before, "ttyd saw the request");
+    open.send_input(b"echo still-$((6*7))\r").unwrap();
+    open.read_until("still-42", T)
+        .expect("the open terminal stays open without control");
+}
+
+#[test]
+fn haproxy_sends_a_terminal_to_no_pool_but_the_one_declared_for_the_answer() {
+    if !Kind::Haproxy.runs_here() {
+        return;
+    }
+    let stack = Stack::behind(Kind::Haproxy);
+    let id = stack.create("alice");
+    let token = stack.control.token("alice", false);
+    // The shipped file whose one pool is another socket than the one control names.
+    let elsewhere = e2e::ttyd::private_dir("tg-elsewhere.");
+    let port = free_port();
+    let config = Haproxy::authz_config(
+        port,
+        &stack.control.api,
+        &elsewhere.path().join("ttyd.sock"),
+        "127.0.0.1:9",
+    );
+    let other = Haproxy::start(&config, port);
+    let before = stack.counter.connections();
+    let e = Terminal::connect(
+        Target::Tcp(([127, 0, 0, 1], other.port()).into()),
+        &format!("/s/{id}/ws"),
+        &[("Authorization", &format!("Bearer {token}"))],
+    )
+    .expect_err("no declared pool for the answer");
+    assert_eq!(e.status(), Some(502), "{e}\n{}", other.log_text());
+    assert_eq!(
+        e.json().unwrap_or_default()["error"]["code"],
+        "terminal_unavailable",
+        "{e}"
+    );
+    assert_eq!(stack.counter.connections(), before, "ttyd saw the request");
+    // Through the file with the pool declared, the same request opens the terminal.
+    let t = stack
+        .open(
+            &format!("/s/{id}/ws"),
+            &[("Authorization", &format!("Bearer {token}"))],
+        )
+        .expect("the declared pool");
+    t.send_input(b"echo pool-$((6*7))\r").unwrap();
+    t.read_until("pool-42", T).expect("it echoes");
+    // A method other than GET is control's 405, through HAProxy as well.
+    let post = exchange(
+        stack.front.port(),
+        format!(
+            "POST /s/{id}/token HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+             Authorization: Bearer {token}\r\nContent-Length: 0\r\n\r\n"
+        )
+        .as_bytes(),
+        T,
+    );
+    assert_eq!(post.status, 405, "{}", post.text);
+}
+
 /// Waits for `t` to close within [`CLOSE_WITHIN`], with what it said last.
 fn closes(t: &Terminal, what: &str, stack: &Stack) -> Duration {
     let took = t.wait_closed(CLOSE_WITHIN).unwrap_or_else(|e| {
@@ -561,6 +804,9 @@ fn closes(t: &Terminal, what: &str, stack: &Stack) -> Duration {
 }
 
 fn revocation_closes_open_terminals(kind: Kind) {
+    if !kind.runs_here() {
+        return;
+    }
     let stack = Stack::behind(kind);
     let id = stack
         .control
@@ -699,14 +945,16 @@ fn traefik_and_envoy_checks_open_the_owners_terminal_on_the_handle_pool_and_clos
     );
     let pool = TtydPool::start_handle_pool_for(&control.instance, &control.api, port);
     control.spawn(&[]);
-    // Traefik and Envoy dial the handle pool themselves; nginx stands in the front
-    // field unused.
+    // Traefik and Envoy dial the handle pool themselves; nginx, the counter and the
+    // recorder stand in their fields unused.
+    let heads = HeadRecorder::start(&pool.target());
     let stack = Stack {
         front: Front::Nginx(Nginx::authz(
             free_port(),
             control.api.trim_start_matches("http://"),
         )),
         counter: CountingProxy::start(pool.target()),
+        heads,
         ttyd: pool,
         control,
     };
@@ -915,10 +1163,22 @@ const PAGE_TEXT: &str = "(() => { const b = window.term.buffer.active; const out
 
 #[test]
 fn a_browser_behind_caddy_is_sent_to_sign_in_comes_back_types_and_is_closed_by_its_sign_out() {
+    a_browser_is_sent_to_sign_in_comes_back_types_and_is_closed_by_its_sign_out(Kind::Caddy);
+}
+
+#[test]
+fn a_browser_behind_haproxy_is_sent_to_sign_in_comes_back_types_and_is_closed_by_its_sign_out() {
+    a_browser_is_sent_to_sign_in_comes_back_types_and_is_closed_by_its_sign_out(Kind::Haproxy);
+}
+
+fn a_browser_is_sent_to_sign_in_comes_back_types_and_is_closed_by_its_sign_out(kind: Kind) {
     use e2e::browser::Browser;
     use e2e::stack::GatewayStack;
 
-    // Caddy in front: terminals checked by control and carried to the plugin pool,
+    if !kind.runs_here() {
+        return;
+    }
+    // The proxy in front: terminals checked by control and carried to the plugin pool,
     // everything else (page, sign-in, API) to a gateway.
     let port = free_port();
     let site = format!("http://127.0.0.1:{port}");
@@ -940,7 +1200,16 @@ fn a_browser_behind_caddy_is_sent_to_sign_in_comes_back_types_and_is_closed_by_i
     let origins = format!("[\"{site}\"]");
     let n = stack.spawn_gateway(&[("TERMGATE__GATEWAY__ALLOWED_ORIGINS", &origins)]);
     let page = stack.url(n, "").trim_start_matches("http://").to_owned();
-    let caddy = Caddy::start(port, &api, &page);
+    let front = match kind {
+        Kind::Caddy => Front::Caddy(Caddy::start(port, &api, &page)),
+        Kind::Haproxy => Front::Haproxy(Haproxy::authz(
+            port,
+            &format!("http://{api}"),
+            stack.counter.socket_path(),
+            &page,
+        )),
+        Kind::Nginx => unreachable!("the nginx snippet serves terminals only"),
+    };
     let token = stack.control.token("alice", false);
     let id = stack.control.create(&token)["id"]
         .as_str()
@@ -949,7 +1218,7 @@ fn a_browser_behind_caddy_is_sent_to_sign_in_comes_back_types_and_is_closed_by_i
 
     let mut b = Browser::launch().unwrap_or_else(|e| panic!("cannot start the browser: {e:#}"));
     let ok = |step: &str, r: anyhow::Result<serde_json::Value>| {
-        r.unwrap_or_else(|e| panic!("{step}: {e:#}\ncaddy:\n{}", caddy.log_text()))
+        r.unwrap_or_else(|e| panic!("{step}: {e:#}\n{kind:?}:\n{}", front.log_text()))
     };
     // No cookie yet: the terminal's address sends the browser to sign in.
     b.navigate(&format!("{site}/s/{id}/"))
@@ -965,7 +1234,7 @@ fn a_browser_behind_caddy_is_sent_to_sign_in_comes_back_types_and_is_closed_by_i
             "the sign-in form with the way back",
         ),
     );
-    // Signing in (by link) brings it back to the terminal, which opens through Caddy.
+    // Signing in (by link) brings it back to the terminal, which opens through the proxy.
     b.navigate(&format!("{site}/?next=/s/{id}/#token={token}"))
         .unwrap_or_else(|e| panic!("sign in: {e:#}"));
     ok(
@@ -977,16 +1246,16 @@ fn a_browser_behind_caddy_is_sent_to_sign_in_comes_back_types_and_is_closed_by_i
         ),
     );
     ok("focus", b.eval("window.term.focus()"));
-    b.insert_text("echo caddy-$((6*7))").expect("type");
+    b.insert_text("echo typed-$((6*7))").expect("type");
     b.press_enter().expect("Enter");
     ok(
         "the shell answers",
         b.wait_js(
             &format!(
-                "(() => {{ const s = {PAGE_TEXT}; return s.includes('caddy-42') ? s : ''; }})()"
+                "(() => {{ const s = {PAGE_TEXT}; return s.includes('typed-42') ? s : ''; }})()"
             ),
             T,
-            "caddy-42 in the terminal",
+            "typed-42 in the terminal",
         ),
     );
     // Signing out (through the page's own call) closes the terminal and says why.
@@ -1006,4 +1275,139 @@ fn a_browser_behind_caddy_is_sent_to_sign_in_comes_back_types_and_is_closed_by_i
             "termgate: signed out in the terminal",
         ),
     );
+}
+
+/// A unix socket hop in front of ttyd that forwards every connection byte for byte
+/// and keeps the head (request line and headers) of every request on it, up to a
+/// websocket upgrade: what ttyd itself receives.
+struct HeadRecorder {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    heads: Arc<Mutex<Vec<String>>>,
+    open: Arc<Mutex<Vec<e2e::term::Stream>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl HeadRecorder {
+    /// Listens on `<fresh 0700 dir>/heads.sock`, forwarding to `target`.
+    fn start(target: &Target) -> HeadRecorder {
+        let dir = e2e::ttyd::private_dir("tg-heads.");
+        let path = dir.path().join("heads.sock");
+        let listener = UnixListener::bind(&path).expect("bind the head recorder");
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let open = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (all, sockets, target, stopped) = (
+            Arc::clone(&heads),
+            Arc::clone(&open),
+            target.clone(),
+            Arc::clone(&stop),
+        );
+        std::thread::Builder::new()
+            .name("head-recorder".into())
+            .spawn(move || {
+                for client in listener.incoming() {
+                    if stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                        return;
+                    }
+                    let Ok(client) = client else { continue };
+                    let Ok(upstream) = target.connect(T) else {
+                        continue;
+                    };
+                    let client = e2e::term::Stream::Unix(client);
+                    if let (Ok(c), Ok(u)) = (client.try_clone(), upstream.try_clone()) {
+                        sockets.lock().expect("open sockets").extend([c, u]);
+                    }
+                    HeadRecorder::forward(client, upstream, Arc::clone(&all));
+                }
+            })
+            .expect("spawn the head recorder");
+        HeadRecorder {
+            _dir: dir,
+            path,
+            heads,
+            open,
+            stop,
+        }
+    }
+
+    /// Copies both ways on threads of their own; an end in either direction ends both.
+    fn forward(
+        client: e2e::term::Stream,
+        upstream: e2e::term::Stream,
+        heads: Arc<Mutex<Vec<String>>>,
+    ) {
+        let (Ok(mut from_client), Ok(mut to_client)) = (client.try_clone(), client.try_clone())
+        else {
+            return;
+        };
+        let (Ok(mut to_upstream), Ok(mut from_upstream)) =
+            (upstream.try_clone(), upstream.try_clone())
+        else {
+            return;
+        };
+        std::thread::spawn(move || {
+            let mut pending: Vec<u8> = Vec::new();
+            let mut scanning = true;
+            let mut buf = [0u8; 16 * 1024];
+            loop {
+                let n = match from_client.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                if scanning {
+                    pending.extend_from_slice(&buf[..n]);
+                    while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&pending[..end]).into_owned();
+                        pending.drain(..end + 4);
+                        let lower = head.to_ascii_lowercase();
+                        // ttyd is asked for GETs without bodies; after an upgrade, or a
+                        // body, the rest is no longer request heads.
+                        if lower.contains("\nupgrade:")
+                            || lower.contains("\ncontent-length:")
+                            || lower.contains("\ntransfer-encoding:")
+                        {
+                            scanning = false;
+                            pending.clear();
+                        }
+                        heads.lock().expect("heads").push(head);
+                        if !scanning {
+                            break;
+                        }
+                    }
+                }
+                if to_upstream.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            client.shutdown();
+            upstream.shutdown();
+        });
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut from_upstream, &mut to_client);
+            from_upstream.shutdown();
+            to_client.shutdown();
+        });
+    }
+
+    /// Where the counting proxy forwards to.
+    fn target(&self) -> Target {
+        Target::Unix(self.path.clone())
+    }
+
+    /// Every request head ttyd received so far, in order.
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().expect("heads").clone()
+    }
+}
+
+impl Drop for HeadRecorder {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for s in self.open.lock().expect("open sockets").drain(..) {
+            s.shutdown();
+        }
+        // Wakes the acceptor, which then stops.
+        let _ = UnixStream::connect(Path::new(&self.path));
+    }
 }
