@@ -285,14 +285,72 @@ fn drain(w: &mut Ws, quiet: Duration) {
     let _ = w.set_read_timeout(Some(DEADLINE));
 }
 
+/// A terminal on `e` whose shell answered: `echo <marker>-$((20+22))` typed, and
+/// `<marker>-42` read back within [`DEADLINE`]. Otherwise what was seen instead: the
+/// refused upgrade, the close frame or the silence, and the terminal's last output
+/// (where ttyd's command says why it ended).
+fn shell(e: &Endpoint, marker: &str) -> Result<Ws, String> {
+    let mut w = Ws::open(e, DEADLINE).map_err(|err| format!("no terminal on {}: {err}", e.path))?;
+    let mut seen: Vec<u8> = Vec::new();
+    let needle = format!("{marker}-42");
+    let answered = w
+        .hello()
+        .and_then(|()| w.input(format!("echo {marker}-$((20+22))\r").as_bytes()))
+        .and_then(|()| {
+            let start = Instant::now();
+            loop {
+                if start.elapsed() > DEADLINE {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no {needle} within {DEADLINE:?}"),
+                    ));
+                }
+                w.next(|p| {
+                    // Output frames are ttyd's command `0` followed by the bytes.
+                    if let Some((&b'0', out)) = p.split_first() {
+                        seen.extend_from_slice(out);
+                    }
+                })?;
+                if seen.windows(needle.len()).any(|at| at == needle.as_bytes()) {
+                    return Ok(());
+                }
+            }
+        });
+    match answered {
+        Ok(()) => {
+            drain(&mut w, Duration::from_millis(300));
+            Ok(w)
+        }
+        Err(err) => {
+            let tail = String::from_utf8_lossy(&seen[seen.len().saturating_sub(400)..])
+                .replace('\r', "")
+                .trim()
+                .to_owned();
+            Err(format!(
+                "the shell did not answer on {}: {err}; the terminal's last output: {}",
+                e.path,
+                if tail.is_empty() {
+                    "(none)".into()
+                } else {
+                    format!("{tail:?}")
+                }
+            ))
+        }
+    }
+}
+
 /// An attached terminal with a shell that answers.
 fn terminal(e: &Endpoint) -> Ws {
-    let mut w = Ws::open(e, DEADLINE).unwrap_or_else(|err| panic!("open {}: {err}", e.path));
-    w.hello().expect("hello");
-    w.input(b"echo ready-$((20+22))\r").expect("type");
-    w.until(b"ready-42", DEADLINE).expect("the shell answers");
-    drain(&mut w, Duration::from_millis(300));
-    w
+    shell(e, "ready").unwrap_or_else(|err| panic!("{err}"))
+}
+
+/// The last `n` lines of `text`, indented.
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|l| format!("    {l}\n"))
+        .collect()
 }
 
 fn container_of(instance: &str, session: &str) -> String {
@@ -431,7 +489,10 @@ fn main() {
     control.set_env("TERMGATE__QUOTA__GLOBAL", "100");
     control.set_env("TERMGATE__GATEWAY__MAX_TERMINALS_PER_USER", "100000");
     control.set_env("TERMGATE__GATEWAY__MAX_TERMINALS_PER_SESSION", "100000");
-    let ttyd = TtydPool::start_for(&control.instance);
+    // Behind a front proxy the pool exchanges each terminal's handle (the second `arg`
+    // control's check gives nginx) with control: production's pool for that, with
+    // `TERMGATE_CONTROL`. The other paths send no handle and attach as before.
+    let ttyd = TtydPool::start_plugin_for(&control.instance, &control.api);
     let socket = ttyd.socket_path().expect("unix pool").to_path_buf();
     control.set_env("TERMGATE__TTYD__SOCKET", &socket.to_string_lossy());
     control.spawn(&[]);
@@ -506,10 +567,47 @@ fn main() {
     let endpoints: Vec<Endpoint> = (0..N)
         .map(|p| paths.endpoint(p, &up_id, &up_container))
         .collect();
-    for (p, e) in endpoints.iter().enumerate() {
-        if let Outcome::Failed(err) = upgrade_once(e, true) {
-            panic!("{}: {err}\n{}", PATHS[p], nginx.log_text());
-        }
+    // Before anything is timed: a terminal on each path whose shell answers. A pool
+    // that cannot attach on one path (its command refusing, say) upgrades and answers
+    // ttyd's first message like any other, so only the shell's answer proves the path.
+    let refused: Vec<String> = endpoints
+        .iter()
+        .enumerate()
+        .filter_map(|(p, e)| {
+            let (ttyd_from, nginx_from) = (stack.ttyd.log_text().len(), nginx.log_text().len());
+            let err = match shell(e, &format!("preflight{p}")) {
+                Ok(w) => {
+                    w.close();
+                    return None;
+                }
+                Err(err) => err,
+            };
+            // What ttyd (the command's exit) and nginx logged meanwhile.
+            std::thread::sleep(Duration::from_millis(300));
+            let mut said = format!("  {}: {err}\n", PATHS[p]);
+            for (who, text, from) in [
+                ("ttyd", stack.ttyd.log_text(), ttyd_from),
+                ("nginx", nginx.log_text(), nginx_from),
+            ] {
+                let since = text.get(from..).unwrap_or_default();
+                if !since.trim().is_empty() {
+                    let _ = write!(said, "  {who} logged meanwhile:\n{}", last_lines(since, 8));
+                }
+            }
+            Some(said)
+        })
+        .collect();
+    if !refused.is_empty() {
+        eprintln!(
+            "bench_paths: no working terminal on {} of {N} paths (the shell must answer before \
+             anything is measured); nothing was measured.\n{}",
+            refused.len(),
+            refused.concat()
+        );
+        drop(relay);
+        drop(nginx);
+        drop(stack);
+        std::process::exit(1);
     }
     eprintln!("stack up in {:.1} s", began.elapsed().as_secs_f64());
 
