@@ -143,9 +143,7 @@ impl Gateway {
             }
         }
         for (id, access) in &revoked.narrowed {
-            let n = self
-                .terminals
-                .close_disallowed(id, |sub, roles| access.allows(sub, roles));
+            let n = self.terminals.close_disallowed(id, access);
             if n > 0 {
                 tracing::info!(target: "audit", session = %id, closed = n, reason = "access_removed", "live terminals closed");
                 self.count_closed(CloseReason::AccessRemoved, n);
@@ -168,10 +166,7 @@ impl Gateway {
         for r in &revoked.credentials {
             let n = self.terminals.close_revoked(r);
             if n > 0 {
-                let reason = match r.why() {
-                    policy::revocation::RevokedWhy::SignedOut => CloseReason::SignedOut,
-                    policy::revocation::RevokedWhy::Revoked => CloseReason::TokenRevoked,
-                };
+                let reason = CloseReason::from(r.why());
                 tracing::info!(target: "audit", revocation = %r.key(), closed = n, reason = reason.as_str(), "live terminals closed");
                 self.count_closed(reason, n);
             }

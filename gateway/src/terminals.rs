@@ -26,8 +26,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use policy::feed::PeerGrant;
+use policy::feed::{PeerGrant, TargetAccess};
 use policy::revocation::{CredentialId, Fingerprint, Revocation, RevokedWhy};
+use policy::terminal_access::{still_allowed, Now, Open, Opened, RouteNow};
 use policy::{Principal, SessionId};
 use tokio::sync::Notify;
 
@@ -70,6 +71,72 @@ struct Live {
     view: Option<View>,
     /// Set for a peer's terminal on another user's session.
     peer: Option<Peer>,
+}
+
+impl Live {
+    /// Whether this terminal may stay open in `now` (`policy::terminal_access`).
+    fn judge(&self, now: &Now<'_>) -> Result<(), CloseReason> {
+        let opened = match (&self.peer, &self.view) {
+            (Some(p), _) => Opened::Peer {
+                owner: &p.owner,
+                until: p.until,
+            },
+            (None, Some(v)) => Opened::Viewer {
+                owner: &v.owner,
+                share: &v.share,
+                until: v.share_expires_at,
+            },
+            (None, None) => Opened::Own,
+        };
+        let open = Open {
+            sub: &self.sub,
+            admin: self.admin,
+            roles: &self.roles,
+            credential: CredentialId {
+                fingerprint: self.credential,
+                whole: None,
+                sub: &self.sub,
+                jti: self.jti.as_deref(),
+                issued_at: self.issued_at,
+            },
+            expires_at: self.expires_at,
+            opened,
+        };
+        still_allowed(&open, now)
+    }
+}
+
+/// The state after one event: only what it changed differs from when terminals opened.
+fn after<'a>(
+    route: RouteNow<'a>,
+    locked: &'a dyn Fn(&str) -> bool,
+    revoked: &'a dyn Fn(&CredentialId<'_>) -> Option<RevokedWhy>,
+) -> Now<'a> {
+    Now {
+        route,
+        locked,
+        revoked,
+        tokens_at: None,
+        links_at: None,
+    }
+}
+
+/// No user locked, no credential revoked: the state of an event that is neither.
+fn nobody(_: &str) -> bool {
+    false
+}
+
+fn nothing(_: &CredentialId<'_>) -> Option<RevokedWhy> {
+    None
+}
+
+/// The clock at `now`: what lapses by itself (credentials, invitations, links).
+fn at(now: u64, tokens: bool) -> Now<'static> {
+    Now {
+        tokens_at: tokens.then_some(now),
+        links_at: (!tokens).then_some(now),
+        ..after(RouteNow::Unchanged, &nobody, &nothing)
+    }
 }
 
 /// What a peer's terminal is open through.
@@ -397,10 +464,7 @@ impl Terminals {
             for l in inner.live.values_mut().filter(|l| l.session == *session) {
                 let sub = &l.sub;
                 if let Some(p) = l.peer.as_mut() {
-                    p.until = peers
-                        .iter()
-                        .find(|g| g.sub == *sub && g.expires_at > now)
-                        .map_or(0, |g| g.expires_at);
+                    p.until = policy::peer::grant_in(peers, sub, now).map_or(0, |g| g.expires_at);
                 }
             }
         }
@@ -409,8 +473,9 @@ impl Terminals {
 
     /// Closes peer terminals whose invitation lapsed at `now`.
     pub fn close_expired_peers(&self, now: u64) -> usize {
+        let now = at(now, false);
         self.close_where(CloseReason::PeerRemoved, |l| {
-            l.peer.as_ref().is_some_and(|p| now >= p.until)
+            l.judge(&now) == Err(CloseReason::PeerRemoved)
         })
     }
 
@@ -446,15 +511,17 @@ impl Terminals {
 
     /// Closes the viewers of one share link (revoked).
     pub fn close_share(&self, session: &SessionId, share: &str) -> usize {
+        let now = after(RouteNow::ShareGone(share), &nobody, &nothing);
         self.close_where(CloseReason::ShareEnded, |l| {
-            l.session == *session && l.view.as_ref().is_some_and(|v| v.share == share)
+            l.session == *session && l.judge(&now).is_err()
         })
     }
 
     /// Closes viewers whose share link expired at `now`.
     pub fn close_expired_views(&self, now: u64) -> usize {
+        let now = at(now, false);
         self.close_where(CloseReason::ShareEnded, |l| {
-            l.view.as_ref().is_some_and(|v| now >= v.share_expires_at)
+            l.judge(&now) == Err(CloseReason::ShareEnded)
         })
     }
 
@@ -533,59 +600,46 @@ impl Terminals {
 
     /// Closes every terminal of a session.
     pub fn close_session(&self, session: &SessionId, reason: CloseReason) -> usize {
-        self.close_where(reason, |l| l.session == *session)
+        let now = after(RouteNow::Moved, &nobody, &nothing);
+        self.close_where(reason, |l| l.session == *session && l.judge(&now).is_err())
     }
 
-    /// Closes the terminals of a target whose users `still_allowed` no longer admits
-    /// (admins stay, as they were admitted as such).
-    pub fn close_disallowed(
-        &self,
-        session: &SessionId,
-        still_allowed: impl Fn(&str, &[String]) -> bool,
-    ) -> usize {
+    /// Closes the terminals of a target whose users and roles are now `access` and no
+    /// longer admit them (admins stay, as they were admitted as such).
+    pub fn close_disallowed(&self, session: &SessionId, access: &TargetAccess) -> usize {
+        let now = after(RouteNow::TargetNow(access), &nobody, &nothing);
         self.close_where(CloseReason::AccessRemoved, |l| {
-            l.session == *session && !l.admin && !still_allowed(&l.sub, &l.roles)
+            l.session == *session && l.judge(&now).is_err()
         })
     }
 
     /// Closes every terminal of a user, and every viewer and peer of their sessions.
     pub fn close_user(&self, sub: &str, reason: CloseReason) -> usize {
-        self.close_where(reason, |l| {
-            l.sub == sub
-                || l.view.as_ref().is_some_and(|v| v.owner == sub)
-                || l.peer.as_ref().is_some_and(|p| p.owner == sub)
-        })
+        let locked = |user: &str| user == sub;
+        let now = after(RouteNow::Unchanged, &locked, &nothing);
+        self.close_where(reason, |l| l.judge(&now).is_err())
     }
 
     /// Closes terminals whose token expired at `now`.
     pub fn close_expired(&self, now: u64) -> usize {
-        self.close_where(CloseReason::TokenExpired, |l| {
-            l.expires_at.is_some_and(|e| now >= e)
-        })
+        let now = at(now, true);
+        self.close_where(CloseReason::TokenExpired, |l| l.judge(&now).is_err())
     }
 
     /// Closes the terminals opened with one credential (its sign-out).
     pub fn close_credential(&self, credential: Fingerprint) -> usize {
-        self.close_where(CloseReason::SignedOut, |l| l.credential == credential)
+        let signed_out =
+            |id: &CredentialId<'_>| (id.fingerprint == credential).then_some(RevokedWhy::SignedOut);
+        let now = after(RouteNow::Unchanged, &nobody, &signed_out);
+        self.close_where(CloseReason::SignedOut, |l| l.judge(&now).is_err())
     }
 
     /// Closes the terminals and viewers opened with a credential `r` revokes (an
     /// anonymous viewer holds none).
     pub fn close_revoked(&self, r: &Revocation) -> usize {
-        let reason = match r.why() {
-            RevokedWhy::SignedOut => CloseReason::SignedOut,
-            RevokedWhy::Revoked => CloseReason::TokenRevoked,
-        };
-        self.close_where(reason, |l| {
-            !l.sub.is_empty()
-                && r.covers(&CredentialId {
-                    fingerprint: l.credential,
-                    whole: None,
-                    sub: &l.sub,
-                    jti: l.jti.as_deref(),
-                    issued_at: l.issued_at,
-                })
-        })
+        let revoked = |id: &CredentialId<'_>| r.covers(id).then(|| r.why());
+        let now = after(RouteNow::Unchanged, &nobody, &revoked);
+        self.close_where(CloseReason::from(r.why()), |l| l.judge(&now).is_err())
     }
 }
 

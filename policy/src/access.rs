@@ -6,6 +6,7 @@
 use crate::feed::Route;
 use crate::identity::Principal;
 use crate::refusal::Refusal;
+use crate::terminal_access::{by_route, AdmittedAs};
 
 /// What the caller wants to do with a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,21 +71,16 @@ pub fn decide(
 /// Decides whether `principal` may open the terminal of `route` (`None`: unknown, or
 /// not running). A Docker session is its owner's (or an admin's); a target is open to
 /// the users and roles it lists (and admins). Everyone else, like an unknown id, gets
-/// [`Refusal::NOT_FOUND`].
+/// [`Refusal::NOT_FOUND`]. The rule is `terminal_access::by_route`'s.
 pub fn decide_terminal(principal: &Principal, route: Option<&Route>, locked: bool) -> Decision {
-    match route.and_then(|r| r.target.as_ref()) {
-        None => decide(
-            principal,
-            route.map(|r| r.owner.as_str()),
-            locked,
-            Action::OpenTerminal,
-        ),
-        Some(_) if locked => Decision::Deny(Refusal::LOCKED),
-        Some(t) if t.allows(principal.sub.as_str(), &principal.roles) => {
-            Decision::Allow { as_admin: false }
-        }
-        Some(_) if principal.admin => Decision::Allow { as_admin: true },
-        Some(_) => Decision::Deny(Refusal::NOT_FOUND),
+    if locked {
+        return Decision::Deny(Refusal::LOCKED);
+    }
+    let p = principal;
+    match route.and_then(|r| by_route(p.sub.as_str(), p.admin, &p.roles, r)) {
+        Some(AdmittedAs::Admin) => Decision::Allow { as_admin: true },
+        Some(_) => Decision::Allow { as_admin: false },
+        None => Decision::Deny(Refusal::NOT_FOUND),
     }
 }
 

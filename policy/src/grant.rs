@@ -20,12 +20,12 @@
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
-use crate::access::{decide_terminal, Decision};
 use crate::close::CloseReason;
 use crate::feed::Route;
 use crate::identity::{KeyError, Principal, Sub};
-use crate::revocation::{CredentialId, Fingerprint, RevocationSet, RevokedWhy};
+use crate::revocation::{CredentialId, Fingerprint, RevocationSet};
 use crate::session_id::SessionId;
+use crate::terminal_access::{still_allowed, Now, Open, Opened, RouteNow};
 
 /// The version prefix of every grant.
 pub const PREFIX: &str = "g1";
@@ -86,23 +86,12 @@ impl Grant {
     pub fn as_peer(self) -> Grant {
         Grant { peer: true, ..self }
     }
-
-    fn principal(&self) -> Option<Principal> {
-        Some(Principal {
-            sub: Sub::parse(&self.sub)?,
-            admin: self.admin,
-            roles: self.roles.clone(),
-            expires_at: self.expires_at,
-            issued_at: self.issued_at,
-            jti: self.jti.clone(),
-        })
-    }
 }
 
 /// Judges a grant's terminal again, now: `route` is the session's route (`None`: not
 /// running), `locked` whether its user is locked, `owner_locked` whether the session's
 /// owner is (a peer's terminal closes with them), `revoked` the revocations in force.
-/// The order is the gateway's: the credential, the user, the session.
+/// The rule is [`still_allowed`]'s, on the route if it still runs the grant's container.
 pub fn recheck(
     grant: &Grant,
     route: Option<&Route>,
@@ -112,40 +101,50 @@ pub fn recheck(
     now: u64,
     close_on_expiry: bool,
 ) -> Result<(), CloseReason> {
-    let id = CredentialId {
-        fingerprint: grant.fingerprint,
-        whole: None,
+    let route =
+        route.filter(|r| r.session == grant.session && r.arg() == Some(grant.container.as_str()));
+    let open = Open {
         sub: &grant.sub,
-        jti: grant.jti.as_deref(),
-        issued_at: grant.issued_at,
+        admin: grant.admin,
+        roles: &grant.roles,
+        credential: CredentialId {
+            fingerprint: grant.fingerprint,
+            whole: None,
+            sub: &grant.sub,
+            jti: grant.jti.as_deref(),
+            issued_at: grant.issued_at,
+        },
+        expires_at: close_on_expiry.then_some(grant.expires_at),
+        opened: match (grant.peer, route) {
+            (true, Some(r)) => Opened::Peer {
+                owner: &r.owner,
+                until: u64::MAX,
+            },
+            _ => Opened::Own,
+        },
     };
-    match revoked.check(&id) {
-        Some(RevokedWhy::SignedOut) => return Err(CloseReason::SignedOut),
-        Some(RevokedWhy::Revoked) => return Err(CloseReason::TokenRevoked),
-        None => {}
-    }
-    if locked {
-        return Err(CloseReason::UserLocked);
-    }
-    if close_on_expiry && now >= grant.expires_at {
-        return Err(CloseReason::TokenExpired);
-    }
-    let route = route
-        .filter(|r| r.session == grant.session && r.arg() == Some(grant.container.as_str()))
-        .ok_or(CloseReason::RouteRemoved)?;
-    let who = grant.principal().ok_or(CloseReason::AccessRemoved)?;
-    if grant.peer {
-        // The gateway's peer rule: an unexpired invitation of this user, not the
-        // owner, on a session whose owner is not locked.
-        return crate::peer::decide_peer(&who, Some(route), false, owner_locked, now)
-            .map(|_| ())
-            .map_err(|_| CloseReason::PeerRemoved);
-    }
-    match decide_terminal(&who, Some(route), false) {
-        Decision::Allow { .. } => Ok(()),
-        // Not the owner (any more) and not an admin: the session is not theirs.
-        Decision::Deny(_) => Err(CloseReason::RouteRemoved),
-    }
+    let is_locked = |sub: &str| {
+        if sub == grant.sub {
+            locked
+        } else {
+            owner_locked
+        }
+    };
+    let revoked = |id: &CredentialId<'_>| revoked.check(id);
+    still_allowed(
+        &open,
+        &Now {
+            route: route.map_or(RouteNow::Moved, RouteNow::Is),
+            locked: &is_locked,
+            revoked: &revoked,
+            tokens_at: Some(now),
+            links_at: Some(now),
+        },
+    )?;
+    // A grant names a valid user (control sealed it from a verified token).
+    Sub::parse(&grant.sub)
+        .map(|_| ())
+        .ok_or(CloseReason::AccessRemoved)
 }
 
 /// Why a presented grant is not one.

@@ -32,6 +32,7 @@ pub mod sandbox;
 pub mod session_id;
 pub mod share;
 pub mod target;
+pub mod terminal_access;
 #[cfg(test)]
 mod testing;
 

@@ -49,10 +49,12 @@ pub fn grant_of<'a>(route: &'a Route, sub: &str, now: u64) -> Option<&'a PeerGra
     if route.target.is_some() {
         return None;
     }
-    route
-        .peers
-        .iter()
-        .find(|g| g.sub == sub && g.expires_at > now)
+    grant_in(&route.peers, sub, now)
+}
+
+/// The unexpired grant of `sub` among `peers` at `now`, if any.
+pub fn grant_in<'a>(peers: &'a [PeerGrant], sub: &str, now: u64) -> Option<&'a PeerGrant> {
+    peers.iter().find(|g| g.sub == sub && g.expires_at > now)
 }
 
 /// Whether `principal` may open the terminal of `route` (`None`: unknown or not

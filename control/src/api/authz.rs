@@ -22,7 +22,8 @@ use hyper::body::Incoming;
 use hyper::header::HeaderValue;
 use hyper::{Method, Request};
 use policy::feed::{parse_addr, Route, TtydAddr};
-use policy::{CredentialSource, Decision, PathError, PublicRoute, Refusal, TerminalPart};
+use policy::terminal_access::{admit, AdmittedAs};
+use policy::{CredentialSource, PathError, Principal, PublicRoute, Refusal, TerminalPart};
 
 use super::http::{empty, not_allowed, Reply};
 use crate::error::ApiError;
@@ -97,10 +98,24 @@ fn terminal(uri: &[u8]) -> Result<(policy::SessionId, TerminalPart), Refusal> {
     }
 }
 
+/// The access decision of a terminal request: `policy::terminal_access::admit`, the
+/// owner's lock read (from the store) only when the route alone does not admit. A user
+/// the owner invited opens it as a peer, as through the gateway; to anyone else it
+/// stays unknown. The outer `Err` is the lock read's.
+fn decide(
+    principal: &Principal,
+    route: Option<&Route>,
+    locked: bool,
+    now: u64,
+    owner_locked: impl FnOnce(&str) -> Result<bool, ApiError>,
+) -> Result<Result<AdmittedAs, Refusal>, ApiError> {
+    admit(principal, route, locked, now, owner_locked)
+}
+
 impl Control {
     /// Decides a terminal request held by a proxy, in the gateway's order: the path,
     /// the method, the credential, the Origin (websocket only), then the route and
-    /// `policy::decide_terminal`. Non-owner and unknown are the same
+    /// `policy::terminal_access::admit`. Non-owner and unknown are the same
     /// [`Refusal::NOT_FOUND`]; nothing about the route is told to anyone refused.
     pub fn authorize(&self, req: &AuthzRequest<'_>) -> Result<Allowed, Refusal> {
         let uri = req
@@ -126,24 +141,16 @@ impl Control {
         let locked = self.is_locked(&principal.sub)?;
         let lookup = self.route(&id)?;
         let route = lookup.as_ref().map(|l| &l.route);
-        // A user the owner invited opens it as a peer, as through the gateway
-        // (`policy::peer`); to anyone else it stays unknown.
-        let (as_admin, peer) = match policy::decide_terminal(&principal, route, locked) {
-            Decision::Allow { as_admin } => (as_admin, false),
-            Decision::Deny(refusal) => {
-                let owner_locked = match route {
-                    Some(r) => self.owner_locked(&r.owner)?,
-                    None => false,
-                };
-                let now = crate::service::now();
-                if policy::peer::decide_peer(&principal, route, locked, owner_locked, now).is_err()
-                {
-                    tracing::info!(target: "audit", session = %id, sub, decision = "deny", reason = refusal.code, "authz");
-                    return Err(refusal);
-                }
-                (false, true)
+        let admitted = match decide(&principal, route, locked, crate::service::now(), |owner| {
+            self.owner_locked(owner)
+        })? {
+            Ok(admitted) => admitted,
+            Err(refusal) => {
+                tracing::info!(target: "audit", session = %id, sub, decision = "deny", reason = refusal.code, "authz");
+                return Err(refusal);
             }
         };
+        let peer = admitted.peer_until().is_some();
         let route = route.ok_or(Refusal::NOT_FOUND)?;
         if route.unreachable {
             return Err(Refusal::HOST_UNAVAILABLE);
@@ -163,12 +170,7 @@ impl Control {
             tracing::error!(session = %id, "authz: the route names no usable ttyd address");
             Refusal::TERMINAL_UNAVAILABLE
         })?;
-        let reason = match (as_admin, route.target.is_some(), peer) {
-            (true, _, _) => "admin",
-            (false, true, _) => "allowed",
-            (false, false, true) => "peer",
-            (false, false, false) => "owner",
-        };
+        let reason = admitted.as_str();
         let handle = match (part, route.arg()) {
             (TerminalPart::Ws, Some(container)) => {
                 let grant = self.grant(id, container, &principal, token, peer)?;
@@ -465,6 +467,28 @@ mod tests {
         });
         assert_eq!(ttyd_path(&target, TerminalPart::Ws), "/lab/ws");
         assert_eq!(ttyd_query(&target, TerminalPart::Ws, None), "");
+    }
+
+    #[test]
+    fn control_admits_as_the_shared_table_says() {
+        for case in policy::terminal_access::cases() {
+            let Some(expected) = case.admit else { continue };
+            let locked = case.is_locked(case.principal.sub.as_str());
+            let got = decide(
+                &case.principal,
+                case.route.as_ref(),
+                locked,
+                case.now,
+                |owner| Ok(case.is_locked(owner)),
+            )
+            .unwrap();
+            assert_eq!(
+                policy::terminal_access::named(got),
+                expected,
+                "{}",
+                case.name
+            );
+        }
     }
 
     #[test]

@@ -8,7 +8,8 @@ use pingora::http::RequestHeader;
 use pingora::proxy::Session;
 use policy::feed::{Route, TargetCredential};
 use policy::share::ShareToken;
-use policy::{Decision, Principal, Refusal, SessionId, TerminalPart};
+use policy::terminal_access::{admit, AdmittedAs};
+use policy::{Principal, Refusal, SessionId, TerminalPart};
 
 use super::credential::{authenticate, caller, credential, Verified};
 use super::headers::header;
@@ -58,23 +59,13 @@ async fn terminal_of(
     }
     let sub = principal.sub.as_str();
     let route = route(g, &id, sub).await?;
-    let locked = g.routes.is_locked(sub);
-    // A user the owner invited opens it as a peer (`policy::peer`); to anyone else it
-    // stays unknown.
-    let mut peer_until = None;
-    let as_admin = match policy::decide_terminal(principal, route.as_deref(), locked) {
-        Decision::Allow { as_admin } => as_admin,
-        Decision::Deny(refusal) => {
-            let owner_locked = route.as_ref().is_some_and(|r| g.routes.is_locked(&r.owner));
-            let now = now();
-            match policy::peer::decide_peer(principal, route.as_deref(), locked, owner_locked, now)
-            {
-                Ok(grant) => peer_until = Some(grant.expires_at),
-                Err(_) => return Err(refusal),
-            }
-            false
-        }
-    };
+    let admitted = decide(
+        principal,
+        route.as_deref(),
+        |s| g.routes.is_locked(s),
+        now(),
+    )?;
+    let peer_until = admitted.peer_until();
     let route = route.ok_or(Refusal::NOT_FOUND)?;
     if route.unreachable {
         return Err(Refusal::HOST_UNAVAILABLE);
@@ -127,16 +118,10 @@ async fn terminal_of(
             }
         }
     }
-    let reason = match (as_admin, route.target.is_some(), peer_until.is_some()) {
-        (true, _, _) => "admin",
-        (false, true, _) => "allowed",
-        (false, false, true) => "peer",
-        (false, false, false) => "owner",
-    };
     Ok(Allowed {
         ticket,
         ..Allowed::new(
-            reason,
+            admitted.as_str(),
             Next::Proxy(Upstream::Ttyd(TtydRequest {
                 part,
                 arg: route.arg().map(str::to_owned),
@@ -207,7 +192,7 @@ pub(super) async fn share(
             principal,
             token: viewer_token,
             share: Some(grant.id),
-            ..Allowed::new("share", Next::ViewerPage)
+            ..Allowed::new(AdmittedAs::Viewer.as_str(), Next::ViewerPage)
         });
     };
     // A session on a host of its own pool is watched through that host's read-only
@@ -261,7 +246,7 @@ pub(super) async fn share(
         token: viewer_token,
         ticket,
         share: Some(grant.id),
-        ..Allowed::new("share", next)
+        ..Allowed::new(AdmittedAs::Viewer.as_str(), next)
     })
 }
 
@@ -290,6 +275,22 @@ pub(super) async fn admin_page(g: &Gateway, session: &mut Session) -> Result<All
         token: verified.token,
         ..Allowed::new("admin", Next::AdminPage)
     })
+}
+
+/// The access decision of a terminal request: `policy::terminal_access::admit` with the
+/// cache's locks, the owner's asked only when the route alone does not admit. A user the
+/// owner invited opens it as a peer; to anyone else it stays unknown.
+fn decide(
+    principal: &Principal,
+    route: Option<&Route>,
+    is_locked: impl Fn(&str) -> bool,
+    now: u64,
+) -> Result<AdmittedAs, Refusal> {
+    let locked = is_locked(principal.sub.as_str());
+    let admitted = admit(principal, route, locked, now, |owner| {
+        Ok::<_, std::convert::Infallible>(is_locked(owner))
+    });
+    admitted.unwrap_or_else(|never| match never {})
 }
 
 /// Terminals take GET (and HEAD) without a body: ttyd never needs one, so nothing
@@ -409,4 +410,23 @@ fn slot(
         return Err(Refusal::NOT_FOUND);
     }
     Ok(ticket)
+}
+
+#[cfg(test)]
+mod tests {
+    use policy::terminal_access::{cases, named};
+
+    #[test]
+    fn the_gateway_admits_as_the_shared_table_says() {
+        for case in cases() {
+            let Some(expected) = case.admit else { continue };
+            let got = super::decide(
+                &case.principal,
+                case.route.as_ref(),
+                |s| case.is_locked(s),
+                case.now,
+            );
+            assert_eq!(named(got), expected, "{}", case.name);
+        }
+    }
 }

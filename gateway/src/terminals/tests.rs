@@ -355,3 +355,66 @@ fn a_peer_closes_when_dropped_from_the_route_or_expired_and_the_owner_stays() {
     assert_eq!(t.close_user("alice", CloseReason::UserLocked), 2);
     assert_eq!(dave.closed(), Some(CloseReason::UserLocked));
 }
+
+/// The registry closes, on the events of each shared case's state, what
+/// `policy::terminal_access::still_allowed` closes — with the event's own reason: a
+/// locked owner closes their peers and viewers as `user_locked` here.
+#[test]
+fn the_registry_closes_as_the_shared_table_says() {
+    use policy::terminal_access::{by_route, cases, CaseOpened, CASE_SHARE, CASE_TOKEN};
+    for case in cases() {
+        let p = &case.principal;
+        let never_opened = case.opened == CaseOpened::Own
+            && case
+                .route
+                .as_ref()
+                .is_some_and(|r| by_route(p.sub.as_str(), p.admin, &p.roles, r).is_none());
+        if never_opened {
+            // A route's own terminal nobody it admits opened: no event names it.
+            continue;
+        }
+        let t = Terminals::new(8, 8);
+        let session = SessionId::from_random([9; 10]);
+        let credential = Fingerprint::of(CASE_TOKEN);
+        let expires = Some(p.expires_at);
+        let ticket = match case.opened {
+            CaseOpened::Own => t.admit(session, p, expires, credential),
+            CaseOpened::Peer => t.admit_peer(session, p, expires, credential, "alice", 1_000),
+            CaseOpened::Viewer => t.admit_viewer(&ViewerRequest {
+                session,
+                share: CASE_SHARE,
+                owner: "alice",
+                share_expires_at: 1_000,
+                max_viewers: None,
+                viewer: Some((p, expires)),
+                credential,
+            }),
+        }
+        .unwrap();
+        let mut closed = 0;
+        if case.signed_out {
+            closed += t.close_credential(credential);
+        }
+        for sub in case.locked {
+            closed += t.close_user(sub, CloseReason::UserLocked);
+        }
+        if case.route.is_none() {
+            closed += t.close_session(&session, CloseReason::RouteRemoved);
+        }
+        closed += t.close_expired(case.now);
+        closed += t.close_expired_views(case.now);
+        closed += t.close_expired_peers(case.now);
+        assert_eq!(closed == 1, case.still.is_err(), "{}", case.name);
+        if let Err(reason) = case.still {
+            let by_owner_lock = case.opened != CaseOpened::Own
+                && case.is_locked("alice")
+                && !case.is_locked(p.sub.as_str());
+            let want = if by_owner_lock {
+                CloseReason::UserLocked
+            } else {
+                reason
+            };
+            assert_eq!(ticket.closed(), Some(want), "{}", case.name);
+        }
+    }
+}
