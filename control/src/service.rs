@@ -34,9 +34,9 @@ mod locks;
 mod names;
 mod peers;
 mod recording_links;
+mod shared_workspaces;
 mod shares;
 mod sign_ins;
-mod shared_workspaces;
 mod targets;
 mod workspaces;
 

@@ -516,8 +516,8 @@ pub fn first_difference(want: &Value, got: &Value) -> Option<Difference> {
 }
 
 #[cfg(test)]
+mod shared_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod workspace_tests;
-#[cfg(test)]
-mod shared_tests;
