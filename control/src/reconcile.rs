@@ -66,13 +66,16 @@ impl PassReport {
     }
 }
 
+/// How often, and how far apart, a container killed by SIGKILL is inspected again for
+/// Docker's out-of-memory mark (see `Reconciler::settle_running`): up to 3 s, as under
+/// gVisor on a busy host the mark (from runsc's own event) was seen to come 0.7 s after
+/// the sandbox died. Only a SIGKILL without the mark waits; its end is recorded that
+/// much later.
+const OOM_SETTLE_TRIES: usize = 12;
+const OOM_SETTLE_WAIT: Duration = Duration::from_millis(250);
+
 /// The `end_reason` of a session whose container the kernel's out-of-memory killer
 /// struck (it ends `failed`); it starts with the stable word `oom`.
-/// How often, and how far apart, a container killed by SIGKILL is inspected again for
-/// Docker's out-of-memory mark (see `Reconciler::settle_running`).
-const OOM_SETTLE_TRIES: usize = 4;
-const OOM_SETTLE_WAIT: Duration = Duration::from_millis(150);
-
 pub const OOM_REASON: &str = "oom: the session ran out of memory (its profile's memory limit)";
 
 /// How often a configured host is asked whether it answers.
