@@ -146,6 +146,7 @@ async function showSessions(me) {
   $("session-rows").replaceChildren();
   $("ended-rows").replaceChildren();
   $("no-sessions").hidden = true;
+  resetWorkspaces();
   $("who-name").textContent = me.sub + (me.admin ? " (admin)" : "");
   $("admin-link").hidden = !me.admin;
   $("who").hidden = false;
@@ -175,7 +176,10 @@ function renderOptions() {
   const p = profiles.find((x) => x.name === $("profile").value);
   const box = $("options");
   box.replaceChildren();
-  if (!p) return;
+  if (!p) {
+    renderWorkspaceChoice();
+    return;
+  }
   for (const [name, o] of Object.entries(p.options || {})) {
     const label = document.createElement("label");
     label.htmlFor = "opt-" + name;
@@ -192,6 +196,7 @@ function renderOptions() {
     }
     box.append(label, sel);
   }
+  renderWorkspaceChoice();
 }
 
 function button(text, onClick, label) {
@@ -253,6 +258,7 @@ async function signOutEverywhere() {
 
 async function refresh() {
   refreshSignIns().catch(() => {});
+  refreshWorkspaces().catch(() => {});
   const [active, ended] = await Promise.all([call("GET", "/api/sessions"), call("GET", "/api/history")]);
   const rows = active.sessions.map((s) => {
     const tr = document.createElement("tr");
@@ -263,7 +269,7 @@ async function refresh() {
       // Another user's session this user was invited to co-drive: open it, or leave it.
       actions.append(button("Leave", () => leavePeer(s), "Leave session " + s.name + " of " + s.owner));
       const state = cell(s.state + " (peer of " + s.owner + ", until " + when(s.peer_until) + ")");
-      tr.append(cell(s.name), cell(s.profile), state, cell(when(s.created_at)), ...glance(s), actions);
+      tr.append(cell(s.name), cell(s.profile), state, cell(when(s.created_at)), ...glance(s), cell(sessionWorkspace(s)), actions);
       return tr;
     }
     // Only what the session's profile allows: no button that can only be refused.
@@ -283,7 +289,7 @@ async function refresh() {
       state.append(w);
     }
     const profile = s.profile + (s.runtime ? " (" + runtimeName(s.runtime) + ")" : "");
-    tr.append(cell(s.name), cell(profile), state, cell(when(s.created_at)), ...glance(s), actions);
+    tr.append(cell(s.name), cell(profile), state, cell(when(s.created_at)), ...glance(s), cell(sessionWorkspace(s)), actions);
     return tr;
   });
   $("session-rows").replaceChildren(...rows);
@@ -320,6 +326,8 @@ async function create(ev) {
   const body = { profile: $("profile").value, options };
   const name = $("name").value.trim();
   if (name) body.name = name;
+  const workspace = workspaceChoice();
+  if (workspace) body.workspace = workspace;
   say("Starting a session…");
   try {
     const s = await call("POST", "/api/sessions", body);
@@ -805,6 +813,7 @@ async function start() {
     showSignIn();
   });
   $("sign-out-everywhere").addEventListener("click", signOutEverywhere);
+  startWorkspaces();
   $("create-form").addEventListener("submit", create);
   $("profile").addEventListener("change", renderOptions);
   $("share-form").addEventListener("submit", createShare);

@@ -27,6 +27,11 @@ const ASSETS: &[Asset] = &[
         body: include_bytes!("../assets/common.js"),
     },
     Asset {
+        name: "workspaces.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../assets/workspaces.js"),
+    },
+    Asset {
         name: "app.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("../assets/app.js"),
@@ -299,7 +304,39 @@ pub async fn error_page(
 
 #[cfg(test)]
 mod tests {
-    use super::returns_after_sign_in;
+    use super::{
+        returns_after_sign_in, ADMIN_PAGE, ASSETS, CLI_LOGIN_PAGE, RECORDING_PAGE, SIGN_OUT_PAGE,
+        VIEWER_PAGE,
+    };
+
+    #[test]
+    fn every_asset_a_page_loads_is_served() {
+        let pages = [
+            ASSETS[0].body,
+            ADMIN_PAGE.body,
+            VIEWER_PAGE.body,
+            RECORDING_PAGE.body,
+            CLI_LOGIN_PAGE.body,
+            SIGN_OUT_PAGE.body,
+        ];
+        let mut seen = 0;
+        for page in pages {
+            let text = std::str::from_utf8(page).expect("a page is UTF-8");
+            for part in text.split("\"/assets/").skip(1) {
+                let name = &part[..part.find('"').expect("a quoted path")];
+                // The recordings player is read from `gateway.player_dir`, not embedded.
+                if name.starts_with("player.") {
+                    continue;
+                }
+                assert!(
+                    ASSETS.iter().any(|a| a.name == name),
+                    "a page loads /assets/{name}, which is not served"
+                );
+                seen += 1;
+            }
+        }
+        assert!(seen >= 4, "the pages' assets were not found ({seen})");
+    }
 
     #[test]
     fn only_a_terminal_share_recording_or_client_sign_in_path_of_this_gateway_is_gone_back_to() {

@@ -163,3 +163,96 @@ pub fn wait_connected(b: &mut Browser) {
         ),
     );
 }
+
+/// Whether the headless browser can run here: when `chromium` is not on PATH the test
+/// fails naming it, or with `TERMGATE_ALLOW_SKIP=1` says so and gets `false` (the
+/// caller returns).
+pub fn browser_available() -> bool {
+    let found = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| dir.join(crate::browser::CHROMIUM).is_file())
+    });
+    if !found {
+        crate::skip_or_fail(&format!(
+            "`{}` is not on PATH (as root: apt-get install -y chromium, or deploy/lib/prereqs.sh ensure_chromium)",
+            crate::browser::CHROMIUM
+        ));
+    }
+    found
+}
+
+/// Picks the option shown as `label` in the New session form's Workspace select, then
+/// creates as [`create_in_page`] does; the new running row's id.
+pub fn create_in_page_on(b: &mut Browser, name: &str, label: &str) -> String {
+    ok(
+        "the Workspace select offers it",
+        b.wait_js(
+            &format!(
+                "!document.getElementById('workspace-choice').hidden \
+                 && [...document.getElementById('workspace').options].some((o) => o.textContent === {})",
+                json!(label)
+            ),
+            T,
+            &format!("{label} in the Workspace select"),
+        ),
+    );
+    check_js(
+        b,
+        &format!("select workspace {label}"),
+        &format!(
+            "(() => {{ const sel = document.getElementById('workspace'); \
+             const o = [...sel.options].find((o) => o.textContent === {}); \
+             sel.value = o.value; return sel.selectedOptions[0] === o; }})()",
+            json!(label)
+        ),
+    );
+    create_in_page(b, name)
+}
+
+/// JS: whether the workspaces list has a row named `name` for which `test` (over `r`,
+/// the row) holds.
+pub fn workspace_row(name: &str, test: &str) -> String {
+    format!(
+        "(() => {{ const r = [...document.querySelectorAll('#workspace-rows tr[data-workspace]')] \
+           .find((r) => r.cells[0].textContent === {}); return !!r && ({test}); }})()",
+        json!(name)
+    )
+}
+
+/// Waits until the row of workspace `name` satisfies `test` (see [`workspace_row`]).
+pub fn wait_workspace(b: &mut Browser, name: &str, test: &str, what: &str) {
+    ok(
+        what,
+        b.wait_js(&workspace_row(name, test), Duration::from_secs(60), what),
+    );
+}
+
+/// Clicks the button `label` (Rename, Copy, Delete) in the row of workspace `name`.
+pub fn click_workspace_button(b: &mut Browser, name: &str, label: &str) {
+    check_js(
+        b,
+        &format!("click {label} of workspace {name}"),
+        &workspace_row(
+            name,
+            &format!(
+                "(() => {{ const btn = [...r.querySelectorAll('button')].find((x) => x.textContent === {}); \
+                 if (!btn || btn.disabled) return false; btn.click(); return true; }})()",
+                json!(label)
+            ),
+        ),
+    );
+}
+
+/// Types `value` in the name form opened under a workspace's row (by Rename or Copy)
+/// and submits it.
+pub fn submit_workspace_form(b: &mut Browser, value: &str) {
+    check_js(
+        b,
+        "fill in and submit the workspace's name form",
+        &format!(
+            "(() => {{ const i = document.getElementById('ws-edit-name'); if (!i) return false; \
+             i.value = {}; i.dispatchEvent(new Event('input')); \
+             i.form.requestSubmit(); return true; }})()",
+            json!(value)
+        ),
+    );
+}
