@@ -5,6 +5,7 @@
 //! `TERMGATE_BIN_DIR`.
 
 pub mod caddy;
+pub mod cli;
 pub mod daemon;
 pub mod dockgate;
 pub mod haproxy;

@@ -7,286 +7,15 @@
 //! seen to do what it says (a viewer watching, a peer typing, a recording played).
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use e2e::cli::{Pane, Run, User};
 use e2e::page::ok;
 use e2e::stack::{http, http_with, wait_for, GatewayStack};
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(20);
-
-/// One user at their terminal: a config directory of their own, where the client keeps
-/// its sign-in.
-struct User {
-    config: tempfile::TempDir,
-    gateway: String,
-}
-
-impl User {
-    fn new(stack: &GatewayStack) -> User {
-        User {
-            config: tempfile::tempdir().expect("config dir"),
-            gateway: stack.url(0, ""),
-        }
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(e2e::binary("termgate"));
-        cmd.args(args)
-            .env("XDG_CONFIG_HOME", self.config.path())
-            .env("HOME", self.config.path())
-            .env_remove("RUST_LOG");
-        cmd
-    }
-
-    /// Runs the client with `input` on standard input.
-    fn run_with(&self, args: &[&str], input: &str) -> Run {
-        use std::io::Write;
-        let mut child = self
-            .command(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn termgate");
-        let mut stdin = child.stdin.take().expect("stdin");
-        // A client that refuses its arguments exits before reading: that is its answer.
-        let _ = stdin.write_all(input.as_bytes());
-        drop(stdin);
-        Run::from(child.wait_with_output().expect("termgate runs"))
-    }
-
-    fn run(&self, args: &[&str]) -> Run {
-        self.run_with(args, "")
-    }
-
-    /// `termgate login --token-stdin` as `sub`, asserted to succeed.
-    fn login(&self, stack: &GatewayStack, sub: &str) -> Run {
-        let token = stack.control.token(sub, false);
-        let r = self.run_with(&["login", &self.gateway, "--token-stdin"], &token);
-        assert_eq!(r.status, 0, "login: {r:?}");
-        r
-    }
-
-    /// Runs a command that prints JSON, asserted to succeed.
-    fn json(&self, args: &[&str]) -> Value {
-        let r = self.run(args);
-        assert_eq!(r.status, 0, "{args:?}: {r:?}");
-        serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {r:?}"))
-    }
-
-    fn credentials_file(&self) -> PathBuf {
-        self.config.path().join("termgate/credentials.json")
-    }
-}
-
-/// What a run of the client came to.
-#[derive(Debug)]
-struct Run {
-    status: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl From<Output> for Run {
-    fn from(o: Output) -> Run {
-        Run {
-            status: o.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        }
-    }
-}
-
-/// A tmux server of the test's own, one pane running `sh` in a directory of its own,
-/// with `$T` the client and the user's config directory in its environment.
-struct Pane {
-    socket: String,
-    dir: tempfile::TempDir,
-}
-
-impl Pane {
-    /// A 100×30 window; `None` (after [`e2e::skip_or_fail`]) without tmux.
-    fn start(user: &User) -> Option<Pane> {
-        let found = Command::new("sh")
-            .args(["-c", "command -v tmux"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            e2e::skip_or_fail("tmux is not installed (deploy/lib/prereqs.sh ensure_tmux)");
-            return None;
-        }
-        let pane = Pane {
-            socket: format!("termgate-cli-{}", e2e::random_hex(6)),
-            dir: tempfile::tempdir().expect("pane dir"),
-        };
-        let o = Command::new("tmux")
-            .args(["-L", &pane.socket, "-f", "/dev/null", "new-session", "-d"])
-            .args(["-s", "t", "-x", "100", "-y", "30", "-c"])
-            .arg(pane.dir.path())
-            .arg("sh")
-            .env("XDG_CONFIG_HOME", user.config.path())
-            .env("HOME", user.config.path())
-            .env("T", e2e::binary("termgate"))
-            .env("PS1", "pane$ ")
-            .env_remove("RUST_LOG")
-            .env_remove("TMUX")
-            .output()
-            .expect("tmux");
-        assert!(
-            o.status.success(),
-            "tmux: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        Some(pane)
-    }
-
-    fn tmux(&self, args: &[&str]) -> String {
-        let o = Command::new("tmux")
-            .args(["-L", &self.socket])
-            .args(args)
-            .output()
-            .expect("tmux");
-        assert!(
-            o.status.success(),
-            "tmux {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    /// Types `text` and Enter.
-    fn type_line(&self, text: &str) {
-        self.tmux(&["send-keys", "-t", "t", "-l", text]);
-        self.tmux(&["send-keys", "-t", "t", "Enter"]);
-    }
-
-    /// The pane's screen and recent history, wrapped lines joined.
-    fn screen(&self) -> String {
-        self.tmux(&["capture-pane", "-p", "-J", "-S", "-200", "-t", "t"])
-    }
-
-    /// Waits until a line of the screen is `line`, typing `command` again every second
-    /// (an answer can be on its way while what it answers changes).
-    fn ask_until(&self, command: &str, line: &str) {
-        let mut typed: Option<Instant> = None;
-        wait_for(&format!("{line:?} after {command:?}"), T, || {
-            if typed.is_none_or(|t| t.elapsed() > Duration::from_secs(1)) {
-                self.type_line(command);
-                typed = Some(Instant::now());
-            }
-            self.screen()
-                .lines()
-                .any(|l| l.trim_end() == line)
-                .then_some(())
-        });
-    }
-
-    /// Waits until a line of the screen is `line`.
-    fn wait_line(&self, line: &str) {
-        wait_for(&format!("{line:?} on the screen"), T, || {
-            self.screen()
-                .lines()
-                .any(|l| l.trim_end() == line)
-                .then_some(())
-        });
-    }
-
-    /// Waits until the screen's last line is a shell's prompt, waiting for input.
-    fn wait_prompt(&self) {
-        wait_for("a prompt", T, || {
-            let screen = self.screen();
-            let last = screen.lines().rev().find(|l| !l.trim().is_empty())?;
-            last.trim_end().ends_with(['$', '#']).then_some(())
-        });
-    }
-
-    /// `(rows, columns)` of the pane, as tmux has it.
-    fn size(&self) -> (u16, u16) {
-        let out = self.tmux(&[
-            "display-message",
-            "-p",
-            "-t",
-            "t",
-            "#{pane_height} #{pane_width}",
-        ]);
-        let mut parts = out.split_whitespace().map(|n| n.parse().expect("a number"));
-        (parts.next().expect("rows"), parts.next().expect("columns"))
-    }
-
-    /// The process the pane's shell runs in the foreground now (the client).
-    fn foreground_pid(&self) -> u32 {
-        let shell = self.tmux(&["display-message", "-p", "-t", "t", "#{pane_pid}"]);
-        let shell = shell.trim();
-        let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
-            .expect("the shell's children");
-        children
-            .split_whitespace()
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("the pane's shell runs nothing:\n{}", self.screen()))
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// Waits for the file `name` the pane's shell writes, and returns it, trimmed.
-    fn wait_file(&self, name: &str) -> String {
-        let path = self.path(name);
-        wait_for(&format!("{} to be written", path.display()), T, || {
-            std::fs::read_to_string(&path)
-                .ok()
-                .filter(|t| t.ends_with('\n'))
-                .map(|t| t.trim().to_owned())
-        })
-    }
-
-    fn read(&self, name: &str) -> String {
-        std::fs::read_to_string(self.path(name)).unwrap_or_default()
-    }
-
-    /// Runs `attach_args` in the pane the way a user would, recording the terminal's
-    /// settings before and after (`before`, `after<n>`), the exit status (`status<n>`)
-    /// and what the client said on standard error (`err<n>`).
-    fn attach(&self, n: u32, attach_args: &str) {
-        self.type_line(&format!(
-            "stty -g >before; \"$T\" attach {attach_args} 2>err{n}; echo $? >status{n}; stty -g >after{n}"
-        ));
-    }
-
-    /// How attach `n` ended: its status and standard error; asserts the terminal's
-    /// settings are back to those before it.
-    fn attach_ended(&self, n: u32) -> (String, String) {
-        let after = self.wait_file(&format!("after{n}"));
-        let before = self.read("before");
-        assert!(
-            !before.trim().is_empty(),
-            "no settings recorded before attach"
-        );
-        assert_eq!(
-            before.trim(),
-            after,
-            "the terminal's settings after attach {n} differ from before it"
-        );
-        (
-            self.read(&format!("status{n}")).trim().to_owned(),
-            self.read(&format!("err{n}")),
-        )
-    }
-}
-
-impl Drop for Pane {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("--- pane ---\n{}", self.screen());
-        }
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .output();
-    }
-}
 
 /// Waits until the gateway has opened one more terminal to ttyd than `before`: the
 /// client is attached.
@@ -304,9 +33,9 @@ fn state(stack: &GatewayStack, sub: &str, id: &str) -> String {
 #[test]
 fn login_from_a_token_then_ls_new_and_end_speak_json_and_logout_revokes_the_sign_in() {
     let stack = GatewayStack::start("");
-    let alice = User::new(&stack);
+    let alice = User::for_gateway(&stack);
     let token = stack.control.token("alice", false);
-    let r = alice.login(&stack, "alice");
+    let r = alice.login(&stack.control.token("alice", false));
     assert!(
         r.stdout.contains("signed in") && r.stdout.contains("as alice"),
         "{r:?}"
@@ -395,7 +124,7 @@ fn login_from_a_token_then_ls_new_and_end_speak_json_and_logout_revokes_the_sign
 #[test]
 fn bad_urls_unreachable_gateways_and_refused_tokens_are_one_line_each() {
     let stack = GatewayStack::start("");
-    let user = User::new(&stack);
+    let user = User::for_gateway(&stack);
     let one_line = |r: &Run| {
         assert_eq!(r.stderr.trim_end().lines().count(), 1, "{r:?}");
         assert!(r.stderr.starts_with("termgate: "), "{r:?}");
@@ -439,8 +168,8 @@ fn another_users_session_is_not_found_as_an_unknown_one_is() {
     let bobs = bob["id"].as_str().unwrap();
     let unknown = "aaaaaaaaaaaaaaaa";
     assert_ne!(bobs, unknown);
-    let alice = User::new(&stack);
-    alice.login(&stack, "alice");
+    let alice = User::for_gateway(&stack);
+    alice.login(&stack.control.token("alice", false));
     let before = stack.counter.connections();
     for command in ["attach", "end"] {
         let theirs = alice.run(&[command, bobs]);
@@ -465,8 +194,8 @@ fn another_users_session_is_not_found_as_an_unknown_one_is() {
 #[test]
 fn attach_types_follows_the_window_detaches_and_reattaches_to_the_same_shell() {
     let stack = GatewayStack::start("");
-    let alice = User::new(&stack);
-    alice.login(&stack, "alice");
+    let alice = User::for_gateway(&stack);
+    alice.login(&stack.control.token("alice", false));
     let walk = alice.json(&["new", "--name", "walk", "--json"]);
     let id = walk["id"].as_str().unwrap().to_owned();
     let Some(pane) = Pane::start(&alice) else {
@@ -524,8 +253,8 @@ fn attach_types_follows_the_window_detaches_and_reattaches_to_the_same_shell() {
 #[test]
 fn ending_the_session_from_the_page_closes_attach_with_the_reason_and_status_5() {
     let stack = GatewayStack::start("");
-    let alice = User::new(&stack);
-    alice.login(&stack, "alice");
+    let alice = User::for_gateway(&stack);
+    alice.login(&stack.control.token("alice", false));
     let Some(pane) = Pane::start(&alice) else {
         return;
     };
@@ -558,7 +287,7 @@ fn ending_the_session_from_the_page_closes_attach_with_the_reason_and_status_5()
 #[test]
 fn logout_elsewhere_closes_an_attached_terminal_with_signed_out_and_status_3() {
     let stack = GatewayStack::start("");
-    let alice = User::new(&stack);
+    let alice = User::for_gateway(&stack);
     let Some(pane) = Pane::start(&alice) else {
         return;
     };
@@ -607,7 +336,7 @@ fn over_tls_the_gateway_is_trusted_through_a_ca_file_for_the_api_and_the_termina
         ("TERMGATE__GATEWAY__TLS_CERT_FILE", &cert),
         ("TERMGATE__GATEWAY__TLS_KEY_FILE", &key),
     ]);
-    let mut alice = User::new(&stack);
+    let mut alice = User::for_gateway(&stack);
     alice.gateway = format!("https://127.0.0.1:{}", stack.gateways[n].port);
     let token = stack.control.token("alice", false);
 
@@ -774,7 +503,7 @@ fn asked(b: &mut e2e::browser::Browser) -> String {
 #[test]
 fn login_in_the_browser_signs_in_there_first_and_hands_the_client_a_recorded_sign_in_of_its_own() {
     let stack = GatewayStack::start("");
-    let alice = User::new(&stack);
+    let alice = User::for_gateway(&stack);
     let script = BrowserScript::new();
     let mut login = alice.command(&["login", &alice.gateway]);
     login.env("BROWSER", script.path());
@@ -975,7 +704,7 @@ fn a_browser_code_is_exchanged_once_only_with_its_verifier_and_a_denial_reaches_
 #[test]
 fn login_prints_the_page_when_no_browser_starts_and_refuses_an_answer_for_another_state() {
     let stack = GatewayStack::start("");
-    let alice = User::new(&stack);
+    let alice = User::for_gateway(&stack);
     let mut login = alice.command(&["login", &alice.gateway]);
     login.env("BROWSER", "/nonexistent/termgate-test-browser");
     let running = Running::start(login);
@@ -1063,8 +792,8 @@ fn typing_shows(by: &e2e::term::Terminal, into: &e2e::term::Terminal, word: &str
 #[test]
 fn share_prints_a_link_once_that_shows_the_session_read_only_and_share_rm_closes_its_viewer() {
     let stack = stack_with(&[]);
-    let alice = User::new(&stack);
-    alice.login(&stack, "alice");
+    let alice = User::for_gateway(&stack);
+    alice.login(&stack.control.token("alice", false));
     let walk = alice.json(&["new", "--name", "walk", "--json"]);
     let id = walk["id"].as_str().unwrap().to_owned();
     let owner = open_when_known(&stack, &format!("/s/{id}/ws"), &stack.sign_in("alice"));
@@ -1134,8 +863,8 @@ fn share_prints_a_link_once_that_shows_the_session_read_only_and_share_rm_closes
 #[test]
 fn peers_add_lets_a_user_type_into_the_session_and_peers_rm_closes_their_terminal() {
     let stack = stack_with(&[("TERMGATE__PROFILES__DEFAULT__PEERS", "true")]);
-    let alice = User::new(&stack);
-    alice.login(&stack, "alice");
+    let alice = User::for_gateway(&stack);
+    alice.login(&stack.control.token("alice", false));
     let walk = alice.json(&["new", "--name", "walk", "--json"]);
     let id = walk["id"].as_str().unwrap().to_owned();
     let owner = open_when_known(&stack, &format!("/s/{id}/ws"), &stack.sign_in("alice"));
@@ -1165,8 +894,8 @@ fn peers_add_lets_a_user_type_into_the_session_and_peers_rm_closes_their_termina
     );
 
     // Bob's own client lists it as a session he co-drives; his terminal types into it.
-    let bob = User::new(&stack);
-    bob.login(&stack, "bob");
+    let bob = User::for_gateway(&stack);
+    bob.login(&stack.control.token("bob", false));
     let theirs = bob.json(&["ls", "--json"]);
     assert_eq!(theirs[0]["id"], id.as_str(), "{theirs}");
     assert_eq!(theirs[0]["role"], "peer", "{theirs}");
@@ -1195,8 +924,8 @@ fn peers_add_lets_a_user_type_into_the_session_and_peers_rm_closes_their_termina
 #[test]
 fn recordings_ls_download_and_play_give_back_what_was_typed_once_the_terminal_closed() {
     let stack = stack_with(&[("TERMGATE__PROFILES__DEFAULT__RECORD", "true")]);
-    let alice = User::new(&stack);
-    alice.login(&stack, "alice");
+    let alice = User::for_gateway(&stack);
+    alice.login(&stack.control.token("alice", false));
     let walk = alice.json(&["new", "--name", "walk", "--json"]);
     let id = walk["id"].as_str().unwrap().to_owned();
     assert_eq!(

@@ -8,11 +8,11 @@
 //! when the session is ended. Caddy passes everything else to a gateway: the client's
 //! API calls go there, its terminal through Caddy's check. `attach` runs in tmux.
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use e2e::caddy::Caddy;
+use e2e::cli::{Pane, User};
 use e2e::nginx::Nginx;
 use e2e::stack::{free_port, profile_ignoring_hang_up, wait_for, ControlStack, GatewayStack};
 use e2e::ttyd::{CountingProxy, TtydPool};
@@ -71,7 +71,7 @@ impl BehindNginx {
     /// A user whose client is signed in at nginx, with the token itself.
     fn user(&self, sub: &str) -> User {
         let user = User::new(self.nginx.origin());
-        let r = user.login(&self.control, sub);
+        let r = user.login(&self.control.token(sub, false));
         assert!(
             r.stdout.contains(&format!("as {sub}")) && r.stdout.contains("front proxy"),
             "{r:?}"
@@ -253,7 +253,7 @@ fn through_caddy_the_api_is_the_gateways_and_the_terminal_caddys_checked_one() {
 
     // A sign-in of its own, made by the gateway behind Caddy.
     let alice = User::new(site.clone());
-    let r = alice.login(&stack.control, "alice");
+    let r = alice.login(&stack.control.token("alice", false));
     assert!(!r.stdout.contains("front proxy"), "{r:?}");
     let made = alice.json(&["new", "--profile", "stubborn", "--name", "build", "--json"]);
     let id = made["id"].as_str().expect("an id").to_owned();
@@ -280,230 +280,4 @@ fn through_caddy_the_api_is_the_gateways_and_the_terminal_caddys_checked_one() {
     let (status, err) = pane.attach_ended(1);
     assert_eq!(status, "5", "{err}");
     assert_eq!(err.trim(), "termgate: this session was ended");
-}
-
-/// One user at their terminal: a config directory of their own, where the client keeps
-/// its sign-in, and the address it signs in at.
-struct User {
-    config: tempfile::TempDir,
-    gateway: String,
-}
-
-impl User {
-    fn new(gateway: String) -> User {
-        User {
-            config: tempfile::tempdir().expect("config dir"),
-            gateway,
-        }
-    }
-
-    fn run_with(&self, args: &[&str], input: &str) -> Run {
-        use std::io::Write;
-        let mut child = Command::new(e2e::binary("termgate"))
-            .args(args)
-            .env("XDG_CONFIG_HOME", self.config.path())
-            .env("HOME", self.config.path())
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn termgate");
-        let mut stdin = child.stdin.take().expect("stdin");
-        // A client that refuses its arguments exits before reading: that is its answer.
-        let _ = stdin.write_all(input.as_bytes());
-        drop(stdin);
-        Run::from(child.wait_with_output().expect("termgate runs"))
-    }
-
-    fn run(&self, args: &[&str]) -> Run {
-        self.run_with(args, "")
-    }
-
-    /// `termgate login --token-stdin` as `sub`, asserted to succeed.
-    fn login(&self, control: &ControlStack, sub: &str) -> Run {
-        let token = control.token(sub, false);
-        let r = self.run_with(&["login", &self.gateway, "--token-stdin"], &token);
-        assert_eq!(r.status, 0, "login: {r:?}");
-        r
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let r = self.run(args);
-        assert_eq!(r.status, 0, "{args:?}: {r:?}");
-        serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {r:?}"))
-    }
-
-    fn credentials_file(&self) -> PathBuf {
-        self.config.path().join("termgate/credentials.json")
-    }
-}
-
-/// What a run of the client came to.
-#[derive(Debug)]
-struct Run {
-    status: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl From<Output> for Run {
-    fn from(o: Output) -> Run {
-        Run {
-            status: o.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        }
-    }
-}
-
-/// A tmux server of the test's own, one 100×30 pane running `sh` in a directory of its
-/// own, with `$T` the client and the user's config directory in its environment.
-struct Pane {
-    socket: String,
-    dir: tempfile::TempDir,
-}
-
-impl Pane {
-    /// `None` (after [`e2e::skip_or_fail`]) without tmux.
-    fn start(user: &User) -> Option<Pane> {
-        let found = Command::new("sh")
-            .args(["-c", "command -v tmux"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            e2e::skip_or_fail("tmux is not installed (deploy/lib/prereqs.sh ensure_tmux)");
-            return None;
-        }
-        let pane = Pane {
-            socket: format!("termgate-front-{}", e2e::random_hex(6)),
-            dir: tempfile::tempdir().expect("pane dir"),
-        };
-        let o = Command::new("tmux")
-            .args(["-L", &pane.socket, "-f", "/dev/null", "new-session", "-d"])
-            .args(["-s", "t", "-x", "100", "-y", "30", "-c"])
-            .arg(pane.dir.path())
-            .arg("sh")
-            .env("XDG_CONFIG_HOME", user.config.path())
-            .env("HOME", user.config.path())
-            .env("T", e2e::binary("termgate"))
-            .env("PS1", "pane$ ")
-            .env_remove("RUST_LOG")
-            .env_remove("TMUX")
-            .output()
-            .expect("tmux");
-        assert!(o.status.success(), "tmux: {o:?}");
-        Some(pane)
-    }
-
-    fn tmux(&self, args: &[&str]) -> String {
-        let o = Command::new("tmux")
-            .args(["-L", &self.socket])
-            .args(args)
-            .output()
-            .expect("tmux");
-        assert!(o.status.success(), "tmux {args:?}: {o:?}");
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    fn type_line(&self, text: &str) {
-        self.tmux(&["send-keys", "-t", "t", "-l", text]);
-        self.tmux(&["send-keys", "-t", "t", "Enter"]);
-    }
-
-    /// The pane's screen and recent history, wrapped lines joined.
-    fn screen(&self) -> String {
-        self.tmux(&["capture-pane", "-p", "-J", "-S", "-200", "-t", "t"])
-    }
-
-    /// Waits until a line of the screen is `line`, typing `command` again every second
-    /// (an answer can be on its way while what it answers changes).
-    fn ask_until(&self, command: &str, line: &str) {
-        let mut typed: Option<Instant> = None;
-        wait_for(&format!("{line:?} after {command:?}"), T, || {
-            if typed.is_none_or(|t| t.elapsed() > Duration::from_secs(1)) {
-                self.type_line(command);
-                typed = Some(Instant::now());
-            }
-            self.screen()
-                .lines()
-                .any(|l| l.trim_end() == line)
-                .then_some(())
-        });
-    }
-
-    /// Waits until the screen's last line is a shell's prompt, waiting for input.
-    fn wait_prompt(&self) {
-        wait_for("a prompt", T, || {
-            let screen = self.screen();
-            let last = screen.lines().rev().find(|l| !l.trim().is_empty())?;
-            last.trim_end().ends_with(['$', '#']).then_some(())
-        });
-    }
-
-    /// `(rows, columns)` of the pane, as tmux has it.
-    fn size(&self) -> (u16, u16) {
-        let out = self.tmux(&[
-            "display-message",
-            "-p",
-            "-t",
-            "t",
-            "#{pane_height} #{pane_width}",
-        ]);
-        let mut parts = out.split_whitespace().map(|n| n.parse().expect("a number"));
-        (parts.next().expect("rows"), parts.next().expect("columns"))
-    }
-
-    /// The process the pane's shell runs in the foreground now (the client).
-    fn foreground_pid(&self) -> u32 {
-        let shell = self.tmux(&["display-message", "-p", "-t", "t", "#{pane_pid}"]);
-        let shell = shell.trim();
-        let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
-            .expect("the shell's children");
-        children
-            .split_whitespace()
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("the pane's shell runs nothing:\n{}", self.screen()))
-    }
-
-    fn read(&self, name: &str) -> String {
-        std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default()
-    }
-
-    /// Runs `termgate attach <attach_args>` in the pane the way a user would, recording
-    /// the terminal's settings before and after (`before`, `after<n>`), the exit status
-    /// (`status<n>`) and what the client said on standard error (`err<n>`).
-    fn attach(&self, n: u32, attach_args: &str) {
-        self.type_line(&format!(
-            "stty -g >before; \"$T\" attach {attach_args} 2>err{n}; echo $? >status{n}; stty -g >after{n}"
-        ));
-    }
-
-    /// How attach `n` ended: its status and standard error; asserts the terminal's
-    /// settings are back to those before it.
-    fn attach_ended(&self, n: u32) -> (String, String) {
-        let name = format!("after{n}");
-        let after = wait_for(&format!("{name} to be written"), T, || {
-            Some(self.read(&name)).filter(|t| t.ends_with('\n'))
-        });
-        let before = self.read("before");
-        assert!(!before.trim().is_empty(), "no settings recorded before");
-        assert_eq!(before.trim(), after.trim(), "settings after attach {n}");
-        (
-            self.read(&format!("status{n}")).trim().to_owned(),
-            self.read(&format!("err{n}")),
-        )
-    }
-}
-
-impl Drop for Pane {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("--- pane ---\n{}", self.screen());
-        }
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .output();
-    }
 }
