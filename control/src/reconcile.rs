@@ -67,12 +67,15 @@ impl PassReport {
 }
 
 /// How often, and how far apart, a container killed by SIGKILL is inspected again for
-/// Docker's out-of-memory mark (see `Reconciler::settle_running`): up to 3 s, as under
-/// gVisor on a busy host the mark (from runsc's own event) was seen to come 0.7 s after
-/// the sandbox died. Only a SIGKILL without the mark waits; its end is recorded that
-/// much later.
-const OOM_SETTLE_TRIES: usize = 12;
-const OOM_SETTLE_WAIT: Duration = Duration::from_millis(250);
+/// Docker's out-of-memory mark (see `Reconciler::settle_running`): 0.6 s, so that a
+/// container killed from outside is still recorded within two seconds.
+const OOM_SETTLE_TRIES: usize = 4;
+const OOM_SETTLE_WAIT: Duration = Duration::from_millis(150);
+/// The same for a session under another OCI runtime than the daemon's own (gVisor's
+/// runsc reports the out-of-memory end itself, and on a busy host its mark was seen to
+/// come 0.7 s after the sandbox died): up to 3 s.
+const OOM_SETTLE_TRIES_OTHER_RUNTIME: usize = 12;
+const OOM_SETTLE_WAIT_OTHER_RUNTIME: Duration = Duration::from_millis(250);
 
 /// The `end_reason` of a session whose container the kernel's out-of-memory killer
 /// struck (it ends `failed`); it starts with the stable word `oom`.
@@ -515,7 +518,20 @@ impl Reconciler {
         // Docker learns of an out-of-memory kill from its own event, which can come after
         // the program's death: a program killed by SIGKILL (exit 137) without the mark yet
         // is asked about again a few times before it is judged to have simply exited.
-        for _ in 0..OOM_SETTLE_TRIES {
+        let other_runtime = c
+            .config()
+            .profiles
+            .get(&s.profile)
+            .is_some_and(|p| p.runtime.is_some());
+        let (tries, wait) = if other_runtime {
+            (
+                OOM_SETTLE_TRIES_OTHER_RUNTIME,
+                OOM_SETTLE_WAIT_OTHER_RUNTIME,
+            )
+        } else {
+            (OOM_SETTLE_TRIES, OOM_SETTLE_WAIT)
+        };
+        for _ in 0..tries {
             match &inspected {
                 Ok(Some(found))
                     if found.state.is_dead()
@@ -523,7 +539,7 @@ impl Reconciler {
                         && !oom_event
                         && found.exit_code == Some(137) =>
                 {
-                    tokio::time::sleep(OOM_SETTLE_WAIT).await;
+                    tokio::time::sleep(wait).await;
                     inspected = docker.inspect(cid).await;
                 }
                 _ => break,
