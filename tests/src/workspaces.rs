@@ -72,6 +72,29 @@ pub fn end(stack: &ControlStack, token: &str, session: &str) {
     });
 }
 
+/// Starts a copy of workspace `id` named `name` as the holder of `token`; the new
+/// workspace's id (202 `copying` asserted).
+pub fn start_copy(stack: &ControlStack, token: &str, id: &str, name: &str) -> String {
+    let a = call(
+        stack,
+        token,
+        "POST",
+        &format!("/v1/workspaces/{id}/copy"),
+        Some(serde_json::json!({ "name": name })),
+    );
+    assert_eq!(a.status, 202, "{}", a.text);
+    assert_eq!(a.body["state"], "copying", "{}", a.text);
+    a.body["id"].as_str().expect("the copy's id").to_owned()
+}
+
+/// Waits until copy `id` is no longer `copying`; its view.
+pub fn copied(stack: &ControlStack, token: &str, id: &str) -> Value {
+    wait_for("the copy to end", Duration::from_secs(120), || {
+        let w = call(stack, token, "GET", &format!("/v1/workspaces/{id}"), None);
+        (w.body["state"] != "copying").then_some(w.body)
+    })
+}
+
 /// Whether Docker has volume `name`.
 pub fn volume_exists(name: &str) -> bool {
     std::process::Command::new("docker")

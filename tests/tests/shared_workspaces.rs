@@ -2,10 +2,8 @@
 //! real control binary: granted to users and roles, read-only or read-write, never
 //! touched by a session's end, and a borrowed volume never removed by any delete.
 
-use std::time::Duration;
-
-use e2e::stack::{docker, wait_for, Answer, ControlStack};
-use e2e::workspaces::{call, container_of, end, exec as sh, volume_exists};
+use e2e::stack::{docker, Answer, ControlStack};
+use e2e::workspaces::{call, container_of, copied, end, exec as sh, start_copy, volume_exists};
 use serde_json::{json, Value};
 
 fn session_on(stack: &ControlStack, token: &str, workspace: &str) -> Answer {
@@ -236,25 +234,8 @@ fn a_borrowed_volume_is_mounted_where_granted_and_never_removed() {
     end(&stack, &alice, &s);
     assert!(volume_exists(&borrowed), "a session's end leaves it");
     // A copy of it is alice's own; deleting the copy leaves the borrowed volume.
-    let a = call(
-        &stack,
-        &alice,
-        "POST",
-        &format!("/v1/workspaces/{id}/copy"),
-        Some(json!({"name": "mine"})),
-    );
-    assert_eq!(a.status, 202, "{}", a.text);
-    let copy = a.body["id"].as_str().unwrap().to_owned();
-    let done = wait_for("the copy", Duration::from_secs(120), || {
-        let w = call(
-            &stack,
-            &alice,
-            "GET",
-            &format!("/v1/workspaces/{copy}"),
-            None,
-        );
-        (w.body["state"] != "copying").then_some(w.body)
-    });
+    let copy = start_copy(&stack, &alice, &id, "mine");
+    let done = copied(&stack, &alice, &copy);
     assert_eq!(done["state"], "ready", "{done}\n{}", stack.log_text());
     let a = call(
         &stack,

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use e2e::stack::{docker, wait_for, ControlStack};
-use e2e::workspaces::{call, container_of, end, exec, volume_exists};
+use e2e::workspaces::{call, container_of, copied, end, exec, start_copy, volume_exists};
 use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(30);
@@ -261,14 +261,6 @@ fn a_workspace_in_use_is_neither_deleted_nor_copied() {
     }
 }
 
-/// Waits until a copy is no longer `copying`; its view.
-fn copied(stack: &ControlStack, token: &str, id: &str) -> Value {
-    wait_for("the copy to end", Duration::from_secs(120), || {
-        let w = workspace(stack, token, id);
-        (w["state"] != "copying").then_some(w)
-    })
-}
-
 #[test]
 fn a_copy_equals_its_source_and_leaves_it_unchanged() {
     let stack = ControlStack::start("");
@@ -288,16 +280,7 @@ fn a_copy_equals_its_source_and_leaves_it_unchanged() {
     let before = sh(&stack, &s, LISTING);
     end(&stack, &alice, &s);
 
-    let a = call(
-        &stack,
-        &alice,
-        "POST",
-        &format!("/v1/workspaces/{src}/copy"),
-        Some(json!({"name": "copy"})),
-    );
-    assert_eq!(a.status, 202, "{}", a.text);
-    assert_eq!(a.body["state"], "copying");
-    let copy = a.body["id"].as_str().unwrap().to_owned();
+    let copy = start_copy(&stack, &alice, &src, "copy");
     let done = copied(&stack, &alice, &copy);
     assert_eq!(done["state"], "ready", "{done}\n{}", stack.log_text());
     assert_eq!(done["copied_from"], src.as_str());
@@ -351,15 +334,7 @@ fn a_copy_cut_short_by_a_crash_is_never_ready() {
     end(&stack, &alice, &s);
     stack.kill9();
     stack.spawn(&[("TERMGATE_FAILPOINT", "copy:after_start")]);
-    let a = call(
-        &stack,
-        &alice,
-        "POST",
-        &format!("/v1/workspaces/{src}/copy"),
-        Some(json!({"name": "half"})),
-    );
-    assert_eq!(a.status, 202, "{}", a.text);
-    let copy = a.body["id"].as_str().unwrap().to_owned();
+    let copy = start_copy(&stack, &alice, &src, "half");
     stack.wait_exit(T);
     assert!(stack
         .log_text()
