@@ -22,3 +22,4 @@ pub mod recordings;
 pub mod retention;
 pub mod service;
 pub mod store;
+pub mod volumes;

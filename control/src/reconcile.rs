@@ -659,7 +659,8 @@ impl Reconciler {
 
     /// Runs, until `shutdown` fires: each host's event listener, the probe of each
     /// configured host, the culler ([`crate::cull`]), the recordings' retention
-    /// ([`crate::retention`]) and the periodic pass.
+    /// ([`crate::retention`]), the volume pass ([`crate::volumes`]) and the periodic
+    /// pass.
     pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         let mut tasks = vec![
             tokio::spawn(crate::cull::run(
@@ -667,6 +668,10 @@ impl Reconciler {
                 shutdown.clone(),
             )),
             tokio::spawn(crate::retention::run(
+                Arc::clone(&self.control),
+                shutdown.clone(),
+            )),
+            tokio::spawn(crate::volumes::run(
                 Arc::clone(&self.control),
                 shutdown.clone(),
             )),

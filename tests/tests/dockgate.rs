@@ -1094,6 +1094,95 @@ fn a_copy_fills_only_a_workspace_and_control_removes_only_unused_termgate_volume
     assert_eq!(a.status, 404, "{}", a.text);
 }
 
+#[test]
+fn control_is_told_of_its_own_volumes_and_of_no_others() {
+    let instance = format!("dg{}", random_hex(4));
+    let declared = DeclaredGate::start(&instance, "");
+    let socket = declared.gate.socket("control");
+    let mut volumes = Vec::new();
+    let (home, body) = declared.home_body("alice");
+    volumes.push(made_volume(&socket, &home, &body));
+    let (alices, body) = declared.workspace_body("alice", &session_id());
+    volumes.push(made_volume(&socket, &alices, &body));
+    let plain = format!("termgate-dg-{}", random_hex(5));
+    volumes.push(made_beside(&plain, &[]));
+    let id = session_id();
+    let (theirs, _) = declared.workspace_body("alice", &id);
+    let other = policy::declared::workspace_volume_labels(
+        "another-deployment",
+        &policy::Sub::parse("alice").expect("a sub"),
+        &policy::SessionId::parse(&id).expect("an id"),
+    );
+    volumes.push(made_beside(&theirs, &label_args(&other)));
+    let filters = |i: &str| {
+        let f = json!({ "label": [format!("termgate.instance={i}")] }).to_string();
+        f.bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect::<String>()
+    };
+
+    // The listing: only with this deployment's filter, and only its volumes.
+    let a = send(
+        &socket,
+        "GET",
+        &format!("/volumes?filters={}", filters(&instance)),
+        None,
+    );
+    assert_eq!(a.status, 200, "{}", a.text);
+    let mut listed: Vec<String> = json_of(&a)["Volumes"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|v| v["Name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    listed.sort();
+    let mut ours = vec![home.clone(), alices.clone()];
+    ours.sort();
+    assert_eq!(listed, ours);
+    let a = send(&socket, "GET", "/volumes", None);
+    assert_refused(&a, "filter_required", "listing every volume");
+    let a = send(
+        &socket,
+        "GET",
+        &format!("/volumes?filters={}", filters("another-deployment")),
+        None,
+    );
+    assert_eq!(a.status, 403, "another deployment's listing: {}", a.text);
+    assert!(!a.text.contains(&theirs), "{}", a.text);
+
+    // Disk usage: this deployment's volumes with their figures, nothing else of the
+    // daemon (other volumes, images, containers, caches).
+    let a = send(&socket, "GET", "/system/df", None);
+    assert_eq!(a.status, 200, "{}", a.text);
+    let usage = json_of(&a);
+    assert_eq!(usage.as_object().map(|o| o.len()), Some(1), "{usage}");
+    let items = usage["VolumeUsage"]["Items"].as_array().expect("items");
+    let mut told: Vec<String> = items
+        .iter()
+        .map(|v| v["Name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    told.sort();
+    assert_eq!(told, ours, "{usage}");
+    assert!(
+        items.iter().all(|v| v["UsageData"]["Size"].is_i64()),
+        "{usage}"
+    );
+    for never in [&plain, &theirs, &image()] {
+        assert!(!a.text.contains(never.as_str()), "{never} told: {}", a.text);
+    }
+    for t in ["/system/df?type=image", "/system/df?type=container"] {
+        assert_refused(&send(&socket, "GET", t, None), "query_not_allowed", t);
+    }
+    let pool = declared.gate.socket("attach");
+    let a = send(&pool, "GET", "/system/df", None);
+    assert_refused(&a, "endpoint_not_allowed", "the pool asking for disk usage");
+}
+
 /// The machine's daemon socket, as dockgate finds it without `--daemon`.
 fn daemon_socket() -> PathBuf {
     std::env::var("DOCKER_HOST")

@@ -496,3 +496,76 @@ fn a_secret_is_mounted_by_reference_and_its_value_goes_nowhere_else() {
         assert!(!hit, "{} holds the secret", path.display());
     }
 }
+
+#[test]
+fn sizes_are_measured_and_volumes_at_odds_with_their_records_are_said_not_removed() {
+    let stack = ControlStack::start("");
+    let alice = stack.token("alice", false);
+    // A session writes 3 MB; once it ends, the workspace's size says so.
+    let w = new_workspace(&stack, &alice, "sized");
+    let s = session_on(&stack, &alice, Some(&w))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    sh(&stack, &s, "head -c 3000000 /dev/urandom > /home/user/blob");
+    end(&stack, &alice, &s);
+    let size = wait_for("the workspace's size to be measured", T, || {
+        workspace(&stack, &alice, &w)["size_bytes"]
+            .as_u64()
+            .filter(|n| *n >= 3_000_000)
+    });
+    assert!(size < 4_000_000, "{size}");
+    let listed = call(&stack, &alice, "GET", "/v1/workspaces", None);
+    let home = listed.body["workspaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "home")
+        .cloned()
+        .unwrap();
+    assert!(home["size_bytes"].is_null(), "never mounted: {home}");
+
+    // A volume with this deployment's workspace labels that no record names, and a
+    // record whose volume was removed behind control's back: both are said, neither
+    // is removed or forgotten.
+    let stray = format!("termgate-ws-{}-zzzzzzzzzzzzzzzz", stack.instance);
+    docker(&[
+        "volume",
+        "create",
+        "--label",
+        "termgate.managed=workspace",
+        "--label",
+        &format!("termgate.instance={}", stack.instance),
+        "--label",
+        "termgate.owner=mallory",
+        "--label",
+        "termgate.workspace=zzzzzzzzzzzzzzzz",
+        &stray,
+    ]);
+    let gone = new_workspace(&stack, &alice, "gone");
+    let s = session_on(&stack, &alice, Some(&gone))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    end(&stack, &alice, &s);
+    docker(&["volume", "rm", &volume_of(&stack, &gone)]);
+    wait_for("both to be said in the audit trail", T, || {
+        let log = stack.log_text();
+        let said =
+            |what: &str, volume: &str| log.lines().any(|l| l.contains(what) && l.contains(volume));
+        (said("no workspace record names it", &stray)
+            && said("workspace volume missing", &volume_of(&stack, &gone)))
+        .then_some(())
+    });
+    assert!(volume_exists(&stray), "a volume without a record is kept");
+    assert_eq!(workspace(&stack, &alice, &gone)["name"], "gone");
+    // Said once, not on every pass.
+    std::thread::sleep(Duration::from_secs(3));
+    let times = stack
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("no workspace record names it") && l.contains(&stray))
+        .count();
+    assert_eq!(times, 1);
+    docker(&["volume", "rm", &stray]);
+}

@@ -36,7 +36,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use policy::audit::AuditEntry;
 use policy::dockgate::{
     container_create_declared, decide, labels_pass, normalize, volume_create_declared, volume_ok,
-    Asked, BodyInfo, CreateLookups, Denied, ObjectKind, Reason, Role, Verdict, MAX_BODY,
+    volume_usage, Asked, BodyInfo, CreateLookups, Denied, ObjectKind, Reason, Role, Verdict,
+    MAX_BODY, MAX_USAGE_ANSWER,
 };
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -196,6 +197,7 @@ impl Gate {
                 Err(Refusal::Daemon(e)) => return daemon_error(&e),
             }
         }
+        let usage = matches!(verdict, Verdict::PassVolumeUsage);
         match self.admit(verdict).await {
             Ok(()) => {}
             Err(Refusal::Denied(d)) => return self.refuse(&mut req, &seen, &d).await,
@@ -221,6 +223,7 @@ impl Gate {
             upgrade: upgrade.is_some(),
         };
         match self.daemon.forward(forward).await {
+            Ok(upstream::Answer::Plain(resp)) if usage => self.volume_usage(resp).await,
             Ok(upstream::Answer::Plain(resp)) => resp.map(BodyExt::boxed),
             Ok(upstream::Answer::Upgraded(head, daemon_side)) => {
                 if let Some(client_side) = upgrade {
@@ -279,6 +282,40 @@ impl Gate {
                 Ok(())
             }
             Verdict::PassFiltered { instance } => self.own_instance(&instance),
+            Verdict::PassVolumeUsage => Ok(()),
+        }
+    }
+
+    /// The daemon's disk usage cut to this deployment's volumes and those the
+    /// configuration lends ([`policy::dockgate::volume_usage`]); the daemon's own
+    /// refusal as it came.
+    async fn volume_usage(&self, resp: Response<Incoming>) -> Response<Body> {
+        if !resp.status().is_success() {
+            return resp.map(BodyExt::boxed);
+        }
+        let bytes = match Limited::new(resp.into_body(), MAX_USAGE_ANSWER)
+            .collect()
+            .await
+        {
+            Ok(c) => c.to_bytes(),
+            Err(e) => return daemon_error(&UpstreamError::Invalid(format!("disk usage: {e}"))),
+        };
+        let lent = self
+            .declared
+            .as_ref()
+            .map(|d| d.current().shared_volumes.clone())
+            .unwrap_or_default();
+        match volume_usage(&bytes, &self.instance, &lent) {
+            Ok(cut) => {
+                let mut r =
+                    Response::new(Full::new(Bytes::from(cut)).map_err(|n| match n {}).boxed());
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                r
+            }
+            Err(d) => daemon_error(&UpstreamError::Invalid(d.message)),
         }
     }
 

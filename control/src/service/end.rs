@@ -224,6 +224,9 @@ impl Control {
             reason,
         )?;
         self.refresh_gauges();
+        if s.workspace.as_ref().is_some_and(|w| w.id.is_some()) {
+            self.measure_workspaces_soon();
+        }
         Ok(true)
     }
 

@@ -40,6 +40,8 @@ pub struct Control {
     pub(super) grants: std::sync::OnceLock<policy::grant::GrantSealer>,
     /// Grants waiting for a pool that takes them by handle.
     pub(super) grant_handles: Handles,
+    /// Asks the volume pass to measure workspaces' sizes ([`crate::volumes`]).
+    pub(super) sizes_wanted: tokio::sync::Notify,
 }
 
 impl Control {
@@ -61,6 +63,18 @@ impl Control {
             revocations_applied: tokio::sync::watch::channel(0).0,
             grants: std::sync::OnceLock::new(),
             grant_handles: Default::default(),
+            sizes_wanted: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Asks for the workspaces' sizes to be measured soon: a session on one ended, or
+    /// a copy finished.
+    pub fn measure_workspaces_soon(&self) {
+        self.sizes_wanted.notify_one();
+    }
+
+    /// What the volume pass waits on besides its interval.
+    pub(crate) fn sizes_wanted(&self) -> &tokio::sync::Notify {
+        &self.sizes_wanted
     }
 }

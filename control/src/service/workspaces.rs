@@ -522,7 +522,8 @@ impl Control {
         });
         match r {
             Ok(_) => {
-                tracing::info!(target: "audit", sub = %copy.owner, workspace = %copy.id, "{line}")
+                tracing::info!(target: "audit", sub = %copy.owner, workspace = %copy.id, "{line}");
+                self.measure_workspaces_soon();
             }
             Err(e) => {
                 tracing::error!(workspace = %copy.id, error = %e, "the copy's outcome could not be recorded; it is when control starts again")

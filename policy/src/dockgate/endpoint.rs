@@ -26,6 +26,8 @@ pub(super) enum Endpoint<'a> {
     VolumeCreate,
     VolumeInspect(&'a str),
     VolumeRemove(&'a str),
+    VolumeList,
+    VolumeUsage,
 }
 
 pub(super) fn endpoint(asked: &Asked) -> Option<Endpoint<'_>> {
@@ -49,6 +51,8 @@ pub(super) fn endpoint(asked: &Asked) -> Option<Endpoint<'_>> {
         (Post, ["volumes", "create"]) => Endpoint::VolumeCreate,
         (Get, ["volumes", name]) => Endpoint::VolumeInspect(name),
         (Delete, ["volumes", name]) => Endpoint::VolumeRemove(name),
+        (Get, ["volumes"]) => Endpoint::VolumeList,
+        (Get, ["system", "df"]) => Endpoint::VolumeUsage,
         _ => return None,
     })
 }
@@ -104,6 +108,11 @@ fn is_empty_str(v: &str) -> bool {
     v.is_empty()
 }
 
+/// `type=volume`, or bollard's one-element list of it.
+fn volume_type(v: &str) -> bool {
+    matches!(v, "volume" | "[\"volume\"]")
+}
+
 fn anything(_: &str) -> bool {
     true
 }
@@ -132,6 +141,10 @@ const LIST_QUERY: &[(&str, Check)] = &[
     ("size", flag),
     ("filters", anything),
 ];
+// Only the volumes' figures: the answer is cut to this deployment's volumes anyway.
+const VOLUME_USAGE_QUERY: &[(&str, Check)] = &[("type", volume_type), ("verbose", flag)];
+// `filters` is read by `filtered_instance`.
+const VOLUME_LIST_QUERY: &[(&str, Check)] = &[("filters", anything)];
 const EVENTS_QUERY: &[(&str, Check)] = &[
     ("since", timestamp),
     ("until", timestamp),
@@ -151,6 +164,8 @@ fn query_rules(ep: &Endpoint<'_>) -> &'static [(&'static str, Check)] {
         Endpoint::ContainerList => LIST_QUERY,
         Endpoint::Events => EVENTS_QUERY,
         Endpoint::VolumeRemove(_) => VOLUME_REMOVE_QUERY,
+        Endpoint::VolumeList => VOLUME_LIST_QUERY,
+        Endpoint::VolumeUsage => VOLUME_USAGE_QUERY,
         Endpoint::Container(C::Start, _)
         | Endpoint::Ping
         | Endpoint::Version

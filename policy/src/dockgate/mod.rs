@@ -49,6 +49,8 @@
 //! | `inspect_volume` (`ensure_home_volume`) | `GET /volumes/<name>` | [`Verdict::PassIfLabelled`] (volume) |
 //! | `create_volume` (`ensure_home_volume`, `ensure_workspace_volume`) | `POST /volumes/create` + JSON | [`Verdict::PassCreate`] (volume): labelled, no driver options |
 //! | `remove_volume` (`remove_workspace_volume`) | `DELETE /volumes/<name>?force=false` | [`Verdict::PassIfLabelled`] (volume) |
+//! | `list_volumes` (`list_volumes`) | `GET /volumes?filters=…` | [`Verdict::PassFiltered`]: the `label` filter must hold `termgate.instance=<i>` |
+//! | `df` (`volume_sizes`) | `GET /system/df` (`type=volume` taken too) | [`Verdict::PassVolumeUsage`]: the answer cut by [`volume_usage`] |
 //! | `events` (`events_since`) | `GET /events?since=…&filters=…` | [`Verdict::PassFiltered`]: the `label` filter must hold `termgate.instance=<i>` |
 //!
 //! Control calls nothing else, so nothing else passes: no stop, wait, logs or attach
@@ -87,6 +89,7 @@ mod objects;
 mod target;
 #[cfg(test)]
 mod tests;
+mod usage;
 
 use std::fmt;
 
@@ -101,6 +104,7 @@ pub use denied::{Denied, Reason};
 pub use limits::{MAX_API_MINOR, MAX_BODY, MAX_TARGET_LEN, MIN_API_MINOR};
 pub use objects::{labels_pass, volume_ok, Labels, ObjectKind, INSTANCE_LABEL, MANAGED_LABEL};
 pub use target::{is_plain_ref, normalize, ApiVersion, Asked, Method};
+pub use usage::{volume_usage, MAX_USAGE_ANSWER};
 
 use body::{json_body, no_body, Body};
 use create::create_body;
@@ -161,6 +165,10 @@ pub enum Verdict {
         /// The instance named by the filter.
         instance: String,
     },
+    /// Forward it (`GET /system/df`) and answer [`volume_usage`] of the daemon's
+    /// answer: the figures of this deployment's volumes and of the volumes the
+    /// configuration lends, nothing about anything else.
+    PassVolumeUsage,
     /// Read the body, exactly this many bytes (its declared length, at most
     /// [`MAX_BODY`]), then call [`decide`] again with them.
     ReadBody {
@@ -196,6 +204,8 @@ fn permitted(role: Role, ep: &Endpoint<'_>) -> bool {
                 | Endpoint::VolumeCreate
                 | Endpoint::VolumeInspect(_)
                 | Endpoint::VolumeRemove(_)
+                | Endpoint::VolumeList
+                | Endpoint::VolumeUsage
         ),
     }
 }
@@ -259,6 +269,16 @@ fn decide_or_deny(role: Role, asked: &Asked, body: &BodyInfo<'_>) -> Result<Verd
             Ok(Verdict::PassFiltered {
                 instance: filtered_instance(asked, &["label"], true)?,
             })
+        }
+        Endpoint::VolumeList => {
+            no_body(body, asked)?;
+            Ok(Verdict::PassFiltered {
+                instance: filtered_instance(asked, &["label"], false)?,
+            })
+        }
+        Endpoint::VolumeUsage => {
+            no_body(body, asked)?;
+            Ok(Verdict::PassVolumeUsage)
         }
         Endpoint::Events => {
             no_body(body, asked)?;

@@ -68,6 +68,22 @@ fn every_call_control_makes_passes_as_bollard_sends_it() {
             "/volumes/termgate-ws-prod-abcdefghijk234mn?force=false".to_owned(),
             labelled(ObjectKind::Volume, "termgate-ws-prod-abcdefghijk234mn"),
         ),
+        (
+            "GET",
+            format!(
+                "/volumes?filters={}",
+                form(r#"{"label":["termgate.instance=prod"]}"#)
+            ),
+            Verdict::PassFiltered {
+                instance: "prod".into(),
+            },
+        ),
+        (
+            "GET",
+            "/system/df?type=volume".to_owned(),
+            Verdict::PassVolumeUsage,
+        ),
+        ("GET", "/system/df".to_owned(), Verdict::PassVolumeUsage),
     ];
     for (m, t, want) in cases {
         assert_eq!(verdict(Role::Control, m, &t), want, "{m} {t}");
@@ -171,6 +187,65 @@ fn listings_and_events_must_be_confined_to_one_instance() {
 }
 
 #[test]
+fn volume_listings_are_confined_to_one_instance_and_usage_to_volumes() {
+    let list = |filters: &str| {
+        verdict(
+            Role::Control,
+            "GET",
+            &format!("/volumes?filters={}", form(filters)),
+        )
+    };
+    for f in [
+        r#"{"label":["termgate.managed=workspace"]}"#,
+        r#"{"label":["termgate.instance=a","termgate.instance=b"]}"#,
+        r#"{"label":["termgate.instance="]}"#,
+        r#"{}"#,
+    ] {
+        assert_eq!(refused(list(f)), "filter_required", "{f}");
+    }
+    for f in [
+        r#"{"label":["termgate.instance=prod"],"dangling":["true"]}"#,
+        r#"{"label":["termgate.instance=prod"],"name":["x"]}"#,
+    ] {
+        assert_eq!(refused(list(f)), "query_not_allowed", "{f}");
+    }
+    assert_eq!(
+        refused(verdict(Role::Control, "GET", "/volumes")),
+        "filter_required"
+    );
+    for t in [
+        "/system/df?type=image",
+        "/system/df?type=container",
+        "/system/df?type=build-cache",
+        "/system/df?type=volume&all=1",
+    ] {
+        assert_eq!(
+            refused(verdict(Role::Control, "GET", t)),
+            "query_not_allowed",
+            "{t}"
+        );
+    }
+    for (m, t) in [
+        ("POST", "/volumes/prune"),
+        ("POST", "/system/df"),
+        ("GET", "/system/events"),
+    ] {
+        assert_eq!(
+            refused(verdict(Role::Control, m, t)),
+            "endpoint_not_allowed",
+            "{m} {t}"
+        );
+    }
+    for t in ["/system/df", "/volumes?filters=%7B%7D"] {
+        assert_eq!(
+            refused(verdict(Role::Attach, "GET", t)),
+            "endpoint_not_allowed",
+            "{t}"
+        );
+    }
+}
+
+#[test]
 fn control_calls_take_only_their_own_query_and_no_body() {
     for (m, t) in [
         ("POST", format!("/containers/{ID}/start?checkpoint=c1")),
@@ -232,7 +307,6 @@ fn control_may_not_call_what_it_never_calls() {
         ("POST", "/build".to_owned()),
         ("POST", "/containers/prune".to_owned()),
         ("POST", "/volumes/prune".to_owned()),
-        ("GET", "/volumes".to_owned()),
         ("PUT", "/volumes/termgate-home-alice".to_owned()),
         ("POST", "/networks/create".to_owned()),
         ("POST", "/networks/none/connect".to_owned()),
@@ -241,7 +315,7 @@ fn control_may_not_call_what_it_never_calls() {
         ("POST", "/secrets/create".to_owned()),
         ("POST", "/configs/create".to_owned()),
         ("POST", "/services/create".to_owned()),
-        ("GET", "/system/df".to_owned()),
+        ("GET", "/system/info".to_owned()),
         ("POST", "/auth".to_owned()),
         ("POST", "/session".to_owned()),
         ("GET", "/containers/create".to_owned()),
