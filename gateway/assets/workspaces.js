@@ -15,6 +15,10 @@ let wsSeq = 0;
 let wsPoll = null;
 // Copies started from this page, by id: said when they are done.
 const wsStarted = new Set();
+// Workspaces whose session just ended: control measures their size shortly after, so
+// the list is read again every second, a few times, until their size moves.
+const wsSizeWatch = new Map();
+const WS_SIZE_TRIES = 10;
 
 const WS_HOME_KEPT = "The home workspace is your default one and is kept.";
 
@@ -213,9 +217,18 @@ async function refreshWorkspaces() {
     if (w.state === "ready") say("Workspace " + w.name + " is ready.");
     else if (w.state === "failed") say("The copy " + w.name + " failed: " + (w.failure || "no reason given"), true);
   }
+  for (const w of workspaces) {
+    const was = before.find((x) => x.id === w.id);
+    const watched = wsSizeWatch.get(w.id);
+    if (was && (was.in_use_by || []).length && !(w.in_use_by || []).length) {
+      wsSizeWatch.set(w.id, { size: w.size_bytes, tries: WS_SIZE_TRIES });
+    } else if (watched && (w.size_bytes !== watched.size || --watched.tries <= 0)) {
+      wsSizeWatch.delete(w.id);
+    }
+  }
   $("workspaces").hidden = !(profiles.some((p) => p.workspace && p.workspace !== "none") || workspaces.length > 0);
   renderWorkspaces();
-  if (workspaces.some((w) => w.state === "copying")) pollWorkspaces();
+  if (workspaces.some((w) => w.state === "copying") || wsSizeWatch.size) pollWorkspaces();
 }
 
 function pollWorkspaces() {
@@ -232,6 +245,7 @@ function resetWorkspaces() {
   wsEdit = null;
   wsSeq += 1;
   wsStarted.clear();
+  wsSizeWatch.clear();
   $("workspace-rows").replaceChildren();
   $("no-workspaces").hidden = true;
   $("workspaces").hidden = true;

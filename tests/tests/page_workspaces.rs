@@ -3,7 +3,8 @@
 //! it from the New session form, a file written in its terminal; the workspace shown in
 //! use meanwhile and its Delete refused in words; copied once the session ended, the
 //! copy followed until ready, and the file read back in a session on the copy; the
-//! original deleted, and the copy renamed.
+//! original deleted, and the copy renamed. A new workspace chosen in the form, its
+//! size shown once its session ended, and an ephemeral one gone with its session.
 
 use std::time::Duration;
 
@@ -12,8 +13,8 @@ use e2e::page::{
     create_in_page_on, launch, ok, open_in_page_and_type, sign_in_by_link, submit_workspace_form,
     wait_workspace, workspace_row,
 };
-use e2e::stack::GatewayStack;
-use e2e::workspaces::{call, volume_exists};
+use e2e::stack::{docker, GatewayStack};
+use e2e::workspaces::{call, container_of, volume_exists};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(15);
@@ -379,5 +380,121 @@ fn a_workspace_made_in_the_page_keeps_a_file_its_copy_has_too() {
         &mut b,
         "no sideways scrolling at 360 px",
         "document.documentElement.scrollWidth <= innerWidth",
+    );
+}
+
+#[test]
+fn a_new_workspace_keeps_its_size_and_an_ephemeral_one_goes_with_its_session() {
+    if !browser_available() {
+        return;
+    }
+    let stack = GatewayStack::start(&extra());
+    let alice = stack.control.token("alice", false);
+    let mut b = launch();
+    ok("a laptop viewport", b.set_viewport(1280, 900, false));
+    sign_in_by_link(&mut b, &stack, "alice");
+    wait_workspace(&mut b, "home", "true", "the home workspace listed");
+    select_profile(&mut b, "default");
+
+    // "New workspace" in the form: one is made for the session, listed in use by it.
+    let first = create_in_page_on(&mut b, "fresh", "New workspace");
+    let seen = call(
+        &stack.control,
+        &alice,
+        "GET",
+        &format!("/v1/sessions/{first}"),
+        None,
+    );
+    let made = seen.body["workspace"]["name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a workspace was made: {}", seen.text))
+        .to_owned();
+    assert!(seen.body["workspace"]["id"].is_string(), "{}", seen.text);
+    wait_workspace(
+        &mut b,
+        &made,
+        "r.cells[3].textContent === 'in use by fresh' && r.cells[4].textContent === 'created' \
+         && r.cells[2].textContent === '—'",
+        "the new workspace in use by fresh, its size not yet measured",
+    );
+    open_in_page_and_type(
+        &mut b,
+        &first,
+        &["head -c 3145728 /dev/urandom > /home/user/blob && echo wrote-$((6*7))"],
+        &["wrote-42"],
+    );
+    ok(
+        "click End",
+        b.eval("document.getElementById('end-terminal').click()"),
+    );
+    // Once the session ended its size is measured, and the list shows it unasked.
+    wait_workspace(
+        &mut b,
+        &made,
+        "r.cells[3].textContent === '—' && r.cells[2].textContent === '3.0 MiB'",
+        "the new workspace idle, 3.0 MiB",
+    );
+
+    // "Ephemeral": nothing is listed for it, and its volume goes with the session.
+    let rows = "document.querySelectorAll('#workspace-rows tr[data-workspace]').length";
+    let before = ok("rows", b.eval(rows));
+    let second = create_in_page_on(&mut b, "scratch", "Ephemeral (removed with the session)");
+    ok(
+        "the session's row says ephemeral",
+        b.wait_js(
+            &format!(
+                "(() => {{ const r = document.querySelector('#session-rows tr[data-session=\"{second}\"]'); \
+                   return !!r && r.cells[9].textContent === 'ephemeral'; }})()"
+            ),
+            T,
+            "ephemeral in the Workspace column",
+        ),
+    );
+    assert_eq!(
+        ok("rows", b.eval(rows)),
+        before,
+        "no workspace listed for it"
+    );
+    let container = container_of(&stack.control, &second);
+    let mounts: serde_json::Value = serde_json::from_str(&docker(&[
+        "inspect",
+        "--format",
+        "{{json .Mounts}}",
+        &container,
+    ]))
+    .expect("mounts");
+    let volume = mounts
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|m| m["Destination"] == "/home/user")
+        .and_then(|m| m["Name"].as_str())
+        .expect("an anonymous volume at the mount point")
+        .to_owned();
+    open_in_page_and_type(
+        &mut b,
+        &second,
+        &["echo scratch > /home/user/note && echo noted-$((6*7))"],
+        &["noted-42"],
+    );
+    ok(
+        "click End",
+        b.eval("document.getElementById('end-terminal').click()"),
+    );
+    ok(
+        "the session ended",
+        b.wait_js(
+            &format!("!!document.querySelector('#ended-rows tr[data-session=\"{second}\"]')"),
+            ENDED,
+            "scratch in the ended list",
+        ),
+    );
+    e2e::stack::wait_for("the ephemeral volume to go", ENDED, || {
+        (!volume_exists(&volume)).then_some(())
+    });
+    assert_eq!(
+        ok("rows", b.eval(rows)),
+        before,
+        "still nothing listed for it"
     );
 }
