@@ -8,7 +8,7 @@
 //! counting by itself. Kept in memory only: after a restart of control the next
 //! reports rebuild it within one interval.
 //!
-//! The answer to a report is [`Elsewhere`] (its wire shape in `api/wire.rs`): what every *other* live gateway has open.
+//! The answer to a report is [`Elsewhere`] (its wire shape in `policy::reports`): what every *other* live gateway has open.
 //! Each gateway adds it to its own counts when it admits a terminal, so the terminal
 //! limits hold over the deployment without a call to control per terminal.
 
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use policy::{SessionId, Sub};
 
-pub use crate::api::wire::{Elsewhere, SessionOpen, ShareOpen, UserOpen, Viewers};
+pub use policy::reports::{Elsewhere, SessionOpen, ShareOpen, ShareViewers as Viewers, UserOpen};
 
 /// Reports older than this many of their gateway's intervals no longer count.
 const FRESH_INTERVALS: u32 = 3;

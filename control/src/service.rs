@@ -51,9 +51,9 @@ pub use names::{container_name, home_volume_name, SYSTEM};
 // them under these paths.
 pub use crate::api::wire::{
     Allows, CreateRequest, CreatedShare, ListedTarget, RedrawRequest, RevocationRequest,
-    SessionView, ShareRequest, ShareView, SignInReport, SignInView, TargetPatch, TargetRequest,
-    TargetView,
+    SessionView, ShareRequest, ShareView, SignInView, TargetPatch, TargetRequest, TargetView,
 };
+pub use policy::reports::SignInReport;
 
 /// Whose sessions a listing asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,29 +19,15 @@ use hyper_util::rt::TokioExecutor;
 use policy::feed::{FeedPage, RouteLookup};
 use policy::SessionId;
 
+pub use policy::reports::SignInReport;
+use policy::reports::{self, InputReport, SessionOpen, TerminalsReport, UserOpen};
+
 use crate::terminals::Elsewhere;
 
 /// Control could not be asked (down, slow, or answered something unexpected).
 #[derive(Debug, thiserror::Error)]
 #[error("control unavailable: {0}")]
 pub struct Unavailable(pub String);
-
-/// What a gateway says of a sign-in it made (control's `SignInReport`), without the
-/// sign-in's token ([`ControlClient::record_sign_in`] adds it).
-#[derive(Debug, serde::Serialize)]
-pub struct SignInReport<'a> {
-    /// `token` or `oidc`.
-    pub method: &'a str,
-    /// This gateway, as it names itself.
-    pub gateway: &'a str,
-    /// The browser's `User-Agent`.
-    pub user_agent: &'a str,
-    /// The client address.
-    pub client: &'a str,
-    /// The sign-in must be new: control refuses a second record of its token.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub once: bool,
-}
 
 /// Why a sign-in was not recorded.
 #[derive(Debug, thiserror::Error)]
@@ -176,19 +162,8 @@ impl ControlClient {
     /// Records a sign-in this gateway just made (`POST /v1/signins`) with the service
     /// token, which alone may record one; the sign-in's own token goes in the body, and
     /// control takes who and until when from it.
-    pub async fn record_sign_in(
-        &self,
-        token: &str,
-        report: &SignInReport<'_>,
-    ) -> Result<(), NotRecorded> {
-        #[derive(serde::Serialize)]
-        struct Record<'a> {
-            token: &'a str,
-            #[serde(flatten)]
-            report: &'a SignInReport<'a>,
-        }
-        let body = serde_json::to_vec(&Record { token, report })
-            .map_err(|e| Unavailable(e.to_string()))?;
+    pub async fn record_sign_in(&self, report: &SignInReport) -> Result<(), NotRecorded> {
+        let body = serde_json::to_vec(report).map_err(|e| Unavailable(e.to_string()))?;
         let req = Request::post(format!("{}/v1/signins", self.base))
             .header(AUTHORIZATION, &self.bearer)
             .header(CONTENT_TYPE, "application/json")
@@ -227,15 +202,10 @@ impl ControlClient {
     /// Reports when users last typed into sessions (`POST /v1/activity`): a JSON list
     /// of `{session, last_input}`.
     pub async fn report_input(&self, inputs: &[(SessionId, u64)]) -> Result<(), Unavailable> {
-        #[derive(serde::Serialize)]
-        struct Entry<'a> {
-            session: &'a SessionId,
-            last_input: u64,
-        }
-        let body: Vec<Entry<'_>> = inputs
+        let body: Vec<InputReport> = inputs
             .iter()
-            .map(|(session, last_input)| Entry {
-                session,
+            .map(|(session, last_input)| InputReport {
+                session: *session,
                 last_input: *last_input,
             })
             .collect();
@@ -255,30 +225,31 @@ impl ControlClient {
         users: &[(&str, u32)],
         viewers: &[crate::terminals::ShareViewers],
     ) -> Result<Option<Elsewhere>, Unavailable> {
-        #[derive(serde::Serialize)]
-        struct Open<'a> {
-            session: &'a SessionId,
-            open: u32,
-        }
-        #[derive(serde::Serialize)]
-        struct UserOpen<'a> {
-            sub: &'a str,
-            open: u32,
-        }
-        let body = serde_json::json!({
-            "gateway": gateway,
-            "replica": replica,
-            "every_ms": u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
-            "open": counts
+        let body = TerminalsReport {
+            gateway: gateway.to_owned(),
+            replica: Some(replica.to_owned()),
+            every_ms: u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
+            open: counts
                 .iter()
-                .map(|(session, open)| Open { session, open: *open })
-                .collect::<Vec<_>>(),
-            "users": users
-                .iter()
-                .map(|(sub, open)| UserOpen { sub, open: *open })
-                .collect::<Vec<_>>(),
-            "viewers": viewers,
-        });
+                .map(|(session, open)| SessionOpen {
+                    session: *session,
+                    open: *open,
+                })
+                .collect(),
+            // Every user here signed in with a verified token, so each is a valid sub.
+            users: Some(
+                users
+                    .iter()
+                    .filter_map(|(sub, open)| {
+                        Some(UserOpen {
+                            sub: policy::Sub::parse(sub)?,
+                            open: *open,
+                        })
+                    })
+                    .collect(),
+            ),
+            viewers: viewers.to_vec(),
+        };
         let body = serde_json::to_vec(&body).map_err(|e| Unavailable(e.to_string()))?;
         let req = Request::post(format!("{}/v1/terminals", self.base))
             .header(AUTHORIZATION, &self.bearer)
@@ -286,8 +257,8 @@ impl ControlClient {
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| Unavailable(e.to_string()))?;
         match self.send(req, self.timeout).await? {
-            (StatusCode::OK, body) => serde_json::from_slice(&body)
-                .map(Some)
+            (StatusCode::OK, body) => serde_json::from_slice::<reports::Elsewhere>(&body)
+                .map(|e| Some(e.into()))
                 .map_err(|e| Unavailable(format!("bad terminals answer: {e}"))),
             (StatusCode::NO_CONTENT, _) => Ok(None),
             (status, _) => Err(Unavailable(format!("terminals report answered {status}"))),

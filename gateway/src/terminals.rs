@@ -30,6 +30,8 @@ use policy::feed::{PeerGrant, TargetAccess};
 use policy::revocation::{CredentialId, Fingerprint, Revocation, RevokedWhy};
 use policy::terminal_access::{still_allowed, Now, Open, Opened, RouteNow};
 use policy::{Principal, SessionId};
+
+pub use policy::reports::ShareViewers;
 use tokio::sync::Notify;
 
 /// Why a terminal was refused a slot.
@@ -157,19 +159,6 @@ struct View {
     share_expires_at: u64,
 }
 
-/// The viewers one gateway has open on one share link.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ShareViewers {
-    /// The session watched.
-    pub session: SessionId,
-    /// The share's id.
-    pub share: String,
-    /// Viewers open.
-    pub open: u32,
-    /// The `sub`s of the signed-in ones (sorted, once each).
-    pub subs: Vec<String>,
-}
-
 /// A viewer asking for a slot on a share link.
 pub struct ViewerRequest<'a> {
     /// The session watched.
@@ -187,56 +176,38 @@ pub struct ViewerRequest<'a> {
     /// Fingerprint of the viewer's credential (the default without one).
     pub credential: Fingerprint,
 }
-/// What the other gateways have open, as control last answered this one's report.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+/// What the other gateways have open, as control last answered this one's report
+/// ([`policy::reports::Elsewhere`]), by key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Elsewhere {
     /// Terminals per user (viewers not counted).
-    #[serde(default, deserialize_with = "users")]
     pub users: HashMap<String, u32>,
     /// Terminals per session (viewers not counted).
-    #[serde(default, deserialize_with = "sessions")]
     pub sessions: HashMap<SessionId, u32>,
     /// Viewers per share link: (session, share).
-    #[serde(default, deserialize_with = "viewers")]
     pub viewers: HashMap<(SessionId, String), u32>,
 }
 
-/// Control lists its counts as `[{"sub","open"}…]`, `[{"session","open"}…]` and
-/// `[{"session","share","open"}…]`.
-fn users<'de, D: serde::Deserializer<'de>>(d: D) -> Result<HashMap<String, u32>, D::Error> {
-    #[derive(serde::Deserialize)]
-    struct Entry {
-        sub: String,
-        open: u32,
+impl From<policy::reports::Elsewhere> for Elsewhere {
+    fn from(e: policy::reports::Elsewhere) -> Self {
+        Elsewhere {
+            users: e
+                .users
+                .into_iter()
+                .map(|u| (u.sub.as_str().to_owned(), u.open))
+                .collect(),
+            sessions: e
+                .sessions
+                .into_iter()
+                .map(|s| (s.session, s.open))
+                .collect(),
+            viewers: e
+                .viewers
+                .into_iter()
+                .map(|v| ((v.session, v.share), v.open))
+                .collect(),
+        }
     }
-    let list: Vec<Entry> = serde::Deserialize::deserialize(d)?;
-    Ok(list.into_iter().map(|e| (e.sub, e.open)).collect())
-}
-
-fn sessions<'de, D: serde::Deserializer<'de>>(d: D) -> Result<HashMap<SessionId, u32>, D::Error> {
-    #[derive(serde::Deserialize)]
-    struct Entry {
-        session: SessionId,
-        open: u32,
-    }
-    let list: Vec<Entry> = serde::Deserialize::deserialize(d)?;
-    Ok(list.into_iter().map(|e| (e.session, e.open)).collect())
-}
-
-type ViewerCounts = HashMap<(SessionId, String), u32>;
-
-fn viewers<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ViewerCounts, D::Error> {
-    #[derive(serde::Deserialize)]
-    struct Entry {
-        session: SessionId,
-        share: String,
-        open: u32,
-    }
-    let list: Vec<Entry> = serde::Deserialize::deserialize(d)?;
-    Ok(list
-        .into_iter()
-        .map(|e| ((e.session, e.share), e.open))
-        .collect())
 }
 
 impl Elsewhere {

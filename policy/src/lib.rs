@@ -26,6 +26,7 @@ pub mod peer;
 pub mod quota;
 pub mod recording_link;
 pub mod refusal;
+pub mod reports;
 pub mod retention;
 pub mod revocation;
 pub mod sandbox;

@@ -13,9 +13,9 @@ use super::http::{
     authenticate_service, empty, json, no_such_endpoint, not_allowed, query_param, read_json,
     session_id, Reply,
 };
-use super::wire::{InputReport, TerminalsReport};
 use crate::error::ApiError;
 use crate::service::Control;
+use policy::reports::{InputReport, TerminalsReport};
 
 /// Longest a feed poller may ask to wait, seconds.
 const MAX_FEED_WAIT: u64 = 30;

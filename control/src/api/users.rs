@@ -18,8 +18,9 @@ use super::wire::{
 };
 use crate::error::ApiError;
 use crate::retention;
-use crate::service::{may_lock, Control, RevocationRequest, SignInReport, SignInView};
+use crate::service::{may_lock, Control, RevocationRequest, SignInView};
 use crate::store::AuditQuery;
+use policy::reports::SignInReport;
 
 /// `GET /v1/profiles`: the profiles sessions are created from.
 pub(super) fn profiles(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, ApiError> {

@@ -401,31 +401,6 @@ pub(super) struct Targets<'a> {
 
 // Users: sign-ins, revocations, locks, the audit search, profiles.
 
-/// `POST /v1/signins`: what the gateway (with the service token) says of a sign-in it
-/// just made, and the sign-in's token, which itself says who and until when.
-#[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SignInReport {
-    /// The sign-in's own token, the one its cookie carries.
-    pub token: String,
-    /// `token` or `oidc`.
-    #[serde(default)]
-    pub method: String,
-    /// The gateway's name for itself.
-    #[serde(default)]
-    pub gateway: String,
-    /// The browser's `User-Agent`.
-    #[serde(default)]
-    pub user_agent: String,
-    /// The client address the gateway saw.
-    #[serde(default)]
-    pub client: String,
-    /// The sign-in must be new: a second record of the same token is refused (409),
-    /// as a browser's code for the command-line client is used once.
-    #[serde(default)]
-    pub once: bool,
-}
-
 /// `POST /v1/revocations`: a token by its `jti`, or a user's tokens issued before a
 /// time.
 #[derive(Debug, Deserialize)]
@@ -535,53 +510,8 @@ impl<'a> ProfileView<'a> {
     }
 }
 
-// Gateways' reports.
-
-/// `POST /v1/terminals`: the terminals one gateway has open, per session and per user
-/// (a zero for one that had some at its previous report), sent at least every
-/// `every_ms`.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct TerminalsReport {
-    pub(super) gateway: String,
-    /// Where the gateway serves (its host and listener), the same across its restarts.
-    #[serde(default)]
-    pub(super) replica: Option<String>,
-    pub(super) every_ms: u64,
-    pub(super) open: Vec<OpenTerminals>,
-    /// Open per user. A report without it (a gateway from before deployment-wide
-    /// limits) is answered 204, as it expects; with it, 200 and the other gateways'
-    /// counts.
-    #[serde(default)]
-    pub(super) users: Option<Vec<UserTerminals>>,
-    /// The share-link viewers it has open, all of them.
-    #[serde(default)]
-    pub(super) viewers: Vec<Viewers>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct UserTerminals {
-    pub(super) sub: Sub,
-    pub(super) open: u32,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct OpenTerminals {
-    pub(super) session: SessionId,
-    pub(super) open: u32,
-}
-
-/// One entry of `POST /v1/activity`: when a user last typed into a session's
-/// terminals on the reporting gateway.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct InputReport {
-    pub(super) session: SessionId,
-    /// Seconds since the Unix epoch.
-    pub(super) last_input: u64,
-}
+// Gateways' reports (`POST /v1/terminals`, `/v1/activity`, `/v1/signins`) and
+// control's answer to them are `policy::reports`', one definition for both sides.
 
 // Health.
 
@@ -659,65 +589,6 @@ pub struct RecordingsOfUser {
     pub(super) sub: String,
     pub(super) files: usize,
     pub(super) bytes: u64,
-}
-
-// The gateways' live terminal reports (`POST /v1/terminals`) and control's answer,
-// kept by the `live` module.
-
-/// The viewers one gateway has open on one share link.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Viewers {
-    /// The session watched.
-    pub session: SessionId,
-    /// The share's id.
-    pub share: String,
-    /// Viewers open.
-    pub open: u32,
-    /// The `sub`s of the signed-in ones.
-    #[serde(default)]
-    pub subs: Vec<String>,
-}
-
-/// What the other live gateways have open: the answer to a gateway's report. Only
-/// entries with something open are listed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Elsewhere {
-    /// Terminals open per user (share-link viewers not counted).
-    pub users: Vec<UserOpen>,
-    /// Terminals open per session (viewers not counted).
-    pub sessions: Vec<SessionOpen>,
-    /// Viewers open per share link.
-    pub viewers: Vec<ShareOpen>,
-}
-
-/// One user's terminals open elsewhere.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct UserOpen {
-    /// The user.
-    pub sub: Sub,
-    /// Terminals open.
-    pub open: u32,
-}
-
-/// One session's terminals open elsewhere.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SessionOpen {
-    /// The session.
-    pub session: SessionId,
-    /// Terminals open.
-    pub open: u32,
-}
-
-/// One share link's viewers open elsewhere.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ShareOpen {
-    /// The session watched.
-    pub session: SessionId,
-    /// The share's id.
-    pub share: String,
-    /// Viewers open.
-    pub open: u32,
 }
 
 /// One recording as the API lists it.

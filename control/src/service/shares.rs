@@ -111,7 +111,7 @@ impl Control {
     }
 
     /// Records the share-link viewers a gateway has open now.
-    pub fn record_viewers(&self, gateway: &str, viewers: Vec<crate::api::wire::Viewers>) {
+    pub fn record_viewers(&self, gateway: &str, viewers: Vec<policy::reports::ShareViewers>) {
         self.live.record_viewers(gateway, viewers);
     }
 }

@@ -9,9 +9,10 @@ use policy::{Principal, Sub};
 
 use super::clock::now;
 use super::handle::Control;
-use crate::api::wire::{RevocationRequest, SignInReport, SignInView};
+use crate::api::wire::{RevocationRequest, SignInView};
 use crate::error::ApiError;
 use crate::model::SignIn;
+use policy::reports::SignInReport;
 
 /// The time a user's tokens are revoked before, asked at `t`: `None` or `0` is now, and
 /// never later. Times are whole seconds: "now" takes in this second's tokens too, so a

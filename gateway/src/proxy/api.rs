@@ -203,15 +203,17 @@ pub(super) async fn report_sign_in(
 ) -> Result<(), NotRecorded> {
     let ip = super::credential::client_ip(session, &g.trusted_proxies).to_string();
     let report = SignInReport {
-        method,
-        gateway: &g.config.gateway.listen,
+        token: token.to_owned(),
+        method: method.to_owned(),
+        gateway: g.config.gateway.listen.clone(),
         user_agent: header(session.req_header(), "user-agent")
             .and_then(|v| std::str::from_utf8(v).ok())
-            .unwrap_or_default(),
-        client: &ip,
+            .unwrap_or_default()
+            .to_owned(),
+        client: ip,
         once,
     };
-    g.control.record_sign_in(token, &report).await
+    g.control.record_sign_in(&report).await
 }
 
 /// The sign-in's own token: the presented token's user, roles, expiry and `jti` (an

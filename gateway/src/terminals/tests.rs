@@ -120,7 +120,9 @@ fn controls_answer_reads_into_counts() {
     let json = format!(
         r#"{{"users":[{{"sub":"alice","open":2}}],"sessions":[{{"session":"{s1}","open":1}}],"viewers":[{{"session":"{s1}","share":"x","open":3}}]}}"#
     );
-    let e: Elsewhere = serde_json::from_str(&json).unwrap();
+    let e: Elsewhere = serde_json::from_str::<policy::reports::Elsewhere>(&json)
+        .unwrap()
+        .into();
     assert_eq!(e.users.get("alice"), Some(&2));
     assert_eq!(e.sessions.get(&id(1)), Some(&1));
     assert_eq!(e.viewers.get(&(id(1), "x".to_owned())), Some(&3));
