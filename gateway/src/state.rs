@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use config::Config;
 use pingora_limits::rate::Rate;
-use policy::{OriginPolicy, Verifier};
+use policy::{OriginPolicy, SessionId, Verifier};
 
 use crate::control_client::ControlClient;
 use crate::metrics::Metrics;
@@ -135,49 +135,85 @@ impl Gateway {
 
     /// Closes the live terminals a feed update revoked.
     pub fn enforce(&self, revoked: &Revocations) {
+        let t = &self.terminals;
         for id in &revoked.sessions {
-            let n = self.terminals.close_session(id, CloseReason::RouteRemoved);
-            if n > 0 {
-                tracing::info!(target: "audit", session = %id, closed = n, reason = "route_removed", "live terminals closed");
-                self.count_closed(CloseReason::RouteRemoved, n);
-            }
+            let n = t.close_session(id, CloseReason::RouteRemoved);
+            self.said_closed(
+                n,
+                CloseReason::RouteRemoved,
+                "route_removed",
+                ClosedFor::Session(id),
+            );
         }
         for (id, access) in &revoked.narrowed {
-            let n = self.terminals.close_disallowed(id, access);
-            if n > 0 {
-                tracing::info!(target: "audit", session = %id, closed = n, reason = "access_removed", "live terminals closed");
-                self.count_closed(CloseReason::AccessRemoved, n);
-            }
+            let n = t.close_disallowed(id, access);
+            self.said_closed(
+                n,
+                CloseReason::AccessRemoved,
+                "access_removed",
+                ClosedFor::Session(id),
+            );
         }
         for (id, share) in &revoked.shares {
-            let n = self.terminals.close_share(id, share);
-            if n > 0 {
-                tracing::info!(target: "audit", session = %id, share = %share, closed = n, reason = "share_revoked", "share viewers closed");
-                self.count_closed(CloseReason::ShareEnded, n);
-            }
+            let n = t.close_share(id, share);
+            self.said_closed(
+                n,
+                CloseReason::ShareEnded,
+                "share_revoked",
+                ClosedFor::Share(id, share),
+            );
         }
         for (id, peers) in &revoked.peers {
-            let n = self.terminals.sync_peers(id, peers, crate::clock::now());
-            if n > 0 {
-                tracing::info!(target: "audit", session = %id, closed = n, reason = "peer_removed", "peer terminals closed");
-                self.count_closed(CloseReason::PeerRemoved, n);
-            }
+            let n = t.sync_peers(id, peers, crate::clock::now());
+            self.said_closed(
+                n,
+                CloseReason::PeerRemoved,
+                "peer_removed",
+                ClosedFor::Session(id),
+            );
         }
         for r in &revoked.credentials {
-            let n = self.terminals.close_revoked(r);
-            if n > 0 {
-                let reason = CloseReason::from(r.why());
-                tracing::info!(target: "audit", revocation = %r.key(), closed = n, reason = reason.as_str(), "live terminals closed");
-                self.count_closed(reason, n);
-            }
+            let reason = CloseReason::from(r.why());
+            let n = t.close_revoked(r);
+            self.said_closed(n, reason, reason.as_str(), ClosedFor::Revocation(&r.key()));
         }
         for sub in &revoked.users {
-            let n = self.terminals.close_user(sub, CloseReason::UserLocked);
-            if n > 0 {
-                tracing::info!(target: "audit", sub = %sub, closed = n, reason = "user_locked", "live terminals closed");
-                self.count_closed(CloseReason::UserLocked, n);
+            let n = t.close_user(sub, CloseReason::UserLocked);
+            self.said_closed(
+                n,
+                CloseReason::UserLocked,
+                "user_locked",
+                ClosedFor::User(sub),
+            );
+        }
+    }
+
+    /// Says and counts what one enforcement closed, the one shape every enforcement
+    /// ends in: an audit line naming what decided it and `why`, and the `closed` metric
+    /// by `reason`. Nothing when it closed nothing.
+    pub fn said_closed(&self, n: usize, reason: CloseReason, why: &str, what: ClosedFor<'_>) {
+        if n == 0 {
+            return;
+        }
+        const LINE: &str = "live terminals closed";
+        match what {
+            ClosedFor::Session(id) => {
+                tracing::info!(target: "audit", session = %id, closed = n, reason = why, "{LINE}")
+            }
+            ClosedFor::Share(id, share) => {
+                tracing::info!(target: "audit", session = %id, share = %share, closed = n, reason = why, "{LINE}")
+            }
+            ClosedFor::Revocation(key) => {
+                tracing::info!(target: "audit", revocation = %key, closed = n, reason = why, "{LINE}")
+            }
+            ClosedFor::User(sub) => {
+                tracing::info!(target: "audit", sub = %sub, closed = n, reason = why, "{LINE}")
+            }
+            ClosedFor::Anything => {
+                tracing::info!(target: "audit", closed = n, reason = why, "{LINE}")
             }
         }
+        self.count_closed(reason, n);
     }
 
     /// A token's fingerprint: tells terminals opened with it apart without keeping it,
@@ -187,10 +223,24 @@ impl Gateway {
     }
 
     /// Counts live terminals closed by enforcement.
-    pub fn count_closed(&self, reason: CloseReason, n: usize) {
+    fn count_closed(&self, reason: CloseReason, n: usize) {
         let label = crate::metrics::Label {
             kind: reason.as_str(),
         };
         self.metrics.closed.get_or_create(&label).inc_by(n as u64);
     }
+}
+
+/// What an enforcement closed terminals for, as its audit line names it.
+pub enum ClosedFor<'a> {
+    /// One session's terminals.
+    Session(&'a SessionId),
+    /// One share link's viewers.
+    Share(&'a SessionId, &'a str),
+    /// A revocation, by its key.
+    Revocation(&'a str),
+    /// One user's terminals.
+    User(&'a str),
+    /// Whatever the reason holds for (an expiry, one credential's sign-out).
+    Anything,
 }

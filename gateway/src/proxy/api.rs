@@ -14,7 +14,7 @@ use super::reply::Json;
 use super::upstream::{ControlCall, Upstream};
 use crate::clock::now;
 use crate::control_client::{NotRecorded, SignInReport};
-use crate::state::Gateway;
+use crate::state::{ClosedFor, Gateway};
 use crate::terminals::CloseReason;
 
 /// Largest sign-in body: a JSON object holding one token.
@@ -104,26 +104,35 @@ pub(super) async fn auth_session(g: &Gateway, session: &mut Session) -> Result<A
     }
 }
 
-/// Signs the presented credential out: revoked at control first (every gateway then
-/// refuses it and closes what it opened), its terminals here closed at once, the cookie
-/// cleared. If control cannot be reached nothing is revoked, and the caller is told so
-/// (503 `sign_out_failed`) with the cookie kept: never a sign-out that only looks done.
+/// Signs the sign-in of `token` out, the one sign-out every path takes: revoked at
+/// control first (every gateway then refuses it and closes what it opened), then its
+/// terminals here closed at once. If control cannot be reached nothing is revoked, and
+/// the caller is told so (503 `sign_out_failed`) with the cookie kept: never a
+/// sign-out that only looks done.
+pub(super) async fn sign_out_token(g: &Gateway, token: &[u8]) -> Result<(), Denied> {
+    if let Err(e) = g.control.sign_out(&String::from_utf8_lossy(token)).await {
+        tracing::warn!(error = %e, "sign-out could not reach control; nothing revoked");
+        return Err(Refusal::SIGN_OUT_FAILED.into());
+    }
+    let n = g.terminals.close_credential(g.credential_key(token));
+    g.said_closed(n, CloseReason::SignedOut, "signed_out", ClosedFor::Anything);
+    Ok(())
+}
+
+/// A `Set-Cookie` value that clears cookie `name` on `path` (`secure`: `"; Secure"`
+/// or nothing, as the cookie was set).
+pub(super) fn cleared_cookie(name: &str, path: &str, secure: &str) -> String {
+    format!("{name}=; HttpOnly; SameSite=Strict; Path={path}; Max-Age=0{secure}")
+}
+
+/// `DELETE /auth/session`: signs the presented credential out ([`sign_out_token`]) and
+/// clears the cookie.
 async fn sign_out(g: &Gateway, session: &Session) -> Result<Allowed, Denied> {
     let cookie = &g.config.auth.cookie_name;
     if let Some(Credential { token, .. }) = credential(session.req_header(), cookie) {
-        let text = String::from_utf8_lossy(&token);
-        if let Err(e) = g.control.sign_out(&text).await {
-            tracing::warn!(error = %e, "sign-out could not reach control; nothing revoked");
-            return Err(Refusal::SIGN_OUT_FAILED.into());
-        }
-        let n = g.terminals.close_credential(g.credential_key(&token));
-        if n > 0 {
-            tracing::info!(target: "audit", closed = n, reason = "signed_out", "live terminals closed");
-            g.count_closed(CloseReason::SignedOut, n);
-        }
+        sign_out_token(g, &token).await?;
     }
-    let secure = if g.secure_cookie { "; Secure" } else { "" };
-    let clear = format!("{cookie}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}");
+    let clear = cleared_cookie(cookie, "/", if g.secure_cookie { "; Secure" } else { "" });
     Ok(Allowed::new(
         "sign_out",
         Next::Reply(

@@ -14,7 +14,6 @@ use super::reply::{Json, Redirect};
 use crate::clock::now;
 use crate::oidc::{Oidc, FLOW_COOKIE, ID_TOKEN_COOKIE};
 use crate::state::Gateway;
-use crate::terminals::CloseReason;
 
 /// Admits a request for one step of the sign-in.
 pub(super) async fn step(
@@ -134,26 +133,15 @@ async fn sign_out(
         .check(header(req, "origin"), source)
         .map_err(Refusal::from)?;
     if let Some(Credential { token, .. }) = presented {
-        // Revoked at control first: if that cannot happen, the page says so and the
-        // browser stays signed in, rather than a sign-out that only looks done.
-        if let Err(e) = g.control.sign_out(&String::from_utf8_lossy(&token)).await {
-            tracing::warn!(error = %e, "sign-out could not reach control; nothing revoked");
-            return Err(Refusal::SIGN_OUT_FAILED.into());
-        }
-        let n = g.terminals.close_credential(g.credential_key(&token));
-        if n > 0 {
-            tracing::info!(target: "audit", closed = n, reason = "signed_out", "live terminals closed");
-            g.count_closed(CloseReason::SignedOut, n);
-        }
+        // If this cannot happen, the page says so and the browser stays signed in.
+        super::api::sign_out_token(g, &token).await?;
     }
     let id_token = cookie(req, ID_TOKEN_COOKIE).map(str::to_owned);
     let navigating = header(req, "accept").is_some_and(|a| a.windows(9).any(|w| w == b"text/html"));
     let location = oidc.logout_location(id_token.as_deref()).await;
     let cookies = vec![
-        format!("{name}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}"),
-        format!(
-            "{ID_TOKEN_COOKIE}=; HttpOnly; SameSite=Strict; Path=/auth/logout; Max-Age=0{secure}"
-        ),
+        super::api::cleared_cookie(name, "/", secure),
+        super::api::cleared_cookie(ID_TOKEN_COOKIE, "/auth/logout", secure),
     ];
     if navigating {
         return Ok(redirect("oidc_sign_out", location, cookies));

@@ -8,7 +8,8 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
 use crate::clock::now;
-use crate::state::Gateway;
+use crate::state::{ClosedFor, Gateway};
+use crate::terminals::CloseReason;
 
 /// How long one feed poll may wait at control.
 const FEED_WAIT: Duration = Duration::from_secs(20);
@@ -80,21 +81,13 @@ impl BackgroundService for ExpirySweeper {
             tokio::select! {
                 _ = tick.tick() => {
                     let g = &self.0;
-                    let n = g.terminals.close_expired(now());
-                    if n > 0 {
-                        tracing::info!(target: "audit", closed = n, reason = "token_expired", "live terminals closed");
-                        g.count_closed(crate::terminals::CloseReason::TokenExpired, n);
-                    }
-                    let n = g.terminals.close_expired_views(now());
-                    if n > 0 {
-                        tracing::info!(target: "audit", closed = n, reason = "share_expired", "share viewers closed");
-                        g.count_closed(crate::terminals::CloseReason::ShareEnded, n);
-                    }
-                    let n = g.terminals.close_expired_peers(now());
-                    if n > 0 {
-                        tracing::info!(target: "audit", closed = n, reason = "peer_expired", "peer terminals closed");
-                        g.count_closed(crate::terminals::CloseReason::PeerRemoved, n);
-                    }
+                    let t = now();
+                    let n = g.terminals.close_expired(t);
+                    g.said_closed(n, CloseReason::TokenExpired, "token_expired", ClosedFor::Anything);
+                    let n = g.terminals.close_expired_views(t);
+                    g.said_closed(n, CloseReason::ShareEnded, "share_expired", ClosedFor::Anything);
+                    let n = g.terminals.close_expired_peers(t);
+                    g.said_closed(n, CloseReason::PeerRemoved, "peer_expired", ClosedFor::Anything);
                     g.metrics.open_terminals.set(i64::try_from(g.terminals.open()).unwrap_or(i64::MAX));
                     ticks = ticks.wrapping_add(1);
                     if ticks.is_multiple_of(240) {
