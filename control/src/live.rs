@@ -54,13 +54,35 @@ impl Inner {
 
 /// The gateways' live terminal counts.
 #[derive(Default)]
-pub struct LiveTerminals(Mutex<Inner>);
+pub struct LiveTerminals {
+    inner: Mutex<Inner>,
+    /// Woken after every report.
+    changed: tokio::sync::Notify,
+}
 
 impl LiveTerminals {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.0
+        self.inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Waits, at most `within`, until no gateway reports a terminal open on `id`
+    /// (or none reports at all); `false` when some were still open then.
+    pub async fn closed_everywhere(&self, id: &SessionId, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the look, so a report in between is not missed.
+            changed.as_mut().enable();
+            if self.count(id).is_none_or(|n| n == 0) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return false;
+            }
+        }
     }
 
     /// Records one report of `gateway`, which reports at least every `every`: its
@@ -121,6 +143,8 @@ impl LiveTerminals {
             inner.replicas.retain(|_, holder| *holder != g);
         }
         inner.displaced.retain(|_, until| *until >= now);
+        drop(inner);
+        self.changed.notify_waiters();
     }
 
     /// What every live gateway but `gateway` has open, summed (sorted, so answers are
@@ -259,6 +283,31 @@ mod tests {
         assert_eq!(live.count(&id(2)), Some(1), "g3 went quiet");
         live.record("g1", None, long, &[], &[]);
         assert_eq!(live.count(&id(2)), Some(1));
+    }
+
+    #[tokio::test]
+    async fn an_end_waits_for_the_reports_that_its_terminals_closed_and_no_longer() {
+        let live = std::sync::Arc::new(LiveTerminals::default());
+        let long = Duration::from_secs(60);
+        assert!(live.closed_everywhere(&id(1), long).await, "nothing reported");
+        live.record("g1", None, long, &[(id(1), 2)], &[]);
+        live.record("g2", None, long, &[(id(1), 1)], &[]);
+        let waiter = {
+            let live = std::sync::Arc::clone(&live);
+            tokio::spawn(async move { live.closed_everywhere(&id(1), long).await })
+        };
+        live.record("g1", None, long, &[(id(1), 0)], &[]);
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "g2 still has one open");
+        live.record("g2", None, long, &[(id(1), 0)], &[]);
+        assert!(waiter.await.unwrap(), "closed on both");
+        live.record("g1", None, long, &[(id(2), 1)], &[]);
+        assert!(
+            !live
+                .closed_everywhere(&id(2), Duration::from_millis(20))
+                .await,
+            "still open when the wait ran out"
+        );
     }
 
     #[test]

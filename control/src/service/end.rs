@@ -1,5 +1,12 @@
 //! A session's end: decided and recorded first, the container stopped after, on a
 //! task of its own.
+//!
+//! The decision reaches the gateways through the route feed, and they close the
+//! session's terminals with a close frame. Its Docker teardown (a hang-up, the
+//! programs' exit, the removal, and every `docker attach` of the pools ending with it)
+//! costs the same cores, so it waits until the gateways report the terminals closed
+//! (at most [`FANOUT_WAIT`]), and at most [`STOPS_AT_ONCE`] teardowns run together:
+//! ends decided together close their terminals first and stop their containers after.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,6 +23,12 @@ use super::clock::now;
 use super::failpoint::failpoint;
 use super::handle::Control;
 use super::names::{container_name, SYSTEM};
+
+/// How long a teardown waits for the gateways to report the session's terminals
+/// closed; a gateway that stopped reporting is forgotten sooner.
+const FANOUT_WAIT: Duration = Duration::from_secs(1);
+/// Container teardowns run at once, at most.
+pub(super) const STOPS_AT_ONCE: usize = 4;
 
 impl Control {
     /// Ends session `id` as `state` if it is still in one of `from`, as decided by
@@ -149,6 +162,11 @@ impl Control {
         let c = Arc::clone(self);
         tokio::spawn(async move {
             let _mark = mark;
+            if !c.live.closed_everywhere(&s.id, FANOUT_WAIT).await {
+                tracing::debug!(session = %s.id, "terminals still reported open; stopping the container anyway");
+            }
+            // Never closed: the semaphore lives as long as the handle.
+            let _turn = c.stops.acquire().await.ok();
             failpoint("end:before_stop");
             let started = Instant::now();
             match c.stop_and_record(&s).await {

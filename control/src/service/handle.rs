@@ -42,6 +42,8 @@ pub struct Control {
     pub(super) grant_handles: Handles,
     /// Asks the volume pass to measure workspaces' sizes ([`crate::volumes`]).
     pub(super) sizes_wanted: tokio::sync::Notify,
+    /// Turns of the container teardowns (`end.rs`).
+    pub(super) stops: tokio::sync::Semaphore,
 }
 
 impl Control {
@@ -64,6 +66,7 @@ impl Control {
             grants: std::sync::OnceLock::new(),
             grant_handles: Default::default(),
             sizes_wanted: tokio::sync::Notify::new(),
+            stops: tokio::sync::Semaphore::new(super::end::STOPS_AT_ONCE),
         }
     }
 
