@@ -5,7 +5,8 @@
 //! session's terminals with a close frame. Its Docker teardown (a hang-up, the
 //! programs' exit, the removal, and every `docker attach` of the pools ending with it)
 //! costs the same cores, so it waits until the gateways report the terminals closed
-//! (at most [`FANOUT_WAIT`]), and at most [`STOPS_AT_ONCE`] teardowns run together:
+//! (at most [`FANOUT_WAIT`]), and at most [`STOPS_AT_ONCE`](super::handle::STOPS_AT_ONCE)
+//! teardowns run together:
 //! ends decided together close their terminals first and stop their containers after.
 
 use std::sync::Arc;
@@ -27,8 +28,6 @@ use super::names::{container_name, SYSTEM};
 /// How long a teardown waits for the gateways to report the session's terminals
 /// closed; a gateway that stopped reporting is forgotten sooner.
 const FANOUT_WAIT: Duration = Duration::from_secs(1);
-/// Container teardowns run at once, at most.
-pub(super) const STOPS_AT_ONCE: usize = 4;
 
 impl Control {
     /// Ends session `id` as `state` if it is still in one of `from`, as decided by

@@ -12,6 +12,9 @@ use crate::hosts::Hosts;
 use crate::metrics::Metrics;
 use crate::store::Store;
 
+/// Container teardowns (`end.rs`) that run at once, at most.
+pub(super) const STOPS_AT_ONCE: usize = 4;
+
 /// The control service.
 pub struct Control {
     pub(super) config: Arc<Config>,
@@ -66,7 +69,7 @@ impl Control {
             grants: std::sync::OnceLock::new(),
             grant_handles: Default::default(),
             sizes_wanted: tokio::sync::Notify::new(),
-            stops: tokio::sync::Semaphore::new(super::end::STOPS_AT_ONCE),
+            stops: tokio::sync::Semaphore::new(STOPS_AT_ONCE),
         }
     }
 
