@@ -289,7 +289,10 @@ mod tests {
     async fn an_end_waits_for_the_reports_that_its_terminals_closed_and_no_longer() {
         let live = std::sync::Arc::new(LiveTerminals::default());
         let long = Duration::from_secs(60);
-        assert!(live.closed_everywhere(&id(1), long).await, "nothing reported");
+        assert!(
+            live.closed_everywhere(&id(1), long).await,
+            "nothing reported"
+        );
         live.record("g1", None, long, &[(id(1), 2)], &[]);
         live.record("g2", None, long, &[(id(1), 1)], &[]);
         let waiter = {

@@ -725,3 +725,61 @@ fn every_path_the_architecture_names_exists() {
         "ARCHITECTURE.md names paths that do not exist: {missing:?}"
     );
 }
+
+/// The cells of a Markdown table's rows: every line that starts with `|`, split on the
+/// `|`s a renderer splits on (all but `\|`), each cell trimmed, with its line number.
+fn table_cells(text: &str) -> Vec<(usize, String)> {
+    let mut cells = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let Some(row) = line.trim().strip_prefix('|') else {
+            continue;
+        };
+        let row = row.strip_suffix('|').unwrap_or(row);
+        let mut cell = String::new();
+        let mut escaped = false;
+        for c in row.chars().chain(std::iter::once('|')) {
+            if c == '|' && !escaped {
+                cells.push((n + 1, cell.trim().to_string()));
+                cell.clear();
+            } else {
+                cell.push(c);
+            }
+            escaped = c == '\\' && !escaped;
+        }
+    }
+    cells
+}
+
+/// A longer cell wraps past two lines of a rendered table, and a reader looking for where
+/// a thing lives has to read a paragraph to find it; the detail belongs in the prose
+/// above the table.
+const MAX_TABLE_CELL_CHARS: usize = 240;
+
+/// ARCHITECTURE.md's tables (the features, the entry points, the red lines) say where
+/// to look in a line or two: no cell is longer than 240 characters.
+#[test]
+fn every_cell_of_the_architecture_tables_fits_in_two_lines() {
+    let sample = format!(
+        "| a | b \\| c |\n| x | {} |\ntext | not a row",
+        "y".repeat(241)
+    );
+    let cells: Vec<String> = table_cells(&sample).into_iter().map(|(_, c)| c).collect();
+    assert_eq!(cells[..3], ["a", "b \\| c", "x"], "{cells:?}");
+    assert_eq!((cells.len(), cells[3].len()), (4, 241));
+
+    let text =
+        std::fs::read_to_string(workspace().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let cells = table_cells(&text);
+    assert!(cells.len() > 100, "only {} table cells found", cells.len());
+    let long: Vec<String> = cells
+        .iter()
+        .filter(|(_, c)| c.chars().count() > MAX_TABLE_CELL_CHARS)
+        .map(|(n, c)| format!("line {n}: {} characters: {c:.60}…", c.chars().count()))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "ARCHITECTURE.md has table cells over {MAX_TABLE_CELL_CHARS} characters \
+         (move the detail into the prose above the table):\n{}",
+        long.join("\n")
+    );
+}

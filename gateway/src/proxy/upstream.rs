@@ -1,4 +1,4 @@
-//! Where an allowed request goes and what of it arrives there: the peer (control, or a
+//! Where an allowed request goes and what of it arrives there: the upstream (control, or a
 //! ttyd of the pool) and the rewritten request head, which carries no identity the
 //! client claimed — only the one the gateway verified.
 
@@ -68,7 +68,7 @@ pub struct TtydRequest {
 }
 
 impl Upstream {
-    /// The peer to connect to; `key` spreads requests over the ttyd pool. Control over
+    /// The upstream to connect to (Pingora's `HttpPeer`); `key` spreads requests over the ttyd pool. Control over
     /// `https://` is a TLS peer checked against `pki.ca_file`. A `tls://`
     /// pool's front is a TLS peer that presents `pools`' certificate (without one, an
     /// error that names `gateway.client_cert_file`).
