@@ -68,10 +68,10 @@ pub struct TtydRequest {
 }
 
 impl Upstream {
-    /// The upstream to connect to (Pingora's `HttpPeer`); `key` spreads requests over the ttyd pool. Control over
-    /// `https://` is a TLS peer checked against `pki.ca_file`. A `tls://`
-    /// pool's front is a TLS peer that presents `pools`' certificate (without one, an
-    /// error that names `gateway.client_cert_file`).
+    /// The upstream to connect to (Pingora's `HttpPeer`); `key` spreads requests over
+    /// the ttyd pool. Control over `https://` is reached over TLS checked against
+    /// `pki.ca_file`. A `tls://` pool's front is reached over TLS presenting `pools`'
+    /// certificate (without one, an error that names `gateway.client_cert_file`).
     pub(super) fn peer(
         &self,
         control: &ControlEndpoint,
