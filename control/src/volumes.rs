@@ -24,6 +24,14 @@ use crate::service::Control;
 const SIZE_INTERVAL: Duration = Duration::from_secs(300);
 /// How long after an ask the sizes are measured: asks that come together are one.
 const SIZE_SETTLE: Duration = Duration::from_millis(200);
+/// The waits before each try of a host's measurement.
+const SIZE_RETRIES: [Duration; 5] = [
+    Duration::ZERO,
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+];
 
 /// What a pass found wrong with one volume or record.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -207,13 +215,22 @@ async fn measure_sizes(control: &Control) {
             continue;
         }
         let Ok(docker) = host.docker() else { continue };
-        match docker.volume_sizes().await {
-            Ok(m) => {
-                measured.insert(host.name().to_owned(), m);
+        // Docker runs one disk usage at a time and refuses another meanwhile ("a disk
+        // usage operation is already running"): asked again a little later.
+        let mut last = None;
+        for wait in SIZE_RETRIES {
+            tokio::time::sleep(wait).await;
+            match docker.volume_sizes().await {
+                Ok(m) => {
+                    measured.insert(host.name().to_owned(), m);
+                    last = None;
+                    break;
+                }
+                Err(e) => last = Some(e),
             }
-            Err(e) => {
-                tracing::warn!(host = %host.name(), error = %e, "volumes: cannot measure; sizes stay as last measured");
-            }
+        }
+        if let Some(e) = last {
+            tracing::warn!(host = %host.name(), error = %e, "volumes: cannot measure; sizes stay as last measured");
         }
     }
     let Ok(records) = control.store().list_workspaces(None) else {
