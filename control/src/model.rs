@@ -235,6 +235,35 @@ impl Workspace {
     }
 }
 
+/// A secret an admin registered: a name and a file on the Docker hosts under
+/// `docker.secrets_dir`, never its value (control never opens the file). Sessions of
+/// the users and roles it is granted to mount it read-only at `/run/secrets/<name>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Secret {
+    /// Its name: the file's name under `/run/secrets` in a session.
+    pub name: String,
+    /// The file's absolute path on the Docker hosts, under `docker.secrets_dir`.
+    pub path: String,
+    /// The admin who registered it.
+    pub registered_by: Sub,
+    /// When, seconds since the Unix epoch.
+    pub registered_at: u64,
+    /// Who it is granted to: `user:<sub>` or `role:<role>` each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<String>,
+}
+
+impl Secret {
+    /// Whether it is granted to `sub` with `roles`.
+    pub fn granted_to(&self, sub: &Sub, roles: &[String]) -> bool {
+        self.grants.iter().any(|g| match g.split_once(':') {
+            Some(("user", u)) => u == sub.as_str(),
+            Some(("role", r)) => roles.iter().any(|have| have == r),
+            _ => false,
+        })
+    }
+}
+
 fn local_host() -> String {
     config::LOCAL_HOST.to_owned()
 }

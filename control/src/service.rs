@@ -34,6 +34,7 @@ mod locks;
 mod names;
 mod peers;
 mod recording_links;
+mod secrets;
 mod shared_workspaces;
 mod shares;
 mod sign_ins;

@@ -1,5 +1,5 @@
-// termgate admin console: every session, users' locks, shared workspaces, ended
-// sessions, the audit trail. The API checks the admin role on every call; this page only shows it.
+// termgate admin console: every session, users' locks, shared workspaces, secrets,
+// ended sessions, the audit trail. The API checks the admin role on every call; this page only shows it.
 "use strict";
 
 const call = request;
@@ -308,9 +308,77 @@ async function deleteShared(w) {
   await loadShared().catch((e) => say(e.message, true));
 }
 
+// Secrets by reference: a name and a file on the Docker hosts (never a value),
+// granted to users and roles. A grants field reads "role:dev, user:carol".
+async function loadSecrets() {
+  const data = await call("GET", "/api/secrets");
+  const rows = data.secrets.map((s) => {
+    const tr = document.createElement("tr");
+    tr.dataset.name = s.name;
+    const grants = document.createElement("td");
+    const input = document.createElement("input");
+    input.value = s.grants.map((g) => g.to).join(", ");
+    input.setAttribute("aria-label", "Grants of secret " + s.name);
+    input.spellcheck = false;
+    grants.append(input, button("Save", () => saveSecretGrants(s, input.value), "Save the grants of secret " + s.name));
+    const actions = document.createElement("td");
+    actions.append(button("Delete", () => deleteSecret(s), "Delete secret " + s.name));
+    tr.append(
+      cell(s.name),
+      cell(s.path + " → " + s.target),
+      grants,
+      cell(when(s.registered_at) + " by " + s.registered_by),
+      actions,
+    );
+    return tr;
+  });
+  // A grants field being edited is left alone by the refresh.
+  if (document.activeElement && $("secret-rows").contains(document.activeElement)) return;
+  $("secret-rows").replaceChildren(...rows);
+  $("no-secrets").hidden = rows.length > 0;
+}
+
+async function registerSecret(event) {
+  event.preventDefault();
+  const name = $("secret-name").value.trim();
+  const path = $("secret-path").value.trim();
+  if (!name || !path) return;
+  try {
+    await call("POST", "/api/secrets", { name, path });
+    say("Registered secret " + name + ".");
+    $("secret-name").value = "";
+    $("secret-path").value = "";
+  } catch (e) {
+    say(e.message, true);
+  }
+  await loadSecrets().catch((e) => say(e.message, true));
+}
+
+async function saveSecretGrants(s, text) {
+  const grants = text.split(",").map((g) => g.trim()).filter((g) => g).map((to) => ({ to }));
+  try {
+    await call("PATCH", "/api/secrets/" + encodeURIComponent(s.name), { grants });
+    say("Saved the grants of secret " + s.name + ".");
+  } catch (e) {
+    say(e.message, true);
+  }
+  if (document.activeElement) document.activeElement.blur();
+  await loadSecrets().catch((e) => say(e.message, true));
+}
+
+async function deleteSecret(s) {
+  try {
+    await call("DELETE", "/api/secrets/" + encodeURIComponent(s.name));
+    say("Deleted secret " + s.name + " (its file is left alone).");
+  } catch (e) {
+    say(e.message, true);
+  }
+  await loadSecrets().catch((e) => say(e.message, true));
+}
+
 async function refresh() {
   try {
-    await Promise.all([loadActive(), loadLocked(), loadEnded(), loadShared()]);
+    await Promise.all([loadActive(), loadLocked(), loadEnded(), loadShared(), loadSecrets()]);
   } catch (e) {
     say(e.message, true);
   }
@@ -328,6 +396,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("audit-form").addEventListener("submit", search);
   $("shared-form").addEventListener("submit", makeShared);
+  $("secret-form").addEventListener("submit", registerSecret);
   $("signins-form").addEventListener("submit", loadSignIns);
   $("signins-all").addEventListener("click", signOutAll);
   $("revoke-form").addEventListener("submit", (e) => {

@@ -5,7 +5,8 @@
 //! its facts ([`SessionFacts`]: instance, host, id, owner, display name, creation time
 //! and the user's enumerated options). Control sends exactly that body; dockgate rebuilds
 //! it from the create's own labels and options with the same function and refuses any
-//! difference, naming the first field that differs ([`first_difference`]). A home
+//! difference, naming the first field that differs ([`first_difference`]). A session
+//! granted registered secrets mounts them too ([`session_body`]). A home
 //! volume's create body is [`home_volume_body`], a workspace's
 //! [`workspace_volume_body`] and a workspace copy's job [`copy_job_body`], each
 //! compared the same way.
@@ -41,8 +42,13 @@ pub const CREATED_LABEL: &str = "termgate.created";
 /// The Docker host the session was placed on.
 pub const HOST_LABEL: &str = "termgate.host";
 
+mod secrets;
 mod workspace;
 
+pub use secrets::{
+    is_secret_name, secret_labels, secret_target, secrets_from_labels, with_secrets,
+    SessionSecrets, SECRETS_TARGET_DIR, SECRET_LABEL_PREFIX,
+};
 pub use workspace::{
     copy_job_body, copy_job_name, is_own_volume, is_shared_volume, shared_volume_body,
     shared_volume_labels, shared_volume_name, workspace_volume_body, workspace_volume_labels,
@@ -284,6 +290,17 @@ pub fn options_from_env(p: &DeclaredProfile, env: &[String]) -> BTreeMap<String,
 /// the profile allows (an option it lacks or a value it does not list) or when `/tmp`
 /// would be unbounded.
 pub fn container_body(p: &DeclaredProfile, f: &SessionFacts<'_>) -> Result<Value, NotDeclared> {
+    session_body(p, f, &SessionSecrets::new())
+}
+
+/// [`container_body`] of a session that also mounts the registered secrets `secrets`
+/// ([`with_secrets`]), each named by a label of its container. Fails as
+/// [`container_body`] does, and as [`with_secrets`] does for a secret.
+pub fn session_body(
+    p: &DeclaredProfile,
+    f: &SessionFacts<'_>,
+    secrets: &SessionSecrets,
+) -> Result<Value, NotDeclared> {
     if p.tmp_size_mb == 0 {
         return Err(not_declared(
             "HostConfig.Tmpfs",
@@ -291,10 +308,12 @@ pub fn container_body(p: &DeclaredProfile, f: &SessionFacts<'_>) -> Result<Value
         ));
     }
     let workspace = session_workspace(p, f)?;
-    let spec = session_spec(p, workspace, f.workspace_read_only);
+    let spec = with_secrets(session_spec(p, workspace, f.workspace_read_only), secrets)?;
     let env = session_env(p, f.options)?;
     let cmd = (!p.command.is_empty()).then(|| Launch::Cmd(p.command.clone()));
-    Ok(body_of(p, &spec, env, cmd, session_labels(f)))
+    let mut labels = session_labels(f);
+    labels.extend(secret_labels(secrets));
+    Ok(body_of(p, &spec, env, cmd, labels))
 }
 
 /// The workspace volume a session of `p` mounts, checked against the profile: a home
@@ -515,6 +534,8 @@ pub fn first_difference(want: &Value, got: &Value) -> Option<Difference> {
     walk(want, got, "")
 }
 
+#[cfg(test)]
+mod secrets_tests;
 #[cfg(test)]
 mod shared_tests;
 #[cfg(test)]

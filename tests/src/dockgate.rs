@@ -253,6 +253,19 @@ impl DeclaredGate {
         owner: &str,
         workspace: Option<&str>,
     ) -> (String, Value) {
+        self.session_body_with(profile, session, owner, workspace, &Default::default())
+    }
+
+    /// Like [`DeclaredGate::session_body_in`], the session also mounting the registered
+    /// secrets `secrets` (name → file), as control mounts those granted to its owner.
+    pub fn session_body_with(
+        &self,
+        profile: &str,
+        session: &str,
+        owner: &str,
+        workspace: Option<&str>,
+        secrets: &policy::declared::SessionSecrets,
+    ) -> (String, Value) {
         let c = self.config();
         let p = c
             .profiles
@@ -265,7 +278,7 @@ impl DeclaredGate {
             .collect();
         let id = policy::SessionId::parse(session).expect("a session id");
         let owner = policy::Sub::parse(owner).expect("a sub");
-        let body = policy::declared::container_body(
+        let body = policy::declared::session_body(
             &p.declared(),
             &policy::declared::SessionFacts {
                 instance: &c.instance,
@@ -279,6 +292,7 @@ impl DeclaredGate {
                 workspace,
                 workspace_read_only: false,
             },
+            secrets,
         )
         .expect("a declared body");
         (policy::declared::container_name(&id), body)

@@ -1,6 +1,7 @@
-//! The admin console's shared workspaces, in a real browser (headless chromium) in
-//! front of real control, gateway, ttyd and Docker: made, granted, shown in use while a
-//! granted user's session runs on it, and deleted once it is not.
+//! The admin console's shared workspaces and secrets, in a real browser (headless
+//! chromium) in front of real control, gateway, ttyd and Docker: a shared workspace
+//! made, granted, shown in use while a granted user's session runs on it, and deleted
+//! once it is not; a secret registered by reference, granted and deleted.
 
 use std::time::Duration;
 
@@ -129,5 +130,127 @@ fn the_console_makes_grants_and_deletes_a_shared_workspace() {
     assert!(
         !volume_exists(&volume),
         "termgate made it, so its volume went too"
+    );
+}
+
+/// The row of secret `name` holds `test` (a JS expression over `r`, the row).
+fn secret_row_shows(name: &str, test: &str) -> String {
+    format!(
+        "(() => {{ const r = [...document.querySelectorAll('#secret-rows tr')] \
+           .find((r) => r.cells[0].textContent === {}); return !!r && ({test}); }})()",
+        json!(name)
+    )
+}
+
+#[test]
+fn the_console_registers_grants_and_deletes_a_secret() {
+    let secrets = tempfile::tempdir().expect("a secrets directory");
+    std::fs::write(secrets.path().join("token"), "not read by termgate").expect("a file");
+    let dir = secrets.path().display().to_string();
+    let stack = GatewayStack::start_with_env("", &[("TERMGATE__DOCKER__SECRETS_DIR", &dir)]);
+    let mut b = launch();
+    sign_in_by_link_as(&mut b, &stack, "root", true);
+    ok("open the console", b.navigate(&stack.url(0, "/admin")));
+    ok(
+        "the secrets section",
+        b.wait_js(
+            "!document.getElementById('no-secrets').hidden",
+            T,
+            "no secret yet",
+        ),
+    );
+    let register = |name: &str, path: &str| {
+        format!(
+            "document.getElementById('secret-name').value = {}; \
+             document.getElementById('secret-path').value = {}; \
+             document.getElementById('secret-form').requestSubmit(); true",
+            json!(name),
+            json!(path)
+        )
+    };
+    // A file outside the directory is refused, and the console says why.
+    ok(
+        "register outside",
+        b.eval(&register("github-token", "/etc/passwd")),
+    );
+    ok(
+        "the refusal",
+        b.wait_js(
+            "document.getElementById('status').textContent.includes('not a file under docker.secrets_dir')",
+            T,
+            "the refusal shown",
+        ),
+    );
+    // Registered by a path relative to the directory.
+    ok("register", b.eval(&register("github-token", "token")));
+    ok(
+        "its row",
+        b.wait_js(
+            &secret_row_shows(
+                "github-token",
+                &format!(
+                    "r.cells[1].textContent === {} && r.cells[3].textContent.endsWith('by root')",
+                    json!(format!("{dir}/token → /run/secrets/github-token"))
+                ),
+            ),
+            T,
+            "the row of github-token",
+        ),
+    );
+    ok(
+        "grant it",
+        b.eval(
+            "(() => { const r = [...document.querySelectorAll('#secret-rows tr')].find((r) => r.cells[0].textContent === 'github-token'); \
+               r.querySelector('input').value = 'role:dev, user:carol'; \
+               [...r.querySelectorAll('button')].find((b) => b.textContent === 'Save').click(); return true; })()",
+        ),
+    );
+    let admin = stack.control.token("root", true);
+    wait_for("the grants saved", T, || {
+        let a = call(
+            &stack.control,
+            &admin,
+            "GET",
+            "/v1/secrets/github-token",
+            None,
+        );
+        (a.body["grants"] == json!([{"to": "role:dev"}, {"to": "user:carol"}])).then_some(())
+    });
+    ok(
+        "the grants shown",
+        b.wait_js(
+            &secret_row_shows(
+                "github-token",
+                "r.querySelector('input').value === 'role:dev, user:carol'",
+            ),
+            T,
+            "the grants in the row",
+        ),
+    );
+    ok(
+        "delete it",
+        b.eval(
+            "(() => { const r = [...document.querySelectorAll('#secret-rows tr')].find((r) => r.cells[0].textContent === 'github-token'); \
+               [...r.querySelectorAll('button')].find((b) => b.textContent === 'Delete').click(); return true; })()",
+        ),
+    );
+    ok(
+        "gone from the console",
+        b.wait_js(
+            "!document.getElementById('no-secrets').hidden",
+            T,
+            "no secret",
+        ),
+    );
+    check_js(
+        &mut b,
+        "the console said so",
+        "document.getElementById('status').textContent === 'Deleted secret github-token (its file is left alone).'",
+    );
+    let a = call(&stack.control, &admin, "GET", "/v1/secrets", None);
+    assert_eq!(a.body, json!({"secrets": []}), "{}", a.text);
+    assert!(
+        secrets.path().join("token").exists(),
+        "the file is left alone"
     );
 }

@@ -1157,7 +1157,11 @@ fn control_is_told_of_its_own_volumes_and_of_no_others() {
 
     // Disk usage: this deployment's volumes with their figures, nothing else of the
     // daemon (other volumes, images, containers, caches).
-    let a = send(&socket, "GET", "/system/df", None);
+    // Docker runs one disk usage at a time; another suite's may be running.
+    let a = wait_for("the disk usage", Duration::from_secs(60), || {
+        let a = send(&socket, "GET", "/system/df", None);
+        (!a.text.contains("already running")).then_some(a)
+    });
     assert_eq!(a.status, 200, "{}", a.text);
     let usage = json_of(&a);
     assert_eq!(usage.as_object().map(|o| o.len()), Some(1), "{usage}");
@@ -1588,4 +1592,173 @@ fn a_renewed_dockgate_certificate_serves_new_connections_while_open_ones_stay() 
     assert_eq!(pki::server_der(&after), renewed);
     assert_eq!(pki::request(&mut after, ping, DEADLINE).status, 200);
     assert_eq!(renewals(&g), 1);
+}
+
+/// `body` with its secret `name`'s file given as `file`, in its label and its mount
+/// alike: the create a compromised control would send.
+fn secret_at(mut body: Value, name: &str, file: &str) -> Value {
+    body["Labels"][format!("termgate.secret.{name}")] = json!(file);
+    let target = format!("/run/secrets/{name}");
+    for m in body["HostConfig"]["Mounts"]
+        .as_array_mut()
+        .expect("mounts")
+        .iter_mut()
+        .filter(|m| m["Target"] == target.as_str())
+    {
+        m["Source"] = json!(file);
+    }
+    body
+}
+
+/// `body` with the mount at `/run/secrets/{name}` given `field` = `value`.
+fn secret_mount(mut body: Value, name: &str, field: &str, value: Value) -> Value {
+    let target = format!("/run/secrets/{name}");
+    let mounts = body["HostConfig"]["Mounts"].as_array_mut().expect("mounts");
+    let m = mounts
+        .iter_mut()
+        .find(|m| m["Target"] == target.as_str())
+        .expect("the secret's mount");
+    m[field] = value;
+    body
+}
+
+#[test]
+fn a_registered_secret_is_bound_only_from_a_file_under_the_secrets_dir_read_only_at_its_name() {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    let instance = format!("dg{}", random_hex(4));
+    let declared = DeclaredGate::start(&instance, "");
+    let socket = declared.gate.socket("control");
+    let mut names = Cleanup(Vec::new());
+    let secrets = tempfile::tempdir().expect("a secrets directory");
+    let outside = tempfile::tempdir().expect("a directory outside it");
+    let dir = secrets.path();
+    let file = |p: &Path| {
+        std::fs::write(p, random_hex(8)).expect("a file");
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o444)).expect("mode");
+        p.display().to_string()
+    };
+    let token = file(&dir.join("token"));
+    std::fs::create_dir(dir.join("team")).expect("a directory below");
+    let key = file(&dir.join("team").join("key"));
+    let stolen = file(&outside.path().join("stolen"));
+    symlink(&stolen, dir.join("link")).expect("a link to a file outside");
+    symlink(outside.path(), dir.join("out")).expect("a link to a directory outside");
+    let granted = std::collections::BTreeMap::from([
+        ("token".to_owned(), token.clone()),
+        ("key".to_owned(), key.clone()),
+    ]);
+    let body_for = |s: &str| declared.session_body_with("default", s, "alice", Some(""), &granted);
+
+    // Without docker.secrets_dir no secret passes.
+    let (name, body) = body_for(&session_id());
+    names.0.push(name.clone());
+    assert_refused(
+        &create(&socket, &name, &body),
+        "not_declared",
+        "no secrets_dir",
+    );
+    assert!(!container_exists(&name));
+
+    let text = std::fs::read_to_string(declared.dir.config_path()).expect("config");
+    assert!(
+        text.contains("\n[docker]\n"),
+        "the example has a [docker] table"
+    );
+    declared.dir.write_config(&text.replacen(
+        "\n[docker]\n",
+        &format!("\n[docker]\nsecrets_dir = \"{}\"\n", dir.display()),
+        1,
+    ));
+
+    // Registered files, one directly under the directory and one below it, pass.
+    let (name, body) = body_for(&session_id());
+    names.0.push(name.clone());
+    let a = create(&socket, &name, &body);
+    assert_eq!(a.status, 201, "registered secrets pass: {}", a.text);
+    let mounts = docker(&[
+        "inspect",
+        "-f",
+        "{{range .Mounts}}{{.Type}} {{.Source}} {{.Destination}} {{.RW}};{{end}}",
+        &name,
+    ]);
+    for (source, target) in [(&token, "/run/secrets/token"), (&key, "/run/secrets/key")] {
+        assert!(
+            mounts.contains(&format!("bind {source} {target} false;")),
+            "{mounts}"
+        );
+    }
+    remove_container(&socket, &name);
+
+    let dotted = format!(
+        "{}/../{}/stolen",
+        dir.display(),
+        outside
+            .path()
+            .file_name()
+            .expect("a name")
+            .to_string_lossy()
+    );
+    let d = dir.display();
+    // What each refusal says: how a compromised control's create differs.
+    type Forge<'a> = Box<dyn Fn(Value) -> Value + 'a>;
+    let cases: Vec<(&str, &str, Forge)> = vec![
+        (
+            "a file outside the directory",
+            "not a clean path under docker.secrets_dir",
+            Box::new(|b| secret_at(b, "token", &stolen)),
+        ),
+        (
+            "a link inside the directory to a file outside",
+            "symbolic link",
+            Box::new(|b| secret_at(b, "token", &format!("{d}/link"))),
+        ),
+        (
+            "a file through a link inside the directory to a directory outside",
+            "outside docker.secrets_dir",
+            Box::new(|b| secret_at(b, "token", &format!("{d}/out/stolen"))),
+        ),
+        // The sandbox's red line on mount paths refuses it before any comparison.
+        (
+            "a path with ..",
+            "without ..",
+            Box::new(|b| secret_at(b, "token", &dotted)),
+        ),
+        (
+            "a file that does not exist",
+            "No such file",
+            Box::new(|b| secret_at(b, "token", &format!("{d}/missing"))),
+        ),
+        (
+            "a writable secret",
+            ".ReadOnly",
+            Box::new(|b| secret_mount(b, "token", "ReadOnly", json!(false))),
+        ),
+        (
+            "a secret mounted elsewhere",
+            ".Target",
+            Box::new(|b| secret_mount(b, "token", "Target", json!("/etc/token"))),
+        ),
+        (
+            "a secret's file bound where its label does not say",
+            ".Source",
+            Box::new(|b| secret_mount(b, "token", "Source", json!(stolen))),
+        ),
+    ];
+    for (what, says, forge) in cases {
+        let (name, body) = body_for(&session_id());
+        names.0.push(name.clone());
+        let a = create(&socket, &name, &forge(body));
+        let rule = if what.contains("..") {
+            "mount_paths"
+        } else {
+            "not_declared"
+        };
+        assert_refused(&a, rule, what);
+        let message = json_of(&a)["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(message.contains(says), "{what}: {message}");
+        assert!(!container_exists(&name), "{what}: Docker made {name}");
+    }
 }

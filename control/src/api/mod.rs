@@ -4,7 +4,7 @@
 //! one); the route feed carries the service token. Bodies are bounded, unknown fields
 //! refused, and every error is the JSON shape of design §2.
 //!
-//! `route` picks the handler by path: `sessions`, `workspaces`, `users`, `internal`
+//! `route` picks the handler by path: `sessions`, `workspaces`, `secrets`, `users`, `internal`
 //! (the gateways' endpoints) and `authz`; the bodies and answers are in `wire`, the plumbing they share
 //! (replies, authentication, bodies) in `http`.
 
@@ -31,6 +31,7 @@ pub mod authz;
 mod http;
 mod internal;
 mod recording_links;
+mod secrets;
 mod sessions;
 mod users;
 pub mod wire;
@@ -74,6 +75,7 @@ async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, A
         ["targets", rest @ ..] => sessions::targets(control, req, rest, limit).await,
         ["workspaces", rest @ ..] => workspaces::workspaces(control, req, rest, limit).await,
         ["shared-workspaces", rest @ ..] => workspaces::shared(control, req, rest, limit).await,
+        ["secrets", rest @ ..] => secrets::secrets(control, req, rest, limit).await,
         _ => Err(no_such_endpoint()),
     }
 }

@@ -234,6 +234,41 @@ impl DeclaredSource {
         Ok(())
     }
 
+    /// Whether a registered secret's file, as a create names it, may be mounted for
+    /// sessions whose user is `user`: its path is clean and under `docker.secrets_dir`
+    /// as written, the path itself is a regular file (`lstat`: not a symbolic link),
+    /// and it passes what a profile's secret passes (resolving inside the directory,
+    /// readable by that user). Only metadata is read, never the file.
+    pub fn registered_secret_ok(&self, file: &str, user: Option<&str>) -> Result<(), Denied> {
+        let refuse = |why: String| Denied {
+            reason: Reason::NotDeclared,
+            message: format!("secret {file:?}: {why}"),
+        };
+        let (state, dir) = {
+            let l = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+            (l.state.clone(), l.secrets.0.clone())
+        };
+        let dir = dir.ok_or_else(|| refuse("docker.secrets_dir is not set".into()))?;
+        let below = policy::sandbox::normalise(&dir.display().to_string())
+            .is_some_and(|d| file.starts_with(&format!("{}/", d.trim_end_matches('/'))));
+        if policy::sandbox::normalise(file).as_deref() != Some(file) || !below {
+            return Err(refuse(format!(
+                "not a clean path under docker.secrets_dir ({})",
+                dir.display()
+            )));
+        }
+        let m = std::fs::symlink_metadata(file).map_err(|e| refuse(e.to_string()))?;
+        if !m.file_type().is_file() {
+            return Err(refuse(if m.file_type().is_symlink() {
+                "a symbolic link, not the file itself".into()
+            } else {
+                "not a regular file".into()
+            }));
+        }
+        self.secret_ok(Some(&dir), file, user.unwrap_or_default(), &state)
+            .map_err(refuse)
+    }
+
     fn bind_ok_within(&self, source: &str, state: &[String]) -> Result<(), Denied> {
         let resolved = std::fs::canonicalize(source).map_err(|e| Denied {
             reason: Reason::NotDeclared,

@@ -344,8 +344,9 @@ impl Gate {
 
     /// What a declared container create depends on, looked up now: the workspace (and
     /// a copy's source and new volume) are the owner's home volume or workspaces
-    /// termgate made for them, borrowed volumes are plain local ones, the named network resolves to exactly that name, and each bind source
-    /// still resolves where a mount may go.
+    /// termgate made for them, borrowed volumes are plain local ones, the named network resolves to exactly that name, each bind source
+    /// still resolves where a mount may go, and each registered secret's file is one
+    /// under `docker.secrets_dir`.
     async fn look_up(&self, l: CreateLookups) -> Result<(), Refusal> {
         let refuse = |message: String| {
             Refusal::Denied(Denied {
@@ -412,6 +413,13 @@ impl Gate {
             for bind in &l.bind_sources {
                 source.bind_ok(bind).map_err(Refusal::Denied)?;
             }
+            for (file, user) in &l.secrets {
+                source
+                    .registered_secret_ok(file, user.as_deref())
+                    .map_err(Refusal::Denied)?;
+            }
+        } else if !l.secrets.is_empty() {
+            return Err(refuse("no configuration names docker.secrets_dir".into()));
         }
         Ok(())
     }

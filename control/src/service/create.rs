@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use config::Profile;
+use policy::declared::{session_body, session_spec, with_secrets, SessionSecrets};
 use policy::{Action, Decision, Principal, SessionId};
 
 use crate::api::wire::CreateRequest;
@@ -72,6 +73,8 @@ impl Control {
             }
         };
         let workspace = self.choose_workspace(who, profile, &name, req.workspace.as_deref())?;
+        // Fixed now: a later grant or revoke changes only the sessions made after it.
+        let secrets = self.granted_secrets(who, profile)?;
         let mut random = [0u8; 10];
         getrandom::getrandom(&mut random)
             .map_err(|e| ApiError::INTERNAL.with_message(format!("no randomness: {e}")))?;
@@ -134,7 +137,10 @@ impl Control {
         let docker_started = Instant::now();
         let docker = self.docker_of(&session.host);
         let made = match &docker {
-            Ok(docker) => self.make_container(&session, profile, docker).await,
+            Ok(docker) => {
+                self.make_container(&session, profile, &secrets, docker)
+                    .await
+            }
             Err(e) => Err(DockerError::Unavailable(e.to_string())),
         };
         let docker_time = docker_started.elapsed();
@@ -183,7 +189,8 @@ impl Control {
                 self.metrics
                     .create_phase("total", timing.total.as_secs_f64());
                 self.refresh_gauges();
-                tracing::info!(target: "audit", session = %s.id, sub = %who.sub, profile = %s.profile, host = %s.host, docker_ms = timing.docker.as_millis() as u64, total_ms = timing.total.as_millis() as u64, "session created");
+                let secrets: Vec<&str> = secrets.keys().map(String::as_str).collect();
+                tracing::info!(target: "audit", session = %s.id, sub = %who.sub, profile = %s.profile, host = %s.host, secrets = %secrets.join(","), docker_ms = timing.docker.as_millis() as u64, total_ms = timing.total.as_millis() as u64, "session created");
                 Ok((s, timing))
             }
             other => {
@@ -227,24 +234,27 @@ impl Control {
         &self,
         s: &Session,
         profile: &Profile,
+        secrets: &SessionSecrets,
         docker: &Docker,
     ) -> Result<String, DockerError> {
         let instance = &self.config.instance;
         self.ensure_workspace(s, docker).await?;
         let declared = profile.declared();
-        let body = policy::declared::container_body(&declared, &labels::facts(instance, s))
-            .map_err(|e| DockerError::Other {
-                op: "create",
-                message: format!("the profile does not declare this session: {e}"),
-            })?;
+        let undeclared = |e: policy::declared::NotDeclared| DockerError::Other {
+            op: "create",
+            message: format!("the profile does not declare this session: {e}"),
+        };
+        let body =
+            session_body(&declared, &labels::facts(instance, s), secrets).map_err(undeclared)?;
+        let spec = session_spec(
+            &declared,
+            s.workspace.as_ref().map(|w| w.volume.as_str()),
+            s.workspace.as_ref().is_some_and(|w| w.read_only),
+        );
         let req = ContainerRequest {
             name: container_name(&s.id),
             body,
-            spec: policy::declared::session_spec(
-                &declared,
-                s.workspace.as_ref().map(|w| w.volume.as_str()),
-                s.workspace.as_ref().is_some_and(|w| w.read_only),
-            ),
+            spec: with_secrets(spec, secrets).map_err(undeclared)?,
         };
         let id = docker.create(&req).await?;
         failpoint("create:after_container");

@@ -24,17 +24,21 @@ fn admin(who: &Principal) -> Result<(), ApiError> {
     }
 }
 
-/// A grant as the API takes it: `user:<sub>` or `role:<role>`, `ro` or `rw`.
-fn checked_grant(to: &str, access: &str) -> Result<WorkspaceGrant, ApiError> {
-    let bad = |m: String| ApiError::INVALID_WORKSPACE.with_message(m);
-    let ok = match to.split_once(':') {
+/// Whether `to` names whom a grant is for: `user:<sub>` or `role:<role>`.
+pub(super) fn is_grantee(to: &str) -> bool {
+    match to.split_once(':') {
         Some(("user", u)) => policy::Sub::parse(u).is_some(),
         Some(("role", r)) => {
             (1..=128).contains(&r.len()) && r.chars().all(|c| !c.is_control() && c != ':')
         }
         _ => false,
-    };
-    if !ok {
+    }
+}
+
+/// A grant as the API takes it: `user:<sub>` or `role:<role>`, `ro` or `rw`.
+fn checked_grant(to: &str, access: &str) -> Result<WorkspaceGrant, ApiError> {
+    let bad = |m: String| ApiError::INVALID_WORKSPACE.with_message(m);
+    if !is_grantee(to) {
         return Err(bad(format!(
             "grant {to:?}: expected user:<sub> or role:<role>"
         )));

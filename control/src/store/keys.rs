@@ -34,6 +34,8 @@ pub(super) const RECORDING_LINKS: &str = "recording_links";
 pub(super) const AUDIT: &str = "audit";
 /// workspace id → the workspace.
 pub(super) const WORKSPACES: &str = "workspaces";
+/// secret name → the registered secret (its name and path, never its value).
+pub(super) const SECRETS: &str = "secrets";
 
 /// The revision's key in `meta`.
 pub(super) const REV_KEY: &[u8] = b"rev";

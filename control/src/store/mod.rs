@@ -1,6 +1,6 @@
 //! The control service's books, kept in sled. This is the only module that touches sled.
 //!
-//! Layout (one sled database, thirteen trees):
+//! Layout (one sled database, fifteen trees):
 //!
 //! | tree               | key                                         | value              |
 //! |--------------------|---------------------------------------------|--------------------|
@@ -17,6 +17,8 @@
 //! | `revoked`          | `f/<fingerprint>`, `j/<jti>`, `b/<sub>`     | [`Revocation`] JSON |
 //! | `recording_links`  | `h/<token sha256 hex>`; `i/<session>/<recording>/<link id>` | [`RecordingLink`] JSON; the hash |
 //! | `workspaces`       | workspace id                                | [`Workspace`] JSON |
+//! | `audit`            | `at_ms seq` (u64 BE, u32 BE)                | an audit line JSON |
+//! | `secrets`          | secret name                                 | [`Secret`] JSON    |
 //!
 //! Every write holds one process-wide mutex and runs as one multi-tree transaction:
 //! the mutex serialises quota check, insert, counting and the revision bump (sled's
@@ -24,6 +26,8 @@
 //! transaction makes a crash leave either all of a change or none of it. Because every
 //! write holds the mutex, a writer may also read the trees outside its transaction
 //! (for prefix scans, which transactions cannot do) and rely on them not moving.
+//! `audit` and `secrets` stand apart from the transaction: an audit line and a secret's
+//! record each change one key of one tree, and nothing else moves with them.
 //!
 //! A write that changes what gateways should know bumps `rev` and appends exactly one
 //! [`Change`] in the same transaction; the change log keeps the newest
@@ -36,7 +40,7 @@
 //! topic: [`sessions`] the session records and their history, [`users`] per-user
 //! counts and locks, [`feed`] the route feed, [`targets`] the targets, [`meta`] the
 //! grant key, [`sign_ins`] the sign-ins and revocations, [`audit`] the audit lines,
-//! [`workspaces`] the workspaces.
+//! [`workspaces`] the workspaces, [`secrets`] the registered secrets.
 //! [`error`] holds the error types, [`keys`] the byte layouts, [`tx`] the transaction
 //! helper.
 //!
@@ -48,6 +52,7 @@
 //! [`Revocation`]: policy::revocation::Revocation
 //! [`RecordingLink`]: crate::model::RecordingLink
 //! [`Workspace`]: crate::model::Workspace
+//! [`Secret`]: crate::model::Secret
 
 mod audit;
 mod error;
@@ -55,6 +60,7 @@ mod feed;
 mod keys;
 mod meta;
 mod recording_links;
+mod secrets;
 mod sessions;
 mod sign_ins;
 mod targets;
@@ -79,7 +85,7 @@ use tokio::sync::watch;
 use crate::model::{Pools, Route, Session};
 use keys::{
     decode_u64, AUDIT, CHANGES, COUNTS, HISTORY, HISTORY_BY_OWNER, LOCKS, META, OWNERS,
-    RECORDING_LINKS, REVOKED, REV_KEY, SESSIONS, SIGN_INS, TARGETS, WORKSPACES,
+    RECORDING_LINKS, REVOKED, REV_KEY, SECRETS, SESSIONS, SIGN_INS, TARGETS, WORKSPACES,
 };
 
 /// The control service's persistent state: sessions, history, quotas, locks and the
@@ -120,6 +126,7 @@ struct Opened {
     recording_links: Tree,
     audit: Tree,
     workspaces: Tree,
+    secrets: Tree,
     /// This opening's feed epoch (see [`FeedPage::epoch`](crate::model::FeedPage::epoch)).
     epoch: String,
     /// sled's log file, for [`Opened::sync`].
@@ -159,6 +166,7 @@ impl Opened {
             recording_links: open(RECORDING_LINKS)?,
             audit: open(AUDIT)?,
             workspaces: open(WORKSPACES)?,
+            secrets: open(SECRETS)?,
             epoch: new_epoch()?,
             log: std::fs::File::open(path.join("db")).map_err(StoreError::Unavailable)?,
             db,

@@ -9,10 +9,10 @@ use serde_json::Value;
 use super::denied::{deny, Denied, Reason};
 use super::target::Asked;
 use crate::declared::{
-    container_body, container_name, copy_job_body, copy_job_name, first_difference,
-    home_volume_body, options_from_env, shared_volume_body, workspace_volume_body, CopyFacts,
-    DeclaredProfile, SessionFacts, COPY_SOURCE_LABEL, CREATED_LABEL, MANAGED_LABEL, NAME_LABEL,
-    OWNER_LABEL, PROFILE_LABEL, SESSION_LABEL, WORKSPACE_ACCESS_LABEL, WORKSPACE_LABEL,
+    container_name, copy_job_body, copy_job_name, first_difference, home_volume_body,
+    options_from_env, secrets_from_labels, session_body, shared_volume_body, workspace_volume_body,
+    CopyFacts, DeclaredProfile, SessionFacts, COPY_SOURCE_LABEL, CREATED_LABEL, MANAGED_LABEL,
+    NAME_LABEL, OWNER_LABEL, PROFILE_LABEL, SESSION_LABEL, WORKSPACE_ACCESS_LABEL, WORKSPACE_LABEL,
 };
 use crate::sandbox::{is_daemon_path, normalise, MountKind};
 use crate::session_id::SessionId;
@@ -47,6 +47,10 @@ pub struct CreateLookups {
     pub network: Option<String>,
     /// The profile's bind sources: each, resolved again, must pass [`bind_source_ok`].
     pub bind_sources: Vec<String>,
+    /// The registered secrets' files the session mounts, each with the user its
+    /// sessions run as: each must be a regular file (not a symbolic link) under
+    /// `docker.secrets_dir`, resolving inside it, that user able to read it.
+    pub secrets: Vec<(String, Option<String>)>,
 }
 
 fn not_declared(message: String) -> Denied {
@@ -154,6 +158,15 @@ pub fn container_create_declared(
         })
         .unwrap_or_default();
     let options = options_from_env(profile, &env);
+    // The registered secrets its labels name: rebuilt into the same mounts below, and
+    // their files looked up on the host before the create goes on.
+    let secrets = secrets_from_labels(
+        body.get("Labels")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))),
+    );
     let facts = SessionFacts {
         instance: &d.instance,
         host: &d.host,
@@ -166,11 +179,17 @@ pub fn container_create_declared(
         workspace,
         workspace_read_only,
     };
-    let want = container_body(profile, &facts)
+    let want = session_body(profile, &facts, &secrets)
         .map_err(|e| not_declared(format!("{}: {}", e.field, e.message)))?;
     compare(&want, body)?;
     name_is(asked, &container_name(&session))?;
-    let mut lookups = CreateLookups::default();
+    let mut lookups = CreateLookups {
+        secrets: secrets
+            .into_values()
+            .map(|file| (file, profile.spec.user.clone()))
+            .collect(),
+        ..CreateLookups::default()
+    };
     if let Some(w) = workspace.filter(|w| !w.is_empty()) {
         lookups
             .own_volumes

@@ -5,6 +5,7 @@ mod feed;
 mod quotas;
 mod records;
 mod reopen;
+mod secrets;
 mod sign_ins;
 
 use std::collections::BTreeMap;
