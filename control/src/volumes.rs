@@ -8,9 +8,11 @@
 //! in flight between the two steps is not reported).
 //!
 //! Sizes come from Docker's disk usage (`GET /system/df`, which dockgate cuts to this
-//! deployment's volumes): at start, every [`SIZE_INTERVAL`], and soon after a session
-//! on a workspace ended or a copy finished ([`Control::measure_workspaces_soon`]). A
-//! home workspace's size is the sum of its volumes on every host.
+//! deployment's volumes). Docker walks every volume of the host for it, one such walk
+//! at a time, and its volume calls slow down meanwhile, so it is asked sparingly:
+//! every [`SIZE_INTERVAL`], and soon after a session on a chosen workspace ended or a
+//! copy finished ([`Control::measure_workspaces_soon`]), never twice within
+//! [`SIZE_GAP`]. A home workspace's size is the sum of its volumes on every host.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -24,6 +26,8 @@ use crate::service::Control;
 const SIZE_INTERVAL: Duration = Duration::from_secs(300);
 /// How long after an ask the sizes are measured: asks that come together are one.
 const SIZE_SETTLE: Duration = Duration::from_millis(200);
+/// The least time between two measurements.
+const SIZE_GAP: Duration = Duration::from_secs(30);
 /// The waits before each try of a host's measurement.
 const SIZE_RETRIES: [Duration; 5] = [
     Duration::ZERO,
@@ -144,25 +148,52 @@ fn sizes_of(
 }
 
 /// Checks the volumes and measures them, until `shutdown` fires.
-pub async fn run(control: Arc<Control>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+pub async fn run(control: Arc<Control>, shutdown: tokio::sync::watch::Receiver<bool>) {
+    // Apart, so that a measurement waiting for its turn never holds up a check.
+    tokio::join!(
+        checks(&control, shutdown.clone()),
+        sizes(&control, shutdown)
+    );
+}
+
+/// The checks, every reconcile interval.
+async fn checks(control: &Control, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let mut check = tokio::time::interval(Duration::from_secs(
         control.config().control.reconcile_interval_seconds,
     ));
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut measure = tokio::time::interval(SIZE_INTERVAL);
-    measure.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut seen_once: HashSet<Finding> = HashSet::new();
     let mut said: HashSet<Finding> = HashSet::new();
     loop {
         tokio::select! {
-            _ = check.tick() => pass(&control, &mut seen_once, &mut said).await,
-            _ = measure.tick() => measure_sizes(&control).await,
+            _ = check.tick() => pass(control, &mut seen_once, &mut said).await,
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// The measurements: every [`SIZE_INTERVAL`] and when asked, never within [`SIZE_GAP`]
+/// of the last.
+async fn sizes(control: &Control, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    use tokio::time::Instant;
+    let mut measure = tokio::time::interval_at(Instant::now() + SIZE_INTERVAL, SIZE_INTERVAL);
+    measure.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            _ = measure.tick() => {}
             _ = control.sizes_wanted().notified() => {
-                tokio::time::sleep(SIZE_SETTLE).await;
-                measure_sizes(&control).await;
+                let soonest = Instant::now() + SIZE_SETTLE;
+                let turn = last.map_or(soonest, |t| (t + SIZE_GAP).max(soonest));
+                tokio::select! {
+                    _ = tokio::time::sleep_until(turn) => {}
+                    _ = shutdown.changed() => return,
+                }
             }
             _ = shutdown.changed() => return,
         }
+        measure_sizes(control).await;
+        last = Some(Instant::now());
     }
 }
 

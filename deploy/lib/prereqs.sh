@@ -671,12 +671,67 @@ _tg_debian_tool() {
 
 # --------------------------------------------------------------------------
 # gVisor's runsc (tests/tests/gvisor.rs registers it with a dockerd of its own; the
-# machine's daemon is never reconfigured here). Debian's package, at /usr/bin/runsc.
+# machine's daemon is never reconfigured here), at /usr/bin/runsc, with the systrap
+# platform: Debian 12's package (0.0~20221219) has only ptrace and kvm, so Debian 13's
+# (trixie) is installed over it. That package is one static binary with no dependencies;
+# apt fetches it (checked against trixie's signed Release) through a source list, lists
+# and cache of its own in a temporary directory, so the machine's apt sources stay as
+# they are and nothing else ever comes from trixie.
 # --------------------------------------------------------------------------
 
+RUNSC_SUITE="trixie"
+
 ensure_runsc() {
-    step "gVisor (runsc)"
-    _tg_debian_tool /usr/bin/runsc runsc "the gVisor profile's tests need it" --version
+    step "gVisor (runsc with the systrap platform)"
+    local runsc=/usr/bin/runsc
+    # `runsc flags` names the platforms it has; it runs nothing. Read whole (no early
+    # exit of a reader under pipefail).
+    _tg_runsc_has_systrap() {
+        local flags
+        [[ -x "$runsc" ]] && flags="$("$runsc" flags 2>&1)" && [[ "$flags" == *systrap* ]]
+    }
+    _tg_runsc_version() {
+        local version
+        version="$("$runsc" --version 2>&1)"
+        printf '%s\n' "${version%%$'\n'*}"
+    }
+    if _tg_runsc_has_systrap; then
+        info "$(_tg_runsc_version)"
+        return 0
+    fi
+    local have="not installed"
+    [[ -x "$runsc" ]] && have="$(_tg_runsc_version), without systrap"
+    _tg_is_root || die "gVisor's tests need runsc with the systrap platform ($runsc: $have); as root run: source deploy/lib/prereqs.sh; ensure_runsc (it installs Debian $RUNSC_SUITE's runsc package)"
+
+    local tmp
+    tmp="$(_tg_mktemp_dir)" || die "cannot create a temporary directory"
+    chmod 755 "$tmp" && mkdir -p "$tmp/sources" "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/deb" \
+        || die "cannot prepare $tmp"
+    # apt downloads as its own user where it has one.
+    if id -u _apt >/dev/null 2>&1; then
+        chown _apt "$tmp/deb" || die "cannot prepare $tmp/deb"
+    fi
+    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+        "$RUNSC_SUITE" >"$tmp/sources/$RUNSC_SUITE.sources" || die "cannot write $tmp/sources"
+    local own=(
+        -o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$tmp/sources"
+        -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache"
+        -o "Dir::Etc::Preferences=/dev/null" -o "Dir::Etc::PreferencesParts=/dev/null"
+        -o "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false" -o "Acquire::Languages=none"
+        -o "APT::Architectures::=$(dpkg --print-architecture)"
+    )
+    info "apt-get update ($RUNSC_SUITE only, lists in $tmp)"
+    apt-get "${_TG_APT_OPTS[@]}" "${own[@]}" update -q >&2 \
+        || die "cannot read Debian $RUNSC_SUITE's package lists from http://deb.debian.org/debian (kept in $tmp)"
+    info "apt-get download runsc (Debian $RUNSC_SUITE)"
+    (cd "$tmp/deb" && apt-get "${_TG_APT_OPTS[@]}" "${own[@]}" download -q runsc >&2) \
+        || die "cannot download runsc from Debian $RUNSC_SUITE (kept in $tmp)"
+    local debs=("$tmp"/deb/runsc_*.deb)
+    [[ -f "${debs[0]}" ]] || die "apt-get download produced no runsc package (got: $(ls "$tmp/deb"))"
+    _tg_apt_install "${debs[0]}"
+    rm -rf "$tmp"
+    _tg_runsc_has_systrap || die "$runsc still lacks the systrap platform after installing ${debs[0]##*/}"
+    info "installed $(_tg_runsc_version) from Debian $RUNSC_SUITE"
 }
 
 # --------------------------------------------------------------------------

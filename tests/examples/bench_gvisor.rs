@@ -15,6 +15,10 @@
 //!   (`BENCH_GVISOR_IDLE` sessions each, default 4), a terminal opened and closed on
 //!   each, read after 5 s idle: runsc's sandbox and gofer are in that cgroup too.
 //!
+//! More rows in the same run, each one more runtime registered with the run's daemon:
+//! `BENCH_GVISOR_PTRACE=1` the same runsc on the ptrace platform;
+//! `BENCH_GVISOR_BEFORE_RUNSC=<path>` another runsc binary (Debian 12's, say) on ptrace.
+//!
 //! `TERMGATE_BIN_DIR=target/release target/release/examples/bench_gvisor`
 //! (`cargo build --release --workspace --bins --examples` first). Prints Markdown.
 
@@ -27,16 +31,81 @@ mod ws;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use e2e::daemon::{runsc_missing, TestDaemon};
+use e2e::daemon::{runsc_missing, TestDaemon, RUNSC_DAEMON_JSON};
 use e2e::stack::{ControlStack, GatewayStack};
 use e2e::stats::{env_num, median, msf, pct};
 use e2e::term::Target;
 use e2e::ttyd::{CountingProxy, TtydPool};
 use ws::{Endpoint, Ws};
 
-/// The runtimes compared, as the tables name them, and their profiles' names.
-const RUNTIMES: [(&str, &str); 2] = [("runc", "runc"), ("runsc (gVisor)", "runsc")];
 const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A runtime compared: as the tables name it, and as its profile and the daemon name it.
+struct Runtime {
+    label: String,
+    name: &'static str,
+}
+
+/// runc, runsc as README "Sessions under gVisor" registers it, and the rows the
+/// environment asks for; with the run's `daemon.json`, which registers them.
+fn runtimes() -> (Vec<Runtime>, String) {
+    let mut daemon: serde_json::Value =
+        serde_json::from_str(RUNSC_DAEMON_JSON).expect("README's daemon.json");
+    let runsc = daemon["runtimes"]["runsc"].clone();
+    let platform = |entry: &serde_json::Value| -> String {
+        entry["runtimeArgs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find_map(|a| a.as_str()?.strip_prefix("--platform="))
+            .unwrap_or("its default platform")
+            .to_owned()
+    };
+    let version = |path: &str| {
+        let v = machine::command_line(path, &["--version"]);
+        v.strip_prefix("runsc version ").unwrap_or(&v).to_owned()
+    };
+    let runsc_path = runsc["path"].as_str().expect("runsc's path").to_owned();
+    let mut list = vec![
+        Runtime {
+            label: "runc".into(),
+            name: "runc",
+        },
+        Runtime {
+            label: format!("runsc {} ({})", version(&runsc_path), platform(&runsc)),
+            name: "runsc",
+        },
+    ];
+    let mut ptrace = |name: &'static str, path: &str| {
+        let mut entry = runsc.clone();
+        entry["path"] = path.into();
+        let args: Vec<serde_json::Value> = entry["runtimeArgs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| !a.as_str().unwrap_or_default().starts_with("--platform="))
+            .cloned()
+            .chain([serde_json::Value::from("--platform=ptrace")])
+            .collect();
+        entry["runtimeArgs"] = args.into();
+        list.push(Runtime {
+            label: format!("runsc {} ({})", version(path), platform(&entry)),
+            name,
+        });
+        daemon["runtimes"][name] = entry;
+    };
+    if env_num("BENCH_GVISOR_PTRACE", 0) == 1 {
+        ptrace("runsc-ptrace", &runsc_path);
+    }
+    if let Ok(path) = std::env::var("BENCH_GVISOR_BEFORE_RUNSC") {
+        assert!(
+            std::path::Path::new(&path).is_file(),
+            "BENCH_GVISOR_BEFORE_RUNSC: no file {path}"
+        );
+        ptrace("runsc-before", &path);
+    }
+    (list, daemon.to_string())
+}
 
 struct Bench {
     stack: GatewayStack,
@@ -47,22 +116,22 @@ struct Bench {
 }
 
 impl Bench {
-    fn start() -> Bench {
+    fn start(runtimes: &[Runtime], daemon_json: &str) -> Bench {
         if let Some(why) = runsc_missing() {
             panic!("cannot measure gVisor here: {why}");
         }
-        let gv = TestDaemon::start_with_runsc();
+        let gv = TestDaemon::start_with(None, daemon_json);
         gv.load_session_image();
         let image = std::env::var("TERMGATE_SESSION_IMAGE")
             .unwrap_or_else(|_| "termgate/session:dev".into());
         // bench_paths' two-CPU profile, once per runtime.
-        let profiles: String = RUNTIMES
+        let profiles: String = runtimes
             .iter()
-            .map(|(_, name)| {
-                let runtime = if *name == "runsc" {
-                    "runtime = \"runsc\"\n"
+            .map(|Runtime { name, .. }| {
+                let runtime = if *name == "runc" {
+                    String::new()
                 } else {
-                    ""
+                    format!("runtime = \"{name}\"\n")
                 };
                 format!(
                     "[profiles.{name}]\ndescription = \"benchmark: two CPUs under {name}\"\n\
@@ -218,9 +287,10 @@ fn main() {
         "runsc",
         machine::command_line("/usr/bin/runsc", &["--version"]),
     )]);
+    let (runtimes, daemon_json) = runtimes();
     let started = Instant::now();
-    let b = Bench::start();
-    let n = RUNTIMES.len();
+    let b = Bench::start(&runtimes, &daemon_json);
+    let n = runtimes.len();
     let mut f: Vec<Figures> = (0..n).map(|_| Figures::default()).collect();
 
     // Create to first prompt, alternating.
@@ -228,7 +298,7 @@ fn main() {
         for k in 0..n {
             let i = (c + k) % n;
             let start = Instant::now();
-            let id = b.create(RUNTIMES[i].1);
+            let id = b.create(runtimes[i].name);
             let w = terminal(&b.endpoint(&id));
             f[i].creates.push(start.elapsed());
             drop(w);
@@ -238,7 +308,7 @@ fn main() {
     eprintln!("creates done");
 
     // Keystrokes: one terminal each, one key on each in turn.
-    let ids: Vec<String> = RUNTIMES.iter().map(|(_, p)| b.create(p)).collect();
+    let ids: Vec<String> = runtimes.iter().map(|r| b.create(r.name)).collect();
     let mut terms: Vec<Ws> = ids.iter().map(|id| terminal(&b.endpoint(id))).collect();
     for t in &mut terms {
         drain(t, Duration::from_millis(300));
@@ -283,8 +353,8 @@ fn main() {
     // Memory of idle sessions: each opened once (its shell started), then left.
     let mut held = Vec::new();
     for _ in 0..idle {
-        for (i, (_, p)) in RUNTIMES.iter().enumerate() {
-            let id = b.create(p);
+        for (i, r) in runtimes.iter().enumerate() {
+            let id = b.create(r.name);
             drop(terminal(&b.endpoint(&id)));
             held.push((i, id));
         }
@@ -308,13 +378,14 @@ fn main() {
         "{build} build; the run took {:.1} min.\n",
         took.as_secs_f64() / 60.0
     );
+    println!("The run's daemon.json: `{daemon_json}`\n");
     println!("| runtime | create → first prompt p50 | p90 | ÷ runc | keystroke p50 | p99 | p50 ÷ runc | bulk MB/s (median) | each round | ÷ runc | idle session memory (median) | ÷ runc |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|");
     let base_create = msf(pct(&mut f[0].creates.clone(), 0.5));
     let base_key = msf(pct(&mut f[0].keys.clone(), 0.5));
     let base_bulk = median(&f[0].bulk);
     let base_idle = median(&f[0].idle.iter().map(|b| *b as f64).collect::<Vec<_>>());
-    for (i, (name, _)) in RUNTIMES.iter().enumerate() {
+    for (i, Runtime { label: name, .. }) in runtimes.iter().enumerate() {
         let c50 = msf(pct(&mut f[i].creates.clone(), 0.5));
         let c90 = msf(pct(&mut f[i].creates.clone(), 0.9));
         let k50 = msf(pct(&mut f[i].keys.clone(), 0.5));

@@ -13,15 +13,26 @@ use crate::ttyd::private_dir;
 const T: Duration = Duration::from_secs(30);
 
 /// The `runtimes` entry README "Sessions under gVisor" gives an operator.
-pub const RUNSC_DAEMON_JSON: &str = r#"{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none"]}}}"#;
+pub const RUNSC_DAEMON_JSON: &str = r#"{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=systrap", "--network=none"]}}}"#;
 
 /// Why gVisor's `runsc` cannot run sessions here, if it cannot.
 pub fn runsc_missing() -> Option<String> {
     if let Some(why) = cannot_run() {
         return Some(why);
     }
-    (!Path::new("/usr/bin/runsc").exists())
-        .then(|| "gVisor's runsc is not installed (deploy/lib/prereqs.sh ensure_runsc)".into())
+    if !Path::new("/usr/bin/runsc").exists() {
+        return Some("gVisor's runsc is not installed (deploy/lib/prereqs.sh ensure_runsc)".into());
+    }
+    // `runsc flags` names the platforms this build has (Debian 12's has no systrap).
+    let flags = Command::new("/usr/bin/runsc").arg("flags").output();
+    let has_systrap = flags.is_ok_and(|o| {
+        String::from_utf8_lossy(&o.stdout).contains("systrap")
+            || String::from_utf8_lossy(&o.stderr).contains("systrap")
+    });
+    (!has_systrap).then(|| {
+        "/usr/bin/runsc has no systrap platform (deploy/lib/prereqs.sh ensure_runsc installs one that has)"
+            .into()
+    })
 }
 
 /// Why this machine cannot run a second daemon, if it cannot.
@@ -82,9 +93,9 @@ impl TestDaemon {
         Self::start_with(netns, "{}")
     }
 
-    /// A daemon whose `daemon.json` also registers gVisor's `runsc` (the ptrace
-    /// platform, which runs on these machines without KVM), as README "Sessions under
-    /// gVisor" tells an operator to.
+    /// A daemon whose `daemon.json` also registers gVisor's `runsc` (the systrap
+    /// platform, which needs no KVM), as README "Sessions under gVisor" tells an
+    /// operator to.
     pub fn start_with_runsc() -> TestDaemon {
         Self::start_with(None, RUNSC_DAEMON_JSON)
     }

@@ -323,10 +323,10 @@ fn a_runsc_session_is_recorded_and_ended_when_idle() {
 
 /// Where gVisor differs from runc: past its memory limit the whole sandbox is killed
 /// (runc's out-of-memory killer takes only the greediest process, and the shell
-/// lives), so the session ends `failed` with the out-of-memory reason; and on the
-/// ptrace platform each of the user's processes is host threads of the sandbox's own,
-/// counted by `pids_limit` with the sentry's, so too many processes end the sandbox
-/// rather than failing one fork.
+/// lives), so the session ends `failed` with the out-of-memory reason; and each of the
+/// user's processes is host tasks of the sandbox's own (on the systrap platform a stub
+/// process and its threads), counted by `pids_limit` with the sentry's, so too many
+/// processes end the sandbox rather than failing one fork.
 #[test]
 fn past_its_limits_a_runsc_session_ends_where_runc_would_refuse_one_process() {
     let Some(s) = setup() else { return };

@@ -23,7 +23,7 @@ use crate::store::{Ending, StoreError};
 use super::clock::now;
 use super::failpoint::failpoint;
 use super::handle::Control;
-use super::names::{container_name, SYSTEM};
+use super::names::{container_name, home_volume_name, SYSTEM};
 
 /// How long a teardown waits for the gateways to report the session's terminals
 /// closed; a gateway that stopped reporting is forgotten sooner.
@@ -241,7 +241,13 @@ impl Control {
             reason,
         )?;
         self.refresh_gauges();
-        if s.workspace.as_ref().is_some_and(|w| w.id.is_some()) {
+        // A chosen workspace's size is measured again (not the home volume's: every
+        // session of a `home` profile has one, and each measurement walks the host).
+        let home = home_volume_name(&self.config.instance, &s.owner);
+        if s.workspace
+            .as_ref()
+            .is_some_and(|w| w.id.is_some() && w.volume != home)
+        {
             self.measure_workspaces_soon();
         }
         Ok(true)
