@@ -385,12 +385,16 @@ fn an_owners_link_plays_the_recording_to_whom_it_may_and_every_worthless_link_is
     );
     assert_eq!((status, &body), (404, &not_found), "the viewer is locked");
     lock("bob", "DELETE");
-    let (status, _) = get(
-        &stack,
-        &format!("/r/{signed_token}/cast"),
-        Some(&bob_cookie),
-    );
-    assert_eq!(status, 200, "the viewer unlocked");
+    // The gateway refuses a locked user's cookie itself, until the unlock reaches it
+    // through the route feed.
+    wait_for("the viewer unlocked", T, || {
+        let (status, _) = get(
+            &stack,
+            &format!("/r/{signed_token}/cast"),
+            Some(&bob_cookie),
+        );
+        (status == 200).then_some(())
+    });
     // The profile narrowed to `off` (control restarted with it): the link is a 404.
     stack.control.kill9();
     stack
