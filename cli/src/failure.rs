@@ -1,5 +1,5 @@
 //! Why a command stopped, and the exit status that tells a script so (`termgate --help`
-//! lists them; the README too).
+//! lists them; docs/using.md too).
 
 use std::fmt;
 

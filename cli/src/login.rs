@@ -111,11 +111,11 @@ async fn with_token(gw: &Gateway, token: &str) -> Result<(HandedOver, bool), Fai
 /// A session id no one has, for [`as_given`]'s check.
 const NO_SESSION: &str = "aaaaaaaaaaaaaaaa";
 
-/// Behind a front proxy that passes only terminals (README "Behind a front proxy")
-/// there is no sign-in to make: what the terminal's check takes is the token itself,
-/// which is kept as it is. It is checked by that check first, on a session id no one
-/// has: control verifies the token before it looks the session up, so a token it
-/// takes is answered termgate's "no such session", any other 401.
+/// Behind a front proxy that passes only terminals (docs/front-proxies.md "Behind a
+/// front proxy") there is no sign-in to make: what the terminal's check takes is the
+/// token itself, which is kept as it is. It is checked by that check first, on a
+/// session id no one has: control verifies the token before it looks the session up, so
+/// a token it takes is answered termgate's "no such session", any other 401.
 async fn as_given(gw: &Gateway, token: &str) -> Result<HandedOver, Failure> {
     let path = format!("/s/{NO_SESSION}/token");
     let reply = gw.send("GET", &path, Some(token), None).await?;

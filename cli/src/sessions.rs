@@ -123,9 +123,9 @@ pub async fn find(gw: &Gateway, wanted: &str) -> Result<Listed, Failure> {
 
 /// The session `wanted` names, for its terminal: as [`find`] finds it, or — where the
 /// gateway's URL has no API, as behind a front proxy that passes only terminals
-/// (README "Behind a front proxy") — an id as it is, for the terminal's own check to
-/// judge (the same "not found" for an unknown id and another user's). A name needs
-/// the API's list.
+/// (docs/front-proxies.md "Behind a front proxy") — an id as it is, for the terminal's
+/// own check to judge (the same "not found" for an unknown id and another user's). A
+/// name needs the API's list.
 pub async fn find_to_open(gw: &Gateway, wanted: &str) -> Result<Listed, Failure> {
     let doing = "listing sessions";
     let reply = gw.call("GET", "/api/sessions", None).await?;

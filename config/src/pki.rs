@@ -1,4 +1,4 @@
-//! The certificates termgate's parts present to each other (README "More than one
+//! The certificates termgate's parts present to each other (docs/hosts.md "More than one
 //! host"): loading them, picking up a renewal without a restart, and reading who a
 //! peer's certificate says it is.
 //!

@@ -427,8 +427,8 @@ fn commented_keys_are_found_only_where_they_would_take_effect() {
 }
 
 #[test]
-fn the_readme_reference_lists_every_key_with_its_default() {
-    let readme = include_str!("../../README.md");
+fn the_reference_page_lists_every_key_with_its_default() {
+    let reference = include_str!("../../docs/reference.md");
     for (key, default) in KEYS {
         let default = if default.is_empty() {
             "—".to_owned()
@@ -436,13 +436,16 @@ fn the_readme_reference_lists_every_key_with_its_default() {
             format!("`{default}`")
         };
         let row = format!("| `{key}` | {default} |");
-        assert!(readme.contains(&row), "README.md lacks the row {row}");
+        assert!(
+            reference.contains(&row),
+            "docs/reference.md lacks the row {row}"
+        );
     }
-    let rows = readme.lines().filter(|l| l.starts_with("| `")).count();
+    let rows = reference.lines().filter(|l| l.starts_with("| `")).count();
     assert_eq!(
         rows,
         KEYS.len(),
-        "README.md has rows for keys the config does not have"
+        "docs/reference.md has rows for keys the config does not have"
     );
 }
 

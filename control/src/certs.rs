@@ -1,5 +1,5 @@
 //! `termgate-control certs`: a deployment's small CA and the certificates its parts
-//! present to each other (README "More than one host").
+//! present to each other (docs/hosts.md "More than one host").
 //!
 //! `init` makes the CA (`ca.pem`, `ca-key.pem`) in a directory; `issue` makes one
 //! part's certificate and key (`<role>-<name>.pem`, `<role>-<name>-key.pem`), its

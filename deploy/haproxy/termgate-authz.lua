@@ -1,8 +1,8 @@
 -- termgate's check for HAProxy: asks control's GET /v1/authz about every terminal
 -- request and leaves control's answer in transaction variables, from which
 -- deploy/haproxy/haproxy.cfg refuses the request or rewrites it for ttyd
--- (README "Behind a front proxy"). Needs HAProxy 2.5 or later (core.httpclient) with
--- Lua; load it in the global section and run it as an action:
+-- (docs/front-proxies.md "Behind a front proxy"). Needs HAProxy 2.5 or later
+-- (core.httpclient) with Lua; load it in the global section and run it as an action:
 --
 --   global
 --       lua-load /etc/haproxy/termgate-authz.lua

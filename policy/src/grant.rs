@@ -1,7 +1,7 @@
-//! Terminal grants: what control's terminal check (`GET /v1/authz`) hands a front
-//! proxy for one allowed websocket of a Docker session, so that the terminal can be
-//! closed later although termgate carries none of its bytes (README, "Behind a front
-//! proxy").
+//! Terminal grants: what control's terminal check (`GET /v1/authz`) hands a front proxy
+//! for one allowed websocket of a Docker session, so that the terminal can be closed
+//! later although termgate carries none of its bytes (docs/front-proxies.md "Behind a
+//! front proxy").
 //!
 //! The check hands the proxy a one-use handle for the grant, which reaches the ttyd
 //! pool (as a second `arg`, or in the header the pool's `-H` names); the pool's

@@ -1,7 +1,7 @@
 //! Sessions under runc against the same sessions under gVisor's runsc, side by side in
 //! one run, interleaved: one Docker host (a `dockerd` of the run's own with runsc
-//! registered as README "Sessions under gVisor" says), two profiles that differ only in
-//! `runtime`, one control, one gateway, one ttyd pool.
+//! registered as docs/operators.md "Sessions under gVisor" says), two profiles that
+//! differ only in `runtime`, one control, one gateway, one ttyd pool.
 //!
 //! - **create to first prompt**: `POST /v1/sessions`, then the terminal through the
 //!   gateway until the shell answers (`BENCH_GVISOR_CREATES` each, default 12, the
@@ -46,11 +46,11 @@ struct Runtime {
     name: &'static str,
 }
 
-/// runc, runsc as README "Sessions under gVisor" registers it, and the rows the
+/// runc, runsc as docs/operators.md "Sessions under gVisor" registers it, and the rows the
 /// environment asks for; with the run's `daemon.json`, which registers them.
 fn runtimes() -> (Vec<Runtime>, String) {
     let mut daemon: serde_json::Value =
-        serde_json::from_str(RUNSC_DAEMON_JSON).expect("README's daemon.json");
+        serde_json::from_str(RUNSC_DAEMON_JSON).expect("docs/operators.md's daemon.json");
     let runsc = daemon["runtimes"]["runsc"].clone();
     let platform = |entry: &serde_json::Value| -> String {
         entry["runtimeArgs"]

@@ -12,7 +12,7 @@ use crate::ttyd::private_dir;
 
 const T: Duration = Duration::from_secs(30);
 
-/// The `runtimes` entry README "Sessions under gVisor" gives an operator.
+/// The `runtimes` entry docs/operators.md "Sessions under gVisor" gives an operator.
 pub const RUNSC_DAEMON_JSON: &str = r#"{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=systrap", "--network=none"]}}}"#;
 
 /// Why gVisor's `runsc` cannot run sessions here, if it cannot.
@@ -94,7 +94,7 @@ impl TestDaemon {
     }
 
     /// A daemon whose `daemon.json` also registers gVisor's `runsc` (the systrap
-    /// platform, which needs no KVM), as README "Sessions under gVisor" tells an
+    /// platform, which needs no KVM), as docs/operators.md "Sessions under gVisor" tells an
     /// operator to.
     pub fn start_with_runsc() -> TestDaemon {
         Self::start_with(None, RUNSC_DAEMON_JSON)

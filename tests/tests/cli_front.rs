@@ -1,5 +1,5 @@
 //! The `termgate` command-line client, the real binary, behind the shipped front
-//! proxies (README "Behind a front proxy"): a real nginx running
+//! proxies (docs/front-proxies.md "Behind a front proxy"): a real nginx running
 //! `deploy/nginx/termgate-authz.conf` and a real Caddy running `deploy/caddy/Caddyfile`,
 //! in front of the real ttyd pool that closes what control revokes, every terminal
 //! checked by control's `GET /v1/authz`. nginx passes only terminals: the client signs

@@ -1439,7 +1439,7 @@ fn a_gvisor_profile_on_a_daemon_without_runsc_stops_deploy_up_saying_what_to_add
     assert!(
         printed.contains("has no runtime \"runsc\"")
             && printed.contains("/etc/docker/daemon.json")
-            && printed.contains("\"runtimeArgs\": [\"--platform=ptrace\", \"--network=none\"]"),
+            && printed.contains("\"runtimeArgs\": [\"--platform=systrap\", \"--network=none\"]"),
         "{printed}"
     );
     assert!(!printed.contains("Sign in:"), "nothing started:\n{printed}");

@@ -44,9 +44,9 @@ pub fn output(message: &[u8]) -> Option<&[u8]> {
 }
 
 /// The end of the terminal's output, for the reason a pool behind a front proxy prints
-/// before it closes a terminal (README "Behind a front proxy"): no gateway carries the
-/// terminal there to say it in a close frame, so `ttyd-attach` writes
-/// `\r\ntermgate: <sentence>\r\n` as the terminal's last output, then ends.
+/// before it closes a terminal (docs/front-proxies.md "Behind a front proxy"): no
+/// gateway carries the terminal there to say it in a close frame, so `ttyd-attach`
+/// writes `\r\ntermgate: <sentence>\r\n` as the terminal's last output, then ends.
 #[derive(Debug, Default)]
 pub struct Tail(Vec<u8>);
 

@@ -21,8 +21,8 @@ pub struct DockerConfig {
     /// The directory of `termgate-dockgate`'s sockets (relative paths from the config
     /// file's directory). Set: control reaches each host's daemon only through
     /// `<dir>/<host>-control.sock`, and the host's pools through `<dir>/<host>-attach.sock`
-    /// (README "dockgate"); every host's endpoint must then be a unix socket on this
-    /// machine, which its dockgate fronts. `deploy/up` sets it.
+    /// (docs/operators.md "dockgate"); every host's endpoint must then be a unix socket on
+    /// this machine, which its dockgate fronts. `deploy/up` sets it.
     #[serde(default)]
     pub dockgate_dir: Option<PathBuf>,
     /// The directory on the Docker hosts under which profiles' `secrets` files must

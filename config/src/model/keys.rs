@@ -1,8 +1,8 @@
-//! [`KEYS`]: every configuration key with its default, the reference README.md's table
-//! is checked against.
+//! [`KEYS`]: every configuration key with its default, the reference
+//! docs/reference.md's table is checked against.
 
 /// Every key of the configuration, with its default as written in TOML (empty when
-/// it has none). README.md's reference table is checked against this list.
+/// it has none). docs/reference.md's table is checked against this list.
 pub const KEYS: &[(&str, &str)] = &[
     ("instance", "\"termgate\""),
     ("auth.issuer", ""),

@@ -1,4 +1,4 @@
-//! The typed configuration. Field docs are the configuration reference; README.md's
+//! The typed configuration. Field docs are the configuration reference; docs/reference.md's
 //! table is checked against [`KEYS`] by a test so the two cannot drift.
 
 mod auth;

@@ -1,5 +1,5 @@
 //! `GET /v1/authz`: the terminal check for a reverse proxy that keeps its own place in
-//! front of ttyd (README, "Behind a front proxy"): nginx `auth_request`, Caddy
+//! front of ttyd (docs/front-proxies.md "Behind a front proxy"): nginx `auth_request`, Caddy
 //! `forward_auth`, Traefik `forwardAuth` and Envoy `ext_authz` (HTTP service).
 //!
 //! Each proxy names the original request its own way, and one decision serves them

@@ -1,5 +1,5 @@
 //! Control's side of a Docker host reached through its dockgate over mutual TLS
-//! (`endpoint = "tls://address:port"`, README "More than one host").
+//! (`endpoint = "tls://address:port"`, docs/hosts.md "More than one host").
 //!
 //! The server must present a certificate issued by the deployment's CA
 //! (`pki.ca_file`) for the endpoint's address, and nothing else is trusted: not the

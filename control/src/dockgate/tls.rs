@@ -1,4 +1,4 @@
-//! dockgate's mutual-TLS listeners, for parts on other machines (README "More than one
+//! dockgate's mutual-TLS listeners, for parts on other machines (docs/hosts.md "More than one
 //! host"): control and the host's ttyd pools reach the Docker API on one port
 //! (`--tls-listen`), gateways the host's pools on others (`--pool-listen`,
 //! `--viewer-listen`).
