@@ -49,6 +49,12 @@ enum Command {
     /// (`-`: none, or the gateway's own for the implicit host), separated by tabs.
     /// `deploy/up` starts the pools of each host from it.
     Hosts,
+    /// Print how a Docker host elsewhere reaches control's API, one line:
+    /// `gateway.control_url` (the address the deployment's other machines dial), `plain`
+    /// when `gateway.allow_plain_control` (`-` otherwise), and
+    /// `control.service_token_file` resolved against the configuration's directory
+    /// (`-`: none), separated by tabs. `deploy/host-up` gives them to the host's dockgate.
+    ControlApi,
     /// The deployment's CA and its parts' certificates (no configuration is read).
     #[command(subcommand)]
     Certs(Certs),
@@ -146,9 +152,9 @@ fn main() -> ExitCode {
     let config = match config::telemetry::load_or_refuse(
         "termgate-control",
         &cli.config,
-        // `hosts` reads no file of the configuration's: a Docker host elsewhere
-        // (deploy/host-up) has the configuration, not control's secrets.
-        if matches!(cli.command, Some(Command::Hosts)) {
+        // `hosts` and `control-api` read no file of the configuration's: a Docker host
+        // elsewhere (deploy/host-up) has the configuration, not control's secrets.
+        if matches!(cli.command, Some(Command::Hosts | Command::ControlApi)) {
             config::Part::Dockgate
         } else {
             config::Part::Control
@@ -174,6 +180,19 @@ fn main() -> ExitCode {
         }
         // Answered before the configuration is read; kept whole here.
         Some(Command::Certs(cmd)) => certs(cmd),
+        Some(Command::ControlApi) => {
+            let plain = if config.gateway.allow_plain_control {
+                "plain"
+            } else {
+                "-"
+            };
+            let token = config.control.service_token_file.as_deref().map_or_else(
+                || "-".to_owned(),
+                |f| config.resolve(f).display().to_string(),
+            );
+            println!("{}\t{plain}\t{token}", config.gateway.control_url);
+            ExitCode::SUCCESS
+        }
         Some(Command::Hosts) => {
             for h in config.docker_hosts() {
                 let pool = if h.ttyd_pool.is_empty() {

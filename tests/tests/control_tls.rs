@@ -27,16 +27,23 @@ struct Setup {
     tls: SocketAddr,
 }
 
+/// Control serving its API on 127.0.0.1 over TLS too (`control.tls_listen`), with a
+/// certificate of a new CA for 127.0.0.1; the CA, and the TLS listener's address.
+fn control_over_tls() -> (ControlStack, Pki, SocketAddr) {
+    let pki = Pki::init();
+    let cert = pki.issue("control", "control", &["127.0.0.1"]);
+    let tls: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let mut control = ControlStack::prepare("");
+    control.set_env("TERMGATE__CONTROL__TLS_LISTEN", &tls.to_string());
+    control.set_env("TERMGATE__CONTROL__TLS_CERT_FILE", path(&cert.cert));
+    control.set_env("TERMGATE__CONTROL__TLS_KEY_FILE", path(&cert.key));
+    control.spawn(&[]);
+    (control, pki, tls)
+}
+
 impl Setup {
     fn start() -> Setup {
-        let pki = Pki::init();
-        let cert = pki.issue("control", "control", &["127.0.0.1"]);
-        let tls: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-        let mut control = ControlStack::prepare("");
-        control.set_env("TERMGATE__CONTROL__TLS_LISTEN", &tls.to_string());
-        control.set_env("TERMGATE__CONTROL__TLS_CERT_FILE", path(&cert.cert));
-        control.set_env("TERMGATE__CONTROL__TLS_KEY_FILE", path(&cert.key));
-        control.spawn(&[]);
+        let (control, pki, tls) = control_over_tls();
         let ttyd = TtydPool::start_for(&control.instance);
         let counter = CountingProxy::start(ttyd.target());
         // Every gateway of the stack: control's TLS listener, and the CA to check it by.
@@ -177,11 +184,13 @@ fn a_gateway_given_another_ca_refuses_controls_certificate_and_never_becomes_rea
     assert_ne!(ready(admin), 200, "never ready without its feed");
     assert_eq!(ready(s.stack.gw().admin_port), 200, "the other gateway is");
 
-    // An API call Pingora proxies to control fails at the same check.
+    // An API call Pingora proxies to control fails at the same check: control answered,
+    // with a certificate the gateway cannot trust (502), unlike a control that does not
+    // answer (503).
     let refused = s.list(n, "bob");
     assert_eq!(
         (refused.status, refused.body["error"]["code"].as_str()),
-        (503, Some("control_unavailable")),
+        (502, Some("control_unavailable")),
         "{}",
         refused.text
     );
@@ -283,4 +292,138 @@ fn plain_http_to_control_off_loopback_stops_the_gateway_and_dockgate_unless_allo
         "{}",
         gate.log_text()
     );
+}
+
+/// One request on a dockgate's control socket that it refuses (`swarm init` is no
+/// endpoint of control's): a refusal for control's audit trail.
+fn refuse_at(gate: &e2e::dockgate::Dockgate) {
+    let a = e2e::raw::exchange_unix(
+        &gate.socket("control"),
+        b"POST /swarm/init HTTP/1.1\r\nHost: docker\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+        T,
+    );
+    assert_eq!(a.status, 403, "{}", a.text);
+}
+
+/// Control's audit lines of dockgate refusals reported as `reporter`.
+fn refusals_from(control: &ControlStack, reporter: &str) -> Vec<serde_json::Value> {
+    let root = control.token("root", true);
+    let a = control.call("GET", "/v1/audit?limit=500", Some(&root), None);
+    assert_eq!(a.status, 200, "{}", a.text);
+    a.body["lines"]
+        .as_array()
+        .map(|lines| {
+            lines
+                .iter()
+                .filter(|l| {
+                    l["message"] == "dockgate refused" && l["fields"]["gateway"] == reporter
+                })
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn dockgate_sends_its_refusals_to_an_https_control_only_when_its_certificate_checks_out() {
+    let (control, pki, tls) = control_over_tls();
+    let token = control.dir.dir.path().join("secrets/service.token");
+    let url = format!("https://{tls}");
+    let instance = format!("t{}", e2e::random_hex(5));
+    let gate = |host: &str, ca: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "--host",
+            host,
+            "--control-url",
+            &url,
+            "--service-token-file",
+            path(&token),
+            "--tls-ca",
+            path(ca),
+        ];
+        args.extend_from_slice(extra);
+        e2e::dockgate::Dockgate::start_with(&instance, &args)
+    };
+
+    // Given another CA: control's certificate is refused, nothing is delivered, and the
+    // log says why.
+    let other = Pki::init();
+    let stranger = gate("stranger", &other.ca(), &[]);
+    refuse_at(&stranger);
+    wait_for("the refused certificate in dockgate's log", T, || {
+        let log = stranger.log_text();
+        (log.contains("did not take") && log.contains("invalid peer certificate")).then_some(())
+    });
+
+    // Given the deployment's CA (and a certificate of its own, presented should control
+    // ask for one): the refusal is in control's trail, naming the host that refused.
+    let mine = pki.issue("dockgate", "near", &["127.0.0.1"]);
+    let near = gate(
+        "near",
+        &pki.ca(),
+        &["--tls-cert", path(&mine.cert), "--tls-key", path(&mine.key)],
+    );
+    refuse_at(&near);
+    let found = wait_for("the refusal in control's trail", T, || {
+        refusals_from(&control, "dockgate-near").into_iter().next()
+    });
+    assert_eq!(found["fields"]["target"], "/swarm/init", "{found}");
+    assert_eq!(found["fields"]["rule"], "endpoint_not_allowed", "{found}");
+    assert_eq!(found["fields"]["host"], "near", "{found}");
+
+    // The other one, retrying all along, still delivered nothing.
+    assert!(
+        stranger.log_text().contains("invalid peer certificate"),
+        "{}",
+        stranger.log_text()
+    );
+    assert_eq!(
+        refusals_from(&control, "dockgate-stranger"),
+        Vec::<serde_json::Value>::new()
+    );
+}
+
+#[test]
+fn dockgate_refuses_at_start_a_control_url_it_cannot_use() {
+    let dir = ConfigDir::example("");
+    let token = dir.dir.path().join("secrets/service.token");
+    let pki = Pki::init();
+    let start = |url: &str, extra: &[&str]| {
+        let o = Command::new(binary("termgate-dockgate"))
+            .args(["--instance", "tstart", "--dir"])
+            .arg(dir.dir.path().join("dockgate"))
+            .args(["--control-url", url, "--service-token-file"])
+            .arg(&token)
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("termgate-dockgate");
+        assert!(!o.status.success(), "{url} {extra:?}: started");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+
+    // https:// without the CA to check control's certificate against.
+    let err = start("https://127.0.0.1:7070", &[]);
+    assert!(
+        err.contains("--control-url") && err.contains("--tls-ca"),
+        "{err}"
+    );
+
+    // Not scheme://host:port.
+    for bad in [
+        "127.0.0.1:7070",
+        "https://127.0.0.1",
+        "https://127.0.0.1:7070/v1",
+        "tls://127.0.0.1:7070",
+    ] {
+        let err = start(bad, &["--tls-ca", path(&pki.ca())]);
+        assert!(
+            err.contains("--control-url") && err.contains("is not https://host:port"),
+            "{bad}: {err}"
+        );
+    }
+
+    // A CA given for nothing (no TLS listener, control's API plain http://).
+    let err = start("http://127.0.0.1:7070", &["--tls-ca", path(&pki.ca())]);
+    assert!(err.contains("--tls-ca"), "{err}");
 }

@@ -203,6 +203,35 @@ impl Drop for HostAgent {
     }
 }
 
+/// A gateway's certificate at the Docker API of the host elsewhere: its dockgate
+/// refuses the peer, and the refusal is in control's audit trail, sent over TLS.
+fn refused_peer_reaches_controls_audit_trail(stack: &GatewayStack, ns: &Netns, pki: &Pki) {
+    use std::io::Read;
+    let api: std::net::SocketAddr = format!("{}:7443", ns.addr).parse().expect("address");
+    let gateway = pki.leaf("gateway", "gw");
+    if let Ok(mut tls) = e2e::pki::connect(api, pki.client(Some(&gateway))) {
+        let _ = tls.read(&mut [0; 16]);
+    }
+    let root = stack.control.token("root", true);
+    let found = wait_for("the host's refusal in control's audit trail", T, || {
+        let a = stack
+            .control
+            .call("GET", "/v1/audit?limit=200", Some(&root), None);
+        assert_eq!(a.status, 200, "{}", a.text);
+        a.body["lines"].as_array().and_then(|lines| {
+            lines
+                .iter()
+                .find(|l| {
+                    l["message"] == "dockgate refused a peer"
+                        && l["fields"]["gateway"] == "dockgate-far"
+                })
+                .cloned()
+        })
+    });
+    assert_eq!(found["fields"]["identity"], "gateway/gw", "{found}");
+    assert_eq!(found["fields"]["listener"], "docker-api", "{found}");
+}
+
 fn session(stack: &GatewayStack, token: &str, id: &str) -> Value {
     stack.control.session(token, id)
 }
@@ -270,6 +299,15 @@ fn whole_path(run: Run) {
          ttyd_pool = [\"tls://{addr}:7681\"]\nviewer_pool = [\"tls://{addr}:7682\"]\ncapacity = 4\n"
     ));
     control.unset_env("TERMGATE__CONTROL__DOCKER_HOST");
+    // deploy/host-up sends the host's refusals to control's audit trail at the address
+    // the deployment's machines dial control at: its TLS listener on this side of the
+    // link, its certificate issued for that address.
+    if matches!(run, Run::HostUp) {
+        let tls = format!("{}:{}", ns.host_addr, e2e::stack::free_port());
+        pki.issue("control", "control", &[&ns.host_addr]);
+        control.set_env("TERMGATE__CONTROL__TLS_LISTEN", &tls);
+        control.set_env("TERMGATE__GATEWAY__CONTROL_URL", &format!("https://{tls}"));
+    }
 
     // The host elsewhere: its dockgate, which fronts its pools and which they attach
     // through.
@@ -333,6 +371,9 @@ fn whole_path(run: Run) {
     wait_for("both refusals in the host's log", T, || {
         (refused() >= before + 2).then_some(())
     });
+    if matches!(run, Run::HostUp) {
+        refused_peer_reaches_controls_audit_trail(&stack, &ns, &pki);
+    }
 
     // Shared: a signed-in viewer watches through the host's read-only pool.
     let share = stack.control.call(

@@ -1,6 +1,6 @@
 //! `termgate-dockgate`: the fail-closed sockets in front of one Docker daemon, one a
 //! role: `<dir>/<host>-attach.sock` for the host's ttyd pools and
-//! `<dir>/<host>-control.sock` for control (README "dockgate"). On a host control
+//! `<dir>/<host>-control.sock` for control (docs/operators.md "dockgate"). On a host control
 //! reaches over the network, also the Docker API on a TCP port with mutual TLS
 //! (`--tls-listen`: the client's certificate chooses the role) and the fronts of the
 //! host's ttyd pools for gateways (`--pool-listen`, `--viewer-listen`).
@@ -13,9 +13,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _};
 use clap::Parser;
 use config::pki::{self, Certificate};
-use control::dockgate::{AuditSender, DeclaredSource, Front, Gate, TlsListener};
+use control::dockgate::{control_address, AuditSender, DeclaredSource, Front, Gate, TlsListener};
 use policy::dockgate::{is_plain_ref, Role};
-use rustls::ServerConfig;
+use rustls::{RootCertStore, ServerConfig};
 use tokio::net::{TcpListener, UnixListener};
 
 #[derive(Parser)]
@@ -49,9 +49,11 @@ struct Cli {
     /// Group (name or number) given the control socket, mode 0660; without it 0600.
     #[arg(long)]
     control_group: Option<String>,
-    /// Control's API (`http://host:port`): refusals go to its audit trail too. Off
-    /// loopback it would carry the service token in the clear: refused unless
-    /// `--allow-plain-control`.
+    /// Control's API (`https://host:port`, or `http://host:port`): refusals go to its
+    /// audit trail too. Over `https://` control's certificate is checked against
+    /// `--tls-ca` and for the URL's host, and `--tls-cert` is presented if control asks
+    /// for one. `http://` off loopback would carry the service token in the clear:
+    /// refused unless `--allow-plain-control`.
     #[arg(long, requires = "service_token_file")]
     control_url: Option<String>,
     /// Accept a `--control-url` off loopback, the service token in the clear: only on a
@@ -67,14 +69,17 @@ struct Cli {
     #[arg(long, requires_all = ["tls_cert", "tls_key", "tls_ca"])]
     tls_listen: Option<String>,
     /// This dockgate's certificate (PEM, issued with `--san` its address), presented on
-    /// every TLS listener; read again when it changes and on SIGHUP.
+    /// every TLS listener and to an `https://` `--control-url` that asks for one; read
+    /// again when it changes and on SIGHUP.
     #[arg(long, requires_all = ["tls_key", "tls_ca"])]
     tls_cert: Option<PathBuf>,
     /// The private key of `--tls-cert` (PEM).
     #[arg(long, requires_all = ["tls_cert", "tls_ca"])]
     tls_key: Option<PathBuf>,
-    /// The deployment's CA (`pki.ca_file`): clients must present a certificate it issued.
-    #[arg(long, requires_all = ["tls_cert", "tls_key"])]
+    /// The deployment's CA (`pki.ca_file`): clients of the TLS listeners must present a
+    /// certificate it issued, and an `https://` `--control-url` must present one for
+    /// its host.
+    #[arg(long)]
     tls_ca: Option<PathBuf>,
     /// Front the host's ttyd pool on this `host:port` over mutual TLS, for `gateway`
     /// certificates only.
@@ -146,29 +151,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         bail!("--instance: {instance:?} is not a plain name");
     }
     let daemon = daemon_socket(cli.daemon.as_deref())?;
-    let audit = match (&cli.control_url, &cli.service_token_file) {
-        (Some(url), Some(file)) => {
-            let Some(addr) = url.strip_prefix("http://") else {
-                bail!("--control-url: {url:?} is not http://host:port");
-            };
-            if !policy::feed::is_loopback(addr.trim_end_matches('/')) {
-                if !cli.allow_plain_control {
-                    bail!(
-                        "--control-url: {url:?} would send the service token in the clear to a host off loopback; add --allow-plain-control only on a private network of one machine you trust"
-                    );
-                }
-                tracing::warn!(control_url = %url, "--allow-plain-control: the service token goes to control in the clear");
-            }
-            let token = std::fs::read_to_string(file)
-                .with_context(|| format!("--service-token-file: cannot read {}", file.display()))?;
-            Some(AuditSender::start(
-                url,
-                &token,
-                &format!("dockgate-{}", cli.host),
-            ))
-        }
+    // This dockgate's certificate and the CA: for its TLS listeners, and for control.
+    let certificate = match (&cli.tls_cert, &cli.tls_key) {
+        (Some(cert), Some(key)) => Some(Certificate::load(cert, key, "--tls-cert", "--tls-key")?),
         _ => None,
     };
+    let roots = cli
+        .tls_ca
+        .as_deref()
+        .map(|ca| pki::load_roots(ca, "--tls-ca"))
+        .transpose()?;
+    let audit = audit_sender(&cli, certificate.as_ref(), roots.as_ref())?;
     let roles = [
         (Role::Attach, cli.attach_group.as_deref(), "--attach-group"),
         (
@@ -178,7 +171,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         ),
     ];
     // The TCP ports are bound before the unix sockets: once those accept, so do these.
-    let tls = tls_settings(&cli)?;
+    let tls = tls_settings(&cli, certificate.as_ref(), roots)?;
     let mut tcp_listeners = Vec::new();
     if tls.is_some() {
         let addrs = [
@@ -219,29 +212,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         gates.push(gate);
         paths.push(path);
     }
-    let certificate = match tls {
-        Some((certificate, server)) => {
-            // In the order of `roles`.
-            let (attach, control) = (gates[0].clone(), gates[1].clone());
-            let fronts = [
-                Front::Api { control, attach },
-                pool_front("pool", cli.pool_socket.as_deref()),
-                pool_front("viewer", cli.viewer_socket.as_deref()),
-            ];
-            for (tcp, front) in tcp_listeners.into_iter().zip(fronts) {
-                let Some(tcp) = tcp else { continue };
-                let address = tcp.local_addr().context("a TLS listener's address")?;
-                tracing::info!(listener = front.name(), address = %address, certificate = %certificate.cert_file().display(), "dockgate listening (mutual TLS)");
-                let mut listener = TlsListener::new(front, server.clone(), &cli.host);
-                if let Some(a) = &audit {
-                    listener = listener.with_audit(a.clone());
-                }
-                tokio::spawn(Arc::new(listener).serve(tcp));
+    if let Some((certificate, server)) = tls {
+        // In the order of `roles`.
+        let (attach, control) = (gates[0].clone(), gates[1].clone());
+        let fronts = [
+            Front::Api { control, attach },
+            pool_front("pool", cli.pool_socket.as_deref()),
+            pool_front("viewer", cli.viewer_socket.as_deref()),
+        ];
+        for (tcp, front) in tcp_listeners.into_iter().zip(fronts) {
+            let Some(tcp) = tcp else { continue };
+            let address = tcp.local_addr().context("a TLS listener's address")?;
+            tracing::info!(listener = front.name(), address = %address, certificate = %certificate.cert_file().display(), "dockgate listening (mutual TLS)");
+            let mut listener = TlsListener::new(front, server.clone(), &cli.host);
+            if let Some(a) = &audit {
+                listener = listener.with_audit(a.clone());
             }
-            Some(certificate)
+            tokio::spawn(Arc::new(listener).serve(tcp));
         }
-        None => None,
-    };
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot watch SIGTERM")?;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
@@ -274,23 +263,81 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The certificate and server settings of the TLS listeners, when any is asked for.
-fn tls_settings(cli: &Cli) -> anyhow::Result<Option<(Arc<Certificate>, Arc<ServerConfig>)>> {
-    let (Some(cert), Some(key), Some(ca)) = (&cli.tls_cert, &cli.tls_key, &cli.tls_ca) else {
+/// The sender of refusals to control's audit trail, when `--control-url` is given:
+/// checked here, so that a URL that cannot work stops dockgate at start.
+fn audit_sender(
+    cli: &Cli,
+    certificate: Option<&Arc<Certificate>>,
+    roots: Option<&Arc<RootCertStore>>,
+) -> anyhow::Result<Option<AuditSender>> {
+    let (Some(url), Some(file)) = (&cli.control_url, &cli.service_token_file) else {
         return Ok(None);
     };
-    if cli.tls_listen.is_none() && cli.pool_listen.is_none() && cli.viewer_listen.is_none() {
-        bail!("--tls-cert: given, but nothing listens over TLS (--tls-listen, --pool-listen or --viewer-listen)");
+    let Some((https, addr)) = control_address(url) else {
+        bail!("--control-url: {url:?} is not https://host:port or http://host:port");
+    };
+    let tls = if https {
+        let Some(roots) = roots else {
+            bail!("--control-url: {url:?} is https:// but --tls-ca is not given (control's certificate is checked against the deployment's CA)");
+        };
+        let client = pki::client(roots.clone(), certificate.cloned())
+            .context("--tls-ca: cannot build the TLS client settings")?;
+        Some(Arc::new(client))
+    } else {
+        if !policy::feed::is_loopback(addr) {
+            if !cli.allow_plain_control {
+                bail!(
+                    "--control-url: {url:?} would send the service token in the clear to a host off loopback; use https:// with --tls-ca, or add --allow-plain-control only on a private network of one machine you trust"
+                );
+            }
+            tracing::warn!(control_url = %url, "--allow-plain-control: the service token goes to control in the clear");
+        }
+        None
+    };
+    let token = std::fs::read_to_string(file)
+        .with_context(|| format!("--service-token-file: cannot read {}", file.display()))?;
+    tracing::info!(control_url = %url, tls = https, "dockgate: refusals go to control's audit trail too");
+    Ok(Some(AuditSender::start(
+        url,
+        &token,
+        &format!("dockgate-{}", cli.host),
+        tls,
+    )))
+}
+
+/// The certificate and server settings of the TLS listeners, when any is asked for.
+fn tls_settings(
+    cli: &Cli,
+    certificate: Option<&Arc<Certificate>>,
+    roots: Option<Arc<RootCertStore>>,
+) -> anyhow::Result<Option<(Arc<Certificate>, Arc<ServerConfig>)>> {
+    let listens =
+        cli.tls_listen.is_some() || cli.pool_listen.is_some() || cli.viewer_listen.is_some();
+    let to_control = cli
+        .control_url
+        .as_deref()
+        .and_then(control_address)
+        .is_some_and(|(https, _)| https);
+    if !listens {
+        if certificate.is_some() && !to_control {
+            bail!("--tls-cert: given, but nothing listens over TLS (--tls-listen, --pool-listen or --viewer-listen) nor is control's API https:// (--control-url)");
+        }
+        if roots.is_some() && !to_control {
+            bail!("--tls-ca: given, but nothing listens over TLS (--tls-listen, --pool-listen or --viewer-listen) nor is control's API https:// (--control-url)");
+        }
+        return Ok(None);
     }
-    let certificate = Certificate::load(cert, key, "--tls-cert", "--tls-key")?;
-    let roots = pki::load_roots(ca, "--tls-ca")?;
+    // The listeners' flags require all three.
+    let (Some(certificate), Some(roots)) = (certificate, roots) else {
+        bail!("--tls-cert, --tls-key and --tls-ca are required with a TLS listener");
+    };
     let mut server = pki::mutual_server(certificate.clone(), roots)
         .context("--tls-ca: cannot build the TLS server settings")?;
     // Every connection a full handshake: its client's certificate is checked now (a
     // resumed session would carry the one of an earlier handshake, expired or not).
     server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     server.send_tls13_tickets = 0;
-    Ok(Some((certificate, Arc::new(server))))
+    Ok(Some((certificate.clone(), Arc::new(server))))
 }
 
 /// A pool's front; its socket is given whenever its listener is (the flags require it).

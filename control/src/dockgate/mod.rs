@@ -43,7 +43,7 @@ use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
-pub use audit::AuditSender;
+pub use audit::{control_address, AuditSender};
 pub use body::{empty, Body};
 pub use declared::{DeclaredError, DeclaredSource};
 pub use tls::{api_role, pool_admits, Front, TlsListener};

@@ -113,6 +113,18 @@ fn wants_html(req: &RequestHeader) -> bool {
         && header(req, "accept").is_some_and(|a| a.windows(9).any(|w| w == b"text/html"))
 }
 
+/// Control answered, but with a certificate that fails the check against `pki.ca_file`
+/// (another CA, another host's name) or a TLS handshake that fails otherwise: a bad
+/// gateway (502), not an outage to wait out like a control that does not answer (503).
+/// The same code, so that clients treat both as control being out of reach.
+const CONTROL_UNTRUSTED: Refusal = Refusal {
+    status: 502,
+    code: "control_unavailable",
+    message: std::borrow::Cow::Borrowed(
+        "the control service could not be verified (its TLS certificate was refused); the operator must fix the deployment's certificates",
+    ),
+};
+
 /// The refusal a failure to proxy amounts to; `None` when the client is the one that
 /// failed, so there is nobody to answer.
 pub(super) fn failure(e: &Error, upstream: Option<&Upstream>) -> Option<Refusal> {
@@ -127,6 +139,11 @@ pub(super) fn failure(e: &Error, upstream: Option<&Upstream>) -> Option<Refusal>
             ErrorType::ConnectTimedout | ErrorType::WriteTimedout | ErrorType::ReadTimedout,
             Some(Upstream::Control(_)),
         ) if from_upstream => Refusal::CONTROL_TIMEOUT,
+        (ErrorType::TLSHandshakeFailure | ErrorType::InvalidCert, Some(Upstream::Control(_)))
+            if from_upstream =>
+        {
+            CONTROL_UNTRUSTED
+        }
         (_, Some(Upstream::Control(_))) if from_upstream => Refusal::CONTROL_UNAVAILABLE,
         (_, Some(Upstream::Ttyd(_))) if from_upstream => Refusal::TERMINAL_UNAVAILABLE,
         _ if e.esource() == &ErrorSource::Downstream => return None,
@@ -192,6 +209,18 @@ mod tests {
             );
             assert_eq!(
                 refused(&hung, Some(&ttyd)),
+                Some((502, "terminal_unavailable"))
+            );
+        }
+        for untrusted in [ErrorType::TLSHandshakeFailure, ErrorType::InvalidCert] {
+            let refused_cert = error(untrusted.clone(), ErrorSource::Upstream);
+            assert_eq!(
+                refused(&refused_cert, Some(&control)),
+                Some((502, "control_unavailable")),
+                "{untrusted:?}"
+            );
+            assert_eq!(
+                refused(&refused_cert, Some(&ttyd)),
                 Some((502, "terminal_unavailable"))
             );
         }
