@@ -16,8 +16,21 @@ use hyper::body::Incoming;
 use policy::SessionId;
 use tokio::io::AsyncWriteExt;
 
-pub use crate::api::wire::RecordingView;
 use crate::error::ApiError;
+
+/// One recording as a listing shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordingEntry {
+    /// Its name (`GET /v1/sessions/<id>/recordings/<name>`).
+    pub name: String,
+    /// Bytes.
+    pub size: u64,
+    /// When the terminal opened, seconds since the Unix epoch (the header's
+    /// `timestamp`).
+    pub started: u64,
+    /// Time of its last event, seconds.
+    pub duration: f64,
+}
 
 /// The recordings directory of one control.
 pub struct Recordings {
@@ -124,9 +137,9 @@ impl Recordings {
     }
 
     /// The recordings of `session`, oldest first.
-    pub fn list(&self, session: &SessionId) -> Vec<RecordingView> {
+    pub fn list(&self, session: &SessionId) -> Vec<RecordingEntry> {
         let dir = self.dir.join(session.to_string());
-        let mut found: Vec<RecordingView> = std::fs::read_dir(&dir)
+        let mut found: Vec<RecordingEntry> = std::fs::read_dir(&dir)
             .into_iter()
             .flatten()
             .flatten()
@@ -217,7 +230,7 @@ impl Recordings {
 }
 
 /// A recording's size, start (its header) and duration (its last event's time).
-fn describe(path: &Path, name: &str) -> Option<RecordingView> {
+fn describe(path: &Path, name: &str) -> Option<RecordingEntry> {
     let mut f = std::fs::File::open(path).ok()?;
     let size = f.metadata().ok()?.len();
     let mut head = vec![0u8; 4096.min(size as usize)];
@@ -236,7 +249,7 @@ fn describe(path: &Path, name: &str) -> Option<RecordingView> {
         .filter_map(|line| serde_json::from_slice::<serde_json::Value>(line).ok())
         .find_map(|event| event.get(0)?.as_f64())
         .unwrap_or(0.0);
-    Some(RecordingView {
+    Some(RecordingEntry {
         name: name.to_owned(),
         size,
         started,
@@ -272,7 +285,7 @@ mod tests {
         let list = r.list(&id);
         assert_eq!(
             list,
-            [RecordingView {
+            [RecordingEntry {
                 name: "100-1-0".into(),
                 size: std::fs::metadata(session_dir.join("100-1-0.cast"))
                     .unwrap()

@@ -48,13 +48,51 @@ pub use handle::Control;
 pub use locks::may_lock;
 pub use names::{container_name, home_volume_name, SYSTEM};
 
-// The API's bodies and views live in `api::wire`; the operations here take and return
-// them under these paths.
-pub use crate::api::wire::{
-    Allows, CreateRequest, CreatedShare, ListedTarget, RedrawRequest, RevocationRequest,
-    SessionView, ShareRequest, ShareView, SignInView, TargetPatch, TargetRequest, TargetView,
-};
+// The operations take and return the types below and these; `api` turns its bodies
+// into them and them into its views.
+pub use create::NewSession;
 pub use policy::reports::SignInReport;
+pub use recording_links::NewRecordingLink;
+pub use shares::{ShareLink, ShareStatus};
+pub use sign_ins::RevocationAsked;
+pub use targets::TargetAccessPatch;
+
+/// The actions a session's profile allows its owner: read-only share links, peers,
+/// links to its recordings. A peer is allowed none of them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Allows {
+    pub share: bool,
+    pub peers: bool,
+    pub recording_links: bool,
+}
+
+/// A session with what control knows of it now beyond its record, as one caller may
+/// see it: [`Control::shown`] for its owner or an admin, [`Control::shown_to_peer`]
+/// for a user invited to co-drive it.
+#[derive(Debug, Clone)]
+pub struct Shown<'a> {
+    pub session: &'a Session,
+    /// Terminals open on it now over every gateway that reports (`None`: no gateway
+    /// has reported lately).
+    pub terminals: Option<u32>,
+    /// Share-link viewers watching it now (`None` as for `terminals`).
+    pub viewers: Option<u32>,
+    /// The signed-in viewers among them.
+    pub viewer_subs: Vec<String>,
+    /// When and why it will end by itself, for an active session whose profile
+    /// limits its life.
+    pub deadline: Option<policy::Deadline>,
+    /// For a peer: when their invitation lapses (`None`: the owner or an admin asks).
+    pub peer_until: Option<u64>,
+    /// Who the owner invited to co-drive it (none, to a peer).
+    pub peers: &'a [crate::model::PeerGrant],
+    /// What the caller may do with it beyond open and end.
+    pub allows: Allows,
+    /// The OCI runtime its profile runs sessions under, when not the daemon's default.
+    pub runtime: Option<String>,
+    /// The workspace it mounts: its id (none for an ephemeral one) and name.
+    pub workspace: Option<(Option<SessionId>, String)>,
+}
 
 /// Whose sessions a listing asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,56 +271,58 @@ impl Control {
             .deadline(s.created_at, s.last_input)
     }
 
-    /// `s` as the API shows it, with its deadline.
-    pub fn view<'a>(&self, s: &'a Session) -> SessionView<'a> {
-        let mut v = SessionView::from(s);
-        v.terminals = self.live.count(&s.id);
-        if v.terminals.is_some() {
-            let (open, subs) = self.live.session_viewers(&s.id);
-            v.viewers = Some(open);
-            v.viewer_subs = subs;
-        }
-        if let Some(d) = self.deadline(s) {
-            v.ends_at = Some(d.at);
-            v.ends_because = Some(d.cause.as_str());
-        }
-        v.workspace = s
-            .workspace
-            .as_ref()
-            .map(|w| crate::api::wire::SessionWorkspaceView {
-                id: w.id,
-                name: match w
-                    .id
-                    .and_then(|id| self.store.get_workspace(&id).ok().flatten())
-                {
-                    Some(ws) => ws.name,
-                    None if w.volume.is_empty() => "ephemeral".into(),
-                    None => w.volume.clone(),
-                },
-            });
-        if let Some(p) = self.config.profiles.get(&s.profile) {
-            v.runtime = p.runtime.clone();
-            let off = policy::share::ShareMode::Off;
-            v.allows = Allows {
+    /// `s` as its owner or an admin sees it now, with its deadline.
+    pub fn shown<'a>(&self, s: &'a Session) -> Shown<'a> {
+        let terminals = self.live.count(&s.id);
+        let (viewers, viewer_subs) = match terminals {
+            Some(_) => {
+                let (open, subs) = self.live.session_viewers(&s.id);
+                (Some(open), subs)
+            }
+            None => (None, Vec::new()),
+        };
+        let workspace = s.workspace.as_ref().map(|w| {
+            let name = match w
+                .id
+                .and_then(|id| self.store.get_workspace(&id).ok().flatten())
+            {
+                Some(ws) => ws.name,
+                None if w.volume.is_empty() => "ephemeral".into(),
+                None => w.volume.clone(),
+            };
+            (w.id, name)
+        });
+        let profile = self.config.profiles.get(&s.profile);
+        let off = policy::share::ShareMode::Off;
+        Shown {
+            session: s,
+            terminals,
+            viewers,
+            viewer_subs,
+            deadline: self.deadline(s),
+            peer_until: None,
+            peers: &s.peers,
+            allows: profile.map_or_else(Allows::default, |p| Allows {
                 share: p.share_mode() != off,
                 peers: p.peers,
                 recording_links: p.recording_link_mode() != off,
-            };
+            }),
+            runtime: profile.and_then(|p| p.runtime.clone()),
+            workspace,
         }
-        v
     }
 
     /// Session `s` as a peer invited until `until` sees it: who else watches or
     /// co-drives is the owner's to know, and what the owner may do with it is not
     /// the peer's.
-    pub fn peer_view<'a>(&self, s: &'a Session, until: u64) -> SessionView<'a> {
-        let mut v = self.view(s);
-        v.role = Some("peer");
-        v.peer_until = Some(until);
-        v.peers = &[];
-        v.viewer_subs.clear();
-        v.allows = Allows::default();
-        v
+    pub fn shown_to_peer<'a>(&self, s: &'a Session, until: u64) -> Shown<'a> {
+        Shown {
+            peer_until: Some(until),
+            peers: &[],
+            viewer_subs: Vec::new(),
+            allows: Allows::default(),
+            ..self.shown(s)
+        }
     }
 
     /// Records a gateway's report of the terminals it has open, per session and per
@@ -367,9 +407,10 @@ impl Control {
         &self,
         who: &Principal,
         id: &SessionId,
-        req: RedrawRequest,
+        cols: u16,
+        rows: u16,
     ) -> Result<(), ApiError> {
-        if !(2..=1000).contains(&req.cols) || !(1..=1000).contains(&req.rows) {
+        if !(2..=1000).contains(&cols) || !(1..=1000).contains(&rows) {
             return Err(ApiError::INVALID_SIZE);
         }
         let s = self.authorized(who, id, Action::Redraw)?;
@@ -383,9 +424,9 @@ impl Control {
             locks.entry(*id).or_default().clone()
         };
         let _serial = lock.lock().await;
-        docker.resize(&container, req.cols - 1, req.rows).await?;
+        docker.resize(&container, cols - 1, rows).await?;
         tokio::time::sleep(Duration::from_millis(self.config.control.redraw_pause_ms)).await;
-        docker.resize(&container, req.cols, req.rows).await?;
+        docker.resize(&container, cols, rows).await?;
         Ok(())
     }
 

@@ -3,7 +3,7 @@
 //! a field the type does not know is always refused. The case counts are set here and
 //! printed (docs/reliability.md sums them).
 
-use control::service::{CreateRequest, RedrawRequest, TargetRequest};
+use control::api::wire::{CreateRequest, RedrawRequest, TargetRequest};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Map, Value};

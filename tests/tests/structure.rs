@@ -11,6 +11,11 @@
 //! `super::*`, `self::child::…` or `child::…`. `lib.rs` and `main.rs` are the crates'
 //! roots and binaries' entry points: they declare and use everything and are used by
 //! nothing, so they are left out of the graph.
+//!
+//! The documents are kept the same way: every relative link of the Markdown pages leads
+//! to a file and a heading that exist, and every section the code, the scripts and the
+//! example configuration send a reader to (`docs/hosts.md "More than one host"`) is a
+//! heading of that page.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -640,6 +645,70 @@ fn no_two_files_of_a_crate_name_each_other_in_a_circle() {
     assert!(report.is_empty(), "{}", report.join("\n"));
 }
 
+/// The paths of `code`, in `module` of a crate whose modules are `by_module`, that
+/// name something under the crate's module `into` (`pub use` re-exports included).
+fn paths_into(
+    module: &[String],
+    code: &str,
+    by_module: &BTreeMap<&[String], usize>,
+    into: &str,
+) -> Vec<String> {
+    paths(&tokens(code), false)
+        .into_iter()
+        .filter(|path| {
+            absolute(module, path, by_module).is_some_and(|a| a.first().is_some_and(|m| m == into))
+        })
+        .map(|path| path.join("::"))
+        .collect()
+}
+
+/// control's `service` is the layer under `api`: it takes and returns its own types (or
+/// `policy`'s) and `api` converts to and from the wire, so no file of
+/// `control/src/service/` (nor `service.rs`) names anything of `crate::api` — else the
+/// two folders would be knotted together, whatever the file-level graph says.
+#[test]
+fn controls_service_layer_names_nothing_of_its_api() {
+    let sources = sources("control");
+    let by_module: BTreeMap<&[String], usize> = sources
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.root)
+        .map(|(i, s)| (s.module.as_slice(), i))
+        .collect();
+    // The check itself, on small pieces of code: one that finds nothing would pass.
+    let create: Vec<String> = ["service", "create"].map(String::from).to_vec();
+    let knotted = blank_comments_and_strings(
+        "use crate::api::wire::CreateRequest;\nsuper::super::api::http::json();\n\
+         pub use crate::api::wire::{A, B};\n// crate::api::in_a_comment\nuse crate::model::Session;\n",
+    );
+    assert_eq!(
+        paths_into(&create, &knotted, &by_module, "api"),
+        [
+            "crate::api::wire::CreateRequest",
+            "super::super::api::http::json",
+            "crate::api::wire::A",
+            "crate::api::wire::B"
+        ]
+    );
+    let mut files = 0;
+    let mut knots = Vec::new();
+    for source in sources
+        .iter()
+        .filter(|s| s.module.first().is_some_and(|m| m == "service"))
+    {
+        files += 1;
+        for path in paths_into(&source.module, &source.code, &by_module, "api") {
+            knots.push(format!("{} names {path}", shown(&source.path)));
+        }
+    }
+    assert!(files > 10, "only {files} files of control's service found");
+    assert!(
+        knots.is_empty(),
+        "control's service names its api:\n{}",
+        knots.join("\n")
+    );
+}
+
 /// The reader of paths itself, on small pieces of code: a checker that finds nothing
 /// would pass the tests above.
 #[test]
@@ -781,5 +850,369 @@ fn every_cell_of_the_architecture_tables_fits_in_two_lines() {
         "ARCHITECTURE.md has table cells over {MAX_TABLE_CELL_CHARS} characters \
          (move the detail into the prose above the table):\n{}",
         long.join("\n")
+    );
+}
+
+/// Every file under `dir` (recursively) whose name ends in `suffix`, in order.
+fn files_ending(dir: &Path, suffix: &str, into: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            files_ending(&path, suffix, into);
+        } else if path.to_string_lossy().ends_with(suffix) {
+            into.push(path);
+        }
+    }
+}
+
+/// The lines of a Markdown text outside fenced code blocks, with their line numbers.
+fn prose_lines(text: &str) -> Vec<(usize, &str)> {
+    let mut fenced = false;
+    let mut lines = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced {
+            lines.push((n + 1, line));
+        }
+    }
+    lines
+}
+
+/// A line with its inline code spans (`` `…` ``, ``` ``…`` ```) removed, so that what
+/// code shows is not read as a link.
+fn without_code_spans(line: &str) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(start) = rest.find('`') {
+        out.push_str(&rest[..start]);
+        let ticks = rest[start..].len() - rest[start..].trim_start_matches('`').len();
+        let fence = &rest[start..start + ticks];
+        match rest[start + ticks..].find(fence) {
+            Some(end) => rest = &rest[start + ticks + end + ticks..],
+            None => {
+                out.push_str(&rest[start..]);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The targets of a Markdown line's inline links and images: what `[text](…)` points at,
+/// without a title.
+fn link_targets(line: &str) -> Vec<String> {
+    let line = without_code_spans(line);
+    let mut targets = Vec::new();
+    let mut rest = line.as_str();
+    while let Some(at) = rest.find("](") {
+        rest = &rest[at + 2..];
+        let end = rest.find([')', ' ']).unwrap_or(rest.len());
+        targets.push(rest[..end].to_string());
+        rest = &rest[end..];
+    }
+    targets
+}
+
+/// A heading's text as a reader sees it: links reduced to their text, code's backticks
+/// and emphasis dropped.
+fn heading_text(heading: &str) -> String {
+    let mut text = String::new();
+    let mut rest = heading.trim().trim_end_matches('#').trim();
+    while let Some(at) = rest.find("](") {
+        text.push_str(&rest[..at]);
+        rest = &rest[at + 2..];
+        rest = &rest[rest.find(')').map_or(rest.len(), |e| e + 1)..];
+    }
+    text.push_str(rest);
+    text.chars().filter(|c| !"[`*".contains(*c)).collect()
+}
+
+/// The anchor GitHub gives a heading: lower case, every character but letters, digits,
+/// `-`, `_` and spaces dropped, spaces made `-`.
+fn slug(heading: &str) -> String {
+    heading_text(heading)
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The headings of a Markdown text (outside code blocks), as written.
+fn headings(text: &str) -> Vec<String> {
+    prose_lines(text)
+        .into_iter()
+        .filter_map(|(_, line)| {
+            let hashes = line.len() - line.trim_start_matches('#').len();
+            let text = line[hashes..].strip_prefix(' ')?;
+            (1..=6).contains(&hashes).then(|| heading_text(text))
+        })
+        .collect()
+}
+
+/// The anchors of a Markdown text's headings, a repeated one numbered as GitHub does
+/// (`faults`, `faults-1`).
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut anchors = BTreeSet::new();
+    for heading in headings(text) {
+        let slug = slug(&heading);
+        let count = seen.entry(slug.clone()).or_default();
+        anchors.insert(match *count {
+            0 => slug,
+            n => format!("{slug}-{n}"),
+        });
+        *count += 1;
+    }
+    anchors
+}
+
+/// Where a relative link of `page` fails to lead: a missing file, or an anchor no heading
+/// of the Markdown file it names has. Links with a scheme (`https:`, `mailto:`) are not
+/// followed.
+fn broken_links(page: &Path, text: &str) -> Vec<String> {
+    let mut broken = Vec::new();
+    for (n, line) in prose_lines(text) {
+        for target in link_targets(line) {
+            if target.is_empty()
+                || target
+                    .split_once(':')
+                    .is_some_and(|(s, _)| !s.contains('/'))
+            {
+                continue;
+            }
+            let (path, anchor) = target.split_once('#').unwrap_or((&target, ""));
+            let file = if path.is_empty() {
+                page.to_path_buf()
+            } else {
+                page.parent().expect("a page's directory").join(path)
+            };
+            let at = format!("{}:{n}: {target}", shown(page));
+            if !file.exists() {
+                broken.push(format!("{at}: no such file"));
+            } else if !anchor.is_empty() && file.extension().is_some_and(|e| e == "md") {
+                let linked = std::fs::read_to_string(&file).expect("a Markdown file");
+                if !anchors(&linked).contains(anchor) {
+                    broken.push(format!("{at}: no heading #{anchor} there"));
+                }
+            }
+        }
+    }
+    broken
+}
+
+#[test]
+fn the_link_reader_follows_files_and_anchors_and_ignores_code() {
+    assert_eq!(
+        slug("dockgate: nobody but dockgate holds the Docker socket"),
+        "dockgate-nobody-but-dockgate-holds-the-docker-socket"
+    );
+    assert_eq!(
+        slug("Behind a front proxy (nginx, Caddy)"),
+        "behind-a-front-proxy-nginx-caddy"
+    );
+    assert_eq!(slug("`deploy/up`"), "deployup");
+    assert_eq!(slug("termgate — design"), "termgate--design");
+    assert_eq!(
+        link_targets("see [a](x.md#b) and [`c`](../d/ \"t\"), not `[e](f)`"),
+        ["x.md#b", "../d/"]
+    );
+    let text = "# Page\n\n## Faults\n\n```sh\n# not a heading\n[no](link.md)\n```\n\n## Faults\n";
+    assert_eq!(
+        anchors(text).into_iter().collect::<Vec<_>>(),
+        ["faults", "faults-1", "page"]
+    );
+
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let page = dir.path().join("page.md");
+    std::fs::write(dir.path().join("other.md"), "# Other\n\n## Some part\n").expect("write");
+    let text = "[ok](other.md#some-part) [ok](#top) [ok](https://example.com/x#y)\n\
+                [gone](missing.md) [bad](other.md#no-such-part) [bad](#nowhere)\n\n# Top\n";
+    std::fs::write(&page, text).expect("write");
+    let broken = broken_links(&page, text);
+    assert_eq!(broken.len(), 3, "{broken:#?}");
+    assert!(
+        broken[0].ends_with("missing.md: no such file"),
+        "{broken:#?}"
+    );
+    assert!(broken[1].contains("#no-such-part"), "{broken:#?}");
+    assert!(broken[2].contains("#nowhere"), "{broken:#?}");
+}
+
+/// A moved page or a renamed heading leaves links that lead nowhere: every relative link
+/// of README.md, ARCHITECTURE.md and the pages under docs/ and deploy/ names a file that
+/// exists, and its `#anchor` into a Markdown file a heading there.
+#[test]
+fn every_relative_link_of_the_documentation_leads_somewhere() {
+    let mut pages = vec![
+        workspace().join("README.md"),
+        workspace().join("ARCHITECTURE.md"),
+    ];
+    files_ending(&workspace().join("docs"), ".md", &mut pages);
+    files_ending(&workspace().join("deploy"), ".md", &mut pages);
+    let mut links = 0;
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).expect("a page");
+        links += prose_lines(&text)
+            .iter()
+            .map(|(_, line)| link_targets(line).len())
+            .sum::<usize>();
+        broken.extend(broken_links(page, &text));
+    }
+    assert!(
+        links > 100,
+        "only {links} links found in {} pages",
+        pages.len()
+    );
+    assert!(
+        broken.is_empty(),
+        "links that lead nowhere:\n{}",
+        broken.join("\n")
+    );
+}
+
+/// A reference to a page's section, as code, scripts and configuration make it:
+/// `docs/hosts.md "More than one host"`, `README "Two commands"`.
+struct SectionReference {
+    /// The file and line it is on.
+    at: String,
+    /// The page as written (`README` or `docs/….md`).
+    page: String,
+    /// The section's name, a comment's line breaks (and `//!`, `///`, `#`, `--` at their
+    /// starts) joined into one line.
+    name: String,
+}
+
+/// The section references of a file's text.
+fn section_references(file: &Path, text: &str) -> Vec<SectionReference> {
+    let mut found = Vec::new();
+    let mut rest = text;
+    let mut offset = 0;
+    while let Some(at) = rest.find('"') {
+        let before = &rest[..at];
+        let quote_at = offset + at;
+        rest = &rest[at + 1..];
+        offset = quote_at + 1;
+        // `<page> "…"`, `<page>, "…"`, `<page>: "…"`, or with an escaped quote in a string.
+        let before = before.strip_suffix('\\').unwrap_or(before);
+        let Some(before) = before.strip_suffix(' ') else {
+            continue;
+        };
+        let before = before.trim_end_matches([',', ':']);
+        let page = before
+            .rsplit(|c: char| c.is_whitespace() || "(`[".contains(c))
+            .next()
+            .unwrap_or_default();
+        if page != "README" && !(page.starts_with("docs/") && page.ends_with(".md")) {
+            continue;
+        }
+        let Some(end) = rest.find('"') else {
+            continue;
+        };
+        let name = rest[..end].trim_end_matches('\\');
+        let name: Vec<&str> = name
+            .lines()
+            .map(|l| l.trim().trim_start_matches(['/', '!', '#', '-']).trim())
+            .collect();
+        let line = text[..quote_at].lines().count();
+        found.push(SectionReference {
+            at: format!("{}:{line}", shown(file)),
+            page: page.to_string(),
+            name: name.join(" "),
+        });
+        rest = &rest[end + 1..];
+        offset += end + 1;
+    }
+    found
+}
+
+/// Whether `name` names one of `headings`: the heading itself, or its title before a
+/// colon or a parenthesis (`dockgate` for "dockgate: nobody but dockgate holds …").
+fn names_heading(headings: &[String], name: &str) -> bool {
+    headings.iter().any(|h| {
+        h == name
+            || h.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(':') || rest.starts_with(" ("))
+    })
+}
+
+#[test]
+fn the_reference_reader_joins_wrapped_comments_and_escaped_quotes() {
+    let text = "//! keys (docs/hosts.md \"More than one\n//! host\"): x\n\
+                # (README, \"Two commands\") and \"not a reference\"\n\
+                die \"… again (docs/operators.md \\\"Sessions under gVisor\\\")\"\n";
+    let found = section_references(Path::new("x.rs"), text);
+    let found: Vec<(&str, &str)> = found
+        .iter()
+        .map(|r| (r.page.as_str(), r.name.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("docs/hosts.md", "More than one host"),
+            ("README", "Two commands"),
+            ("docs/operators.md", "Sessions under gVisor"),
+        ]
+    );
+    let headings = [
+        "dockgate: nobody holds it".to_string(),
+        "Behind a proxy (nginx)".to_string(),
+    ];
+    assert!(names_heading(&headings, "dockgate"));
+    assert!(names_heading(&headings, "Behind a proxy"));
+    assert!(!names_heading(&headings, "Behind"));
+    assert!(!names_heading(&headings, "dock"));
+}
+
+/// Code, scripts and configuration send readers to a section by name
+/// (`docs/hosts.md "More than one host"`): every such reference in the crates' Rust
+/// files, deploy/ and the example configuration names a heading of that page.
+#[test]
+fn every_section_the_code_and_scripts_name_exists() {
+    let mut files = Vec::new();
+    for dir in CRATES.iter().chain(&["tests"]) {
+        files_ending(&workspace().join(dir), ".rs", &mut files);
+    }
+    files_ending(&workspace().join("deploy"), "", &mut files);
+    files.push(workspace().join("config/termgate.example.toml"));
+    let mut references = 0;
+    let mut missing = Vec::new();
+    for file in &files {
+        // This file's own samples of references are not references.
+        if file.ends_with("tests/tests/structure.rs") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue; // not text
+        };
+        for SectionReference { at, page, name } in section_references(file, &text) {
+            references += 1;
+            let path = if page == "README" { "README.md" } else { &page };
+            let headings = std::fs::read_to_string(workspace().join(path))
+                .map(|t| headings(&t))
+                .unwrap_or_default();
+            if !names_heading(&headings, &name) {
+                missing.push(format!("{at}: {page} \"{name}\""));
+            }
+        }
+    }
+    assert!(
+        references > 30,
+        "only {references} section references found"
+    );
+    assert!(
+        missing.is_empty(),
+        "references to sections that do not exist:\n{}",
+        missing.join("\n")
     );
 }

@@ -108,12 +108,18 @@ pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Proof that a request carried the service token: the gateways' endpoints take one,
+/// and only [`authenticate_service`] makes one.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ServiceCaller(());
+
+/// The caller of a gateways' endpoint: a bearer token equal to the service token.
 pub(super) fn authenticate_service(
     control: &Control,
     req: &Request<Incoming>,
-) -> Result<(), ApiError> {
+) -> Result<ServiceCaller, ApiError> {
     match (bearer(req), control.service_token()) {
-        (Some(got), Some(want)) if constant_time_eq(got, want) => Ok(()),
+        (Some(got), Some(want)) if constant_time_eq(got, want) => Ok(ServiceCaller(())),
         _ => Err(ApiError::UNAUTHENTICATED.with_message("the service token is required")),
     }
 }

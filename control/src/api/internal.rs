@@ -10,8 +10,8 @@ use policy::audit::{AuditReport, MAX_REPORT_ENTRIES};
 use policy::{SessionId, Sub};
 
 use super::http::{
-    authenticate_service, empty, json, no_such_endpoint, not_allowed, query_param, read_json,
-    session_id, Reply,
+    empty, json, no_such_endpoint, not_allowed, query_param, read_json, session_id, Reply,
+    ServiceCaller,
 };
 use crate::error::ApiError;
 use crate::service::Control;
@@ -24,12 +24,12 @@ const MAX_FEED_WAIT: u64 = 30;
 pub(super) async fn routes(
     control: Arc<Control>,
     req: Request<Incoming>,
+    _gateway: ServiceCaller,
     rest: &[&str],
 ) -> Result<Reply, ApiError> {
     let method = req.method().clone();
     match rest {
         [] => {
-            authenticate_service(&control, &req)?;
             if method != Method::GET {
                 return Err(not_allowed());
             }
@@ -50,7 +50,6 @@ pub(super) async fn routes(
             Ok(json(200, &page))
         }
         [id] => {
-            authenticate_service(&control, &req)?;
             if method != Method::GET {
                 return Err(not_allowed());
             }
@@ -66,10 +65,10 @@ pub(super) async fn routes(
 pub(super) async fn activity(
     control: Arc<Control>,
     req: Request<Incoming>,
+    _gateway: ServiceCaller,
     limit: usize,
 ) -> Result<Reply, ApiError> {
     let method = req.method().clone();
-    authenticate_service(&control, &req)?;
     if method != Method::POST {
         return Err(not_allowed());
     }
@@ -86,10 +85,10 @@ pub(super) async fn activity(
 pub(super) async fn terminals(
     control: Arc<Control>,
     req: Request<Incoming>,
+    _gateway: ServiceCaller,
     limit: usize,
 ) -> Result<Reply, ApiError> {
     let method = req.method().clone();
-    authenticate_service(&control, &req)?;
     if method != Method::POST {
         return Err(not_allowed());
     }
@@ -127,12 +126,12 @@ pub(super) async fn terminals(
 pub(super) async fn recordings(
     control: Arc<Control>,
     req: Request<Incoming>,
+    _gateway: ServiceCaller,
     rest: &[&str],
 ) -> Result<Reply, ApiError> {
     let method = req.method().clone();
     match rest {
         [id, name] => {
-            authenticate_service(&control, &req)?;
             if method != Method::PUT {
                 return Err(not_allowed());
             }
@@ -152,9 +151,9 @@ pub(super) async fn recordings(
 pub(super) async fn audit_report(
     control: Arc<Control>,
     req: Request<Incoming>,
+    _gateway: ServiceCaller,
     limit: usize,
 ) -> Result<Reply, ApiError> {
-    authenticate_service(&control, &req)?;
     let report: AuditReport = read_json(req, limit).await?;
     if report.gateway.is_empty() || report.gateway.len() > 64 {
         return Err(ApiError::INVALID_JSON.with_message("gateway must be 1 to 64 characters"));

@@ -4,9 +4,12 @@
 //! one); the route feed carries the service token. Bodies are bounded, unknown fields
 //! refused, and every error is the JSON shape of design §2.
 //!
-//! `route` picks the handler by path: `sessions`, `workspaces`, `secrets`, `users`, `internal`
-//! (the gateways' endpoints) and `authz`; the bodies and answers are in `wire`, the plumbing they share
-//! (replies, authentication, bodies) in `http`.
+//! `route` classes the endpoint by path (`access`: public, the gateways' service
+//! token, a user's token, or the front proxies' own checks), authenticates the caller
+//! by that class and hands the handler who called: `sessions`, `workspaces`,
+//! `secrets`, `users`, `internal` (the gateways' endpoints) and `authz`; the bodies and
+//! answers are in `wire`, the plumbing they share (replies, authentication, bodies) in
+//! `http`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -24,9 +27,15 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::error::ApiError;
 use crate::service::Control;
-use http::{boxed, error, json, no_such_endpoint, Reply, Streamed};
+use access::{access, Access};
+use http::{
+    authenticate, authenticate_service, boxed, error, json, no_such_endpoint, Reply, ServiceCaller,
+    Streamed,
+};
+use policy::Principal;
 use wire::Health;
 
+mod access;
 pub mod authz;
 mod http;
 mod internal;
@@ -44,78 +53,117 @@ fn path_segments(path: &str) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-/// Answers a request on the API listener: the path picks the handler of its group.
-async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, ApiError> {
+/// Answers a request on the API listener: the path names the endpoint, whose class
+/// ([`access`]) says which credential is checked here, once, before its handler runs;
+/// the handler is handed who called.
+async fn route(control: Arc<Control>, req: Request<Incoming>) -> Result<Streamed, ApiError> {
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
-    let limit = control.max_body_bytes();
-    match path_segments(&path).as_slice() {
-        ["healthz"] => Ok(json(
+    let segments = path_segments(&path);
+    match access(&segments, &method)? {
+        Access::Public => Ok(boxed(json(
             200,
             &Health {
                 rev: Some(control.rev()),
                 status: "ok",
             },
-        )),
-        ["routes", rest @ ..] => internal::routes(control, req, rest).await,
-        ["activity"] => internal::activity(control, req, limit).await,
-        ["terminals"] => internal::terminals(control, req, limit).await,
-        ["retention"] => users::recordings_usage(control, req),
-        ["recordings", rest @ ..] => internal::recordings(control, req, rest).await,
-        ["audit"] if method == Method::POST => internal::audit_report(control, req, limit).await,
-        ["authz", rest @ ..] => authz::handle(control, req, rest),
-        ["grant"] => authz::grant(control, req).await,
-        ["profiles"] => users::profiles(control, req),
-        ["signins", rest @ ..] => users::sign_ins(&control, req, rest, limit).await,
-        ["revocations"] => users::revocations(control, req, limit).await,
-        ["audit"] => users::audit(control, req),
-        ["users", rest @ ..] => users::users(control, req, rest),
-        ["sessions", rest @ ..] => sessions::sessions(control, req, rest, limit).await,
-        ["history"] => sessions::history(control, req),
-        ["targets", rest @ ..] => sessions::targets(control, req, rest, limit).await,
-        ["workspaces", rest @ ..] => workspaces::workspaces(control, req, rest, limit).await,
-        ["shared-workspaces", rest @ ..] => workspaces::shared(control, req, rest, limit).await,
-        ["secrets", rest @ ..] => secrets::secrets(control, req, rest, limit).await,
-        _ => Err(no_such_endpoint()),
+        ))),
+        Access::Service => {
+            let gateway = authenticate_service(&control, &req)?;
+            for_gateway(control, req, gateway, &segments).await
+        }
+        Access::GatewaySignIn => {
+            let gateway = authenticate_service(&control, &req).map_err(|_| no_such_endpoint())?;
+            let limit = control.max_body_bytes();
+            users::record_sign_in(&control, req, gateway, limit)
+                .await
+                .map(boxed)
+        }
+        Access::User => {
+            let who = authenticate(&control, &req)?;
+            for_user(control, req, &who, &segments).await
+        }
+        Access::FrontProxy => {
+            let rest = segments.get(1..).unwrap_or_default();
+            authz::handle(control, req, rest).map(boxed)
+        }
+        Access::Grant => authz::grant(control, req).await.map(boxed),
     }
+}
+
+/// The endpoints of [`Access::Service`], for a caller with the service token.
+async fn for_gateway(
+    control: Arc<Control>,
+    req: Request<Incoming>,
+    gateway: ServiceCaller,
+    segments: &[&str],
+) -> Result<Streamed, ApiError> {
+    let limit = control.max_body_bytes();
+    let reply = match segments {
+        ["recording-links", ..] => return recording_links::play(control, req, gateway).await,
+        ["routes", rest @ ..] => internal::routes(control, req, gateway, rest).await,
+        ["activity"] => internal::activity(control, req, gateway, limit).await,
+        ["terminals"] => internal::terminals(control, req, gateway, limit).await,
+        ["recordings", rest @ ..] => internal::recordings(control, req, gateway, rest).await,
+        ["audit"] => internal::audit_report(control, req, gateway, limit).await,
+        _ => Err(no_such_endpoint()),
+    };
+    reply.map(boxed)
+}
+
+/// The endpoints of [`Access::User`], for user `who` (not locked).
+async fn for_user(
+    control: Arc<Control>,
+    req: Request<Incoming>,
+    who: &Principal,
+    segments: &[&str],
+) -> Result<Streamed, ApiError> {
+    let limit = control.max_body_bytes();
+    let reply = match segments {
+        ["sessions", id, "recordings", name] if req.method() == Method::GET => {
+            // A recording streams from its file, never read whole.
+            return sessions::download(control, who, id, name).await;
+        }
+        ["retention"] => users::recordings_usage(control, req, who),
+        ["profiles"] => users::profiles(control, req, who),
+        ["signins", rest @ ..] => users::sign_ins(&control, req, who, rest),
+        ["revocations"] => users::revocations(control, req, who, limit).await,
+        ["audit"] => users::audit(control, req, who),
+        ["users", rest @ ..] => users::users(control, req, who, rest),
+        ["sessions", rest @ ..] => sessions::sessions(control, req, who, rest, limit).await,
+        ["history"] => sessions::history(control, req, who),
+        ["targets", rest @ ..] => sessions::targets(control, req, who, rest, limit).await,
+        ["workspaces", rest @ ..] => workspaces::workspaces(control, req, who, rest, limit).await,
+        ["shared-workspaces", rest @ ..] => {
+            workspaces::shared(control, req, who, rest, limit).await
+        }
+        ["secrets", rest @ ..] => secrets::secrets(control, req, who, rest, limit).await,
+        _ => Err(no_such_endpoint()),
+    };
+    reply.map(boxed)
 }
 
 async fn handle(control: Arc<Control>, req: Request<Incoming>) -> Result<Streamed, Infallible> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    let reply = route(control, req).await.unwrap_or_else(|e| {
+        let mut r = error(&e);
+        if e.status == 401 && path == "/v1/authz" {
+            r.headers_mut().insert(
+                hyper::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer"),
+            );
+        }
+        boxed(r)
+    });
+    let status = reply.status().as_u16();
     if path.starts_with("/v1/recording-links/") {
         // The path holds a recording link's token: it is never logged.
-        let reply = recording_links::play(control, req)
-            .await
-            .unwrap_or_else(|e| boxed(error(&e)));
-        tracing::debug!(%method, path = "/v1/recording-links/<token>", status = reply.status().as_u16(), "request");
-        return Ok(reply);
+        tracing::debug!(%method, path = "/v1/recording-links/<token>", status, "request");
+    } else {
+        tracing::debug!(%method, %path, status, "request");
     }
-    if let ["sessions", id, "recordings", name] = path_segments(&path).as_slice() {
-        if method == Method::GET {
-            // A recording streams from its file, never read whole.
-            let reply = sessions::download(control, req, id, name)
-                .await
-                .unwrap_or_else(|e| boxed(error(&e)));
-            tracing::debug!(%method, %path, status = reply.status().as_u16(), "request");
-            return Ok(reply);
-        }
-    }
-    let reply = match route(control, req).await {
-        Ok(r) => r,
-        Err(e) => {
-            let mut r = error(&e);
-            if e.status == 401 && path == "/v1/authz" {
-                r.headers_mut().insert(
-                    hyper::header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Bearer"),
-                );
-            }
-            r
-        }
-    };
-    tracing::debug!(%method, %path, status = reply.status().as_u16(), "request");
-    Ok(boxed(reply))
+    Ok(reply)
 }
 
 async fn handle_admin(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, Infallible> {

@@ -9,13 +9,16 @@ use std::sync::Arc;
 use hyper::body::Incoming;
 use hyper::{Method, Request};
 use policy::recording_link::RecordingToken;
-use policy::{Refusal, SessionId, Sub};
+use policy::{Principal, Refusal, SessionId, Sub};
 
 use super::http::{
-    authenticate, authenticate_service, boxed, cast_file, empty, json, no_such_endpoint,
-    not_allowed, read_json, Streamed,
+    boxed, cast_file, empty, json, no_such_endpoint, not_allowed, read_json, ServiceCaller,
+    Streamed,
 };
-use super::wire::{RecordingLinkCheck, RecordingLinkRequest, RecordingLinks};
+use super::wire::{
+    CreatedRecordingLink, RecordingLinkCheck, RecordingLinkRequest, RecordingLinkView,
+    RecordingLinks,
+};
 use crate::error::ApiError;
 use crate::service::Control;
 
@@ -24,30 +27,35 @@ use crate::service::Control;
 pub(super) async fn manage(
     control: Arc<Control>,
     req: Request<Incoming>,
+    who: &Principal,
     id: SessionId,
     name: &str,
     link: Option<&str>,
     limit: usize,
 ) -> Result<super::http::Reply, ApiError> {
-    let who = authenticate(&control, &req)?;
     let method = req.method().clone();
     match (link, method) {
         (None, Method::GET) => {
-            let (links, modes) = control.list_recording_links(&who, &id, name)?;
+            let (links, modes) = control.list_recording_links(who, &id, name)?;
+            let links = links.into_iter().map(RecordingLinkView::from).collect();
             Ok(json(200, &RecordingLinks { links, modes }))
         }
         (None, Method::POST) => {
             // Who first: another's recording is the 404 of an unknown one, whatever
             // the body says.
-            control.list_recording_links(&who, &id, name)?;
+            control.list_recording_links(who, &id, name)?;
             let body: RecordingLinkRequest = read_json(req, limit).await?;
-            Ok(json(
-                201,
-                &control.create_recording_link(&who, &id, name, &body)?,
-            ))
+            let link = control.create_recording_link(
+                who,
+                &id,
+                name,
+                body.ttl_seconds,
+                body.mode.as_deref(),
+            )?;
+            Ok(json(201, &CreatedRecordingLink::from(link)))
         }
         (Some(link), Method::DELETE) => {
-            control.revoke_recording_link(&who, &id, name, link)?;
+            control.revoke_recording_link(who, &id, name, link)?;
             Ok(empty(204))
         }
         _ => Err(not_allowed()),
@@ -59,8 +67,8 @@ pub(super) async fn manage(
 pub(super) async fn play(
     control: Arc<Control>,
     req: Request<Incoming>,
+    _gateway: ServiceCaller,
 ) -> Result<Streamed, ApiError> {
-    authenticate_service(&control, &req)?;
     let path = req.uri().path().to_owned();
     let rest = path
         .strip_prefix("/v1/recording-links/")

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use hyper::body::Incoming;
 use hyper::{Method, Request};
+use policy::Principal;
 use serde::{Deserialize, Serialize};
 
-use super::http::{authenticate, empty, json, not_allowed, read_json, Reply};
+use super::http::{empty, json, not_allowed, read_json, Reply};
 use crate::error::ApiError;
 use crate::model::Secret;
 use crate::service::Control;
@@ -79,14 +80,14 @@ fn grants(g: Vec<GrantBody>) -> Vec<String> {
 pub(super) async fn secrets(
     control: Arc<Control>,
     req: Request<Incoming>,
+    who: &Principal,
     rest: &[&str],
     limit: usize,
 ) -> Result<Reply, ApiError> {
-    let who = authenticate(&control, &req)?;
     let method = req.method().clone();
     match (rest, method) {
         ([], Method::GET) => {
-            let list = control.secrets(&who)?;
+            let list = control.secrets(who)?;
             Ok(json(
                 200,
                 &Secrets {
@@ -96,17 +97,17 @@ pub(super) async fn secrets(
         }
         ([], Method::POST) => {
             let body: NewSecret = read_json(req, limit).await?;
-            let s = control.register_secret(&who, &body.name, &body.path, &grants(body.grants))?;
+            let s = control.register_secret(who, &body.name, &body.path, &grants(body.grants))?;
             Ok(json(201, &view(&s)))
         }
-        ([name], Method::GET) => Ok(json(200, &view(&control.secret(&who, name)?))),
+        ([name], Method::GET) => Ok(json(200, &view(&control.secret(who, name)?))),
         ([name], Method::PATCH) => {
             let body: SecretPatch = read_json(req, limit).await?;
-            let s = control.grant_secret(&who, name, &grants(body.grants))?;
+            let s = control.grant_secret(who, name, &grants(body.grants))?;
             Ok(json(200, &view(&s)))
         }
         ([name], Method::DELETE) => {
-            control.delete_secret(&who, name)?;
+            control.delete_secret(who, name)?;
             Ok(empty(204))
         }
         ([] | [_], _) => Err(not_allowed()),

@@ -7,14 +7,16 @@ use std::sync::Arc;
 use hyper::body::Incoming;
 use hyper::header::HeaderValue;
 use hyper::{Method, Request};
+use policy::Principal;
 
 use super::http::{
-    authenticate, cast_file, empty, json, no_such_endpoint, not_allowed, query_param, read_json,
-    session_id, Reply, Streamed,
+    cast_file, empty, json, no_such_endpoint, not_allowed, query_param, read_json, session_id,
+    Reply, Streamed,
 };
 use super::wire::{
-    CreateRequest, Listed, ListedTarget, PeerRequest, Peers, RecordingList, RedrawRequest,
-    Sessions, ShareRequest, Shares, TargetPatch, TargetRequest, TargetView, Targets,
+    CreateRequest, CreatedShare, Listed, ListedTarget, PeerRequest, PeerView, Peers, RecordingList,
+    RecordingView, RedrawRequest, SessionView, Sessions, ShareRequest, Shares, TargetPatch,
+    TargetRequest, TargetView, Targets,
 };
 use crate::error::ApiError;
 use crate::service::{Control, Whose};
@@ -24,37 +26,35 @@ use crate::service::{Control, Whose};
 pub(super) async fn sessions(
     control: Arc<Control>,
     req: Request<Incoming>,
+    who: &Principal,
     rest: &[&str],
     limit: usize,
 ) -> Result<Reply, ApiError> {
     let method = req.method().clone();
     match rest {
         [] => {
-            let who = authenticate(&control, &req)?;
             match method {
                 Method::GET => {
                     let whose = Whose::asked(
                         query_param(&req, "all") == Some("true"),
                         query_param(&req, "owner"),
                     );
-                    let list = control.list(&who, &whose)?;
+                    let list = control.list(who, &whose)?;
                     // Targets that allow the caller are listed with their own sessions
                     // (not in an admin's listing of someone else's).
                     // So are the sessions the caller was invited to co-drive, marked.
                     let (targets, peer_of) = if whose == Whose::Own {
-                        (control.targets_for(&who)?, control.peer_sessions(&who.sub)?)
+                        (control.targets_for(who)?, control.peer_sessions(&who.sub)?)
                     } else {
                         (Vec::new(), Vec::new())
                     };
                     let mut sessions: Vec<Listed<'_>> = list
                         .iter()
-                        .map(|s| Listed::Session(Box::new(control.view(s))))
+                        .map(|s| Listed::Session(Box::new(control.shown(s).into())))
                         .collect();
-                    sessions.extend(
-                        peer_of.iter().map(|(s, until)| {
-                            Listed::Session(Box::new(control.peer_view(s, *until)))
-                        }),
-                    );
+                    sessions.extend(peer_of.iter().map(|(s, until)| {
+                        Listed::Session(Box::new(control.shown_to_peer(s, *until).into()))
+                    }));
                     sessions.extend(
                         targets
                             .iter()
@@ -64,8 +64,8 @@ pub(super) async fn sessions(
                 }
                 Method::POST => {
                     let body: CreateRequest = read_json(req, limit).await?;
-                    let (s, timing) = control.create(&who, body).await?;
-                    let mut reply = json(201, &control.view(&s));
+                    let (s, timing) = control.create(who, body.into()).await?;
+                    let mut reply = json(201, &SessionView::from(control.shown(&s)));
                     // Server-Timing lets clients (and the benchmarks) split control's own
                     // time from Docker's.
                     let header = format!(
@@ -82,117 +82,126 @@ pub(super) async fn sessions(
             }
         }
         [id] => {
-            let who = authenticate(&control, &req)?;
             let id = session_id(id)?;
             match method {
                 Method::GET => {
-                    if let Some(t) = control.target_for(&who, &id)? {
+                    if let Some(t) = control.target_for(who, &id)? {
                         return Ok(json(200, &ListedTarget::from(&t)));
                     }
                     // A peer asks after the session it co-drives as its owner does (the
                     // page watches it while its terminal is open), and sees it as it
                     // is listed to them.
-                    let s = match control.get(&who, &id) {
+                    let s = match control.get(who, &id) {
                         Err(e) if e.code == ApiError::NOT_FOUND.code => {
-                            return match control.peer_session(&who, &id) {
-                                Ok((s, until)) => Ok(json(200, &control.peer_view(&s, until))),
+                            return match control.peer_session(who, &id) {
+                                Ok((s, until)) => Ok(json(
+                                    200,
+                                    &SessionView::from(control.shown_to_peer(&s, until)),
+                                )),
                                 Err(p) if p.code == e.code => Err(e),
                                 Err(p) => Err(p),
                             };
                         }
                         r => r?,
                     };
-                    Ok(json(200, &control.view(&s)))
+                    Ok(json(200, &SessionView::from(control.shown(&s))))
                 }
                 Method::DELETE => {
                     // 204 once the end is decided and durable: its terminals are
                     // closing now, its container goes in the background.
-                    control.end(&who, &id)?;
+                    control.end(who, &id)?;
                     Ok(empty(204))
                 }
                 _ => Err(not_allowed()),
             }
         }
         [id, "redraw"] => {
-            let who = authenticate(&control, &req)?;
             let id = session_id(id)?;
             if method != Method::POST {
                 return Err(not_allowed());
             }
             let body: RedrawRequest = read_json(req, limit).await?;
-            control.redraw(&who, &id, body).await?;
+            control.redraw(who, &id, body.cols, body.rows).await?;
             Ok(empty(204))
         }
         [id, "recordings"] => {
-            let who = authenticate(&control, &req)?;
             let id = session_id(id)?;
             if method != Method::GET {
                 return Err(not_allowed());
             }
             // Owner or admin, for active and ended sessions alike; others: 404.
-            control.get(&who, &id)?;
+            control.get(who, &id)?;
             let list = control.recordings().list(&id);
-            Ok(json(200, &RecordingList { recordings: list }))
+            let recordings = list.into_iter().map(RecordingView::from).collect();
+            Ok(json(200, &RecordingList { recordings }))
         }
         [_, "recordings", _] => {
-            // A GET is answered by `download`, streamed, before the routes.
-            authenticate(&control, &req)?;
+            // A GET is answered by `download`, streamed.
             Err(not_allowed())
         }
         [id, "recordings", name, "links"] => {
             let id = session_id(id)?;
-            super::recording_links::manage(control, req, id, name, None, limit).await
+            super::recording_links::manage(control, req, who, id, name, None, limit).await
         }
         [id, "recordings", name, "links", link] => {
             let id = session_id(id)?;
-            super::recording_links::manage(control, req, id, name, Some(link), limit).await
+            super::recording_links::manage(control, req, who, id, name, Some(link), limit).await
         }
         [id, "shares"] => {
-            let who = authenticate(&control, &req)?;
             let id = session_id(id)?;
             match method {
                 Method::GET => {
-                    let shares = control.list_shares(&who, &id)?;
-                    Ok(json(200, &Shares { shares }))
+                    let shares = control.list_shares(who, &id)?;
+                    Ok(json(
+                        200,
+                        &Shares {
+                            shares: shares.into_iter().map(Into::into).collect(),
+                        },
+                    ))
                 }
                 Method::POST => {
                     let body: ShareRequest = read_json(req, limit).await?;
-                    Ok(json(201, &control.create_share(&who, &id, &body)?))
+                    let link =
+                        control.create_share(who, &id, body.ttl_seconds, body.max_viewers)?;
+                    Ok(json(201, &CreatedShare::from(link)))
                 }
                 _ => Err(not_allowed()),
             }
         }
         [id, "peers"] => {
-            let who = authenticate(&control, &req)?;
             let id = session_id(id)?;
             match method {
                 Method::GET => {
-                    let peers = control.list_peers(&who, &id)?;
-                    Ok(json(200, &Peers { peers }))
+                    let peers = control.list_peers(who, &id)?;
+                    Ok(json(
+                        200,
+                        &Peers {
+                            peers: peers.into_iter().map(PeerView::from).collect(),
+                        },
+                    ))
                 }
                 Method::POST => {
                     let body: PeerRequest = read_json(req, limit).await?;
-                    Ok(json(201, &control.invite_peer(&who, &id, &body)?))
+                    let peer = control.invite_peer(who, &id, &body.sub, body.ttl_seconds)?;
+                    Ok(json(201, &PeerView::from(peer)))
                 }
                 _ => Err(not_allowed()),
             }
         }
         [id, "peers", sub] => {
-            let who = authenticate(&control, &req)?;
             let id = session_id(id)?;
             if method != Method::DELETE {
                 return Err(not_allowed());
             }
-            control.remove_peer(&who, &id, sub)?;
+            control.remove_peer(who, &id, sub)?;
             Ok(empty(204))
         }
         [id, "shares", share] => {
-            let who = authenticate(&control, &req)?;
             let id = session_id(id)?;
             if method != Method::DELETE {
                 return Err(not_allowed());
             }
-            control.revoke_share(&who, &id, share)?;
+            control.revoke_share(who, &id, share)?;
             Ok(empty(204))
         }
         _ => Err(no_such_endpoint()),
@@ -200,9 +209,12 @@ pub(super) async fn sessions(
 }
 
 /// `GET /v1/history`: ended sessions, with the same visibility as the session list.
-pub(super) fn history(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, ApiError> {
+pub(super) fn history(
+    control: Arc<Control>,
+    req: Request<Incoming>,
+    who: &Principal,
+) -> Result<Reply, ApiError> {
     let method = req.method().clone();
-    let who = authenticate(&control, &req)?;
     if method != Method::GET {
         return Err(not_allowed());
     }
@@ -210,11 +222,14 @@ pub(super) fn history(control: Arc<Control>, req: Request<Incoming>) -> Result<R
         query_param(&req, "all") == Some("true"),
         query_param(&req, "owner"),
     );
-    let list = control.history(&who, &whose)?;
+    let list = control.history(who, &whose)?;
     Ok(json(
         200,
         &Sessions {
-            sessions: list.iter().map(|s| control.view(s)).collect(),
+            sessions: list
+                .iter()
+                .map(|s| SessionView::from(control.shown(s)))
+                .collect(),
         },
     ))
 }
@@ -224,16 +239,16 @@ pub(super) fn history(control: Arc<Control>, req: Request<Incoming>) -> Result<R
 pub(super) async fn targets(
     control: Arc<Control>,
     req: Request<Incoming>,
+    who: &Principal,
     rest: &[&str],
     limit: usize,
 ) -> Result<Reply, ApiError> {
     let method = req.method().clone();
     match rest {
         [] => {
-            let who = authenticate(&control, &req)?;
             match method {
                 Method::GET => {
-                    let list = control.list_targets(&who)?;
+                    let list = control.list_targets(who)?;
                     Ok(json(
                         200,
                         &Targets {
@@ -243,34 +258,33 @@ pub(super) async fn targets(
                 }
                 Method::POST => {
                     // Admin first: a non-admin learns nothing from the body's problems.
-                    control.list_targets(&who)?;
+                    control.list_targets(who)?;
                     let body: TargetRequest = read_json(req, limit).await?;
-                    let t = control.create_target(&who, body)?;
+                    let t = control.create_target(who, body)?;
                     Ok(json(201, &TargetView::from(&t)))
                 }
                 _ => Err(not_allowed()),
             }
         }
         [id] => {
-            let who = authenticate(&control, &req)?;
             let id = session_id(id)?;
             match method {
                 Method::GET => {
                     let t = control
-                        .list_targets(&who)?
+                        .list_targets(who)?
                         .into_iter()
                         .find(|t| t.id == id)
                         .ok_or(ApiError::NOT_FOUND)?;
                     Ok(json(200, &TargetView::from(&t)))
                 }
                 Method::PATCH => {
-                    control.list_targets(&who)?;
+                    control.list_targets(who)?;
                     let body: TargetPatch = read_json(req, limit).await?;
-                    let t = control.patch_target(&who, &id, body)?;
+                    let t = control.patch_target(who, &id, body.into())?;
                     Ok(json(200, &TargetView::from(&t)))
                 }
                 Method::DELETE => {
-                    control.delete_target(&who, &id)?;
+                    control.delete_target(who, &id)?;
                     Ok(empty(204))
                 }
                 _ => Err(not_allowed()),
@@ -284,13 +298,12 @@ pub(super) async fn targets(
 /// an attachment, streamed from the file.
 pub(super) async fn download(
     control: Arc<Control>,
-    req: Request<Incoming>,
+    who: &Principal,
     id: &str,
     name: &str,
 ) -> Result<Streamed, ApiError> {
-    let who = authenticate(&control, &req)?;
     let id = session_id(id)?;
-    control.get(&who, &id)?;
+    control.get(who, &id)?;
     let (file, size) = control.recordings().open_file(&id, name).await?;
     tracing::info!(target: "audit", sub = %who.sub, session = %id, recording = %name, bytes = size, "recording read");
     let mut r = cast_file(file, size);

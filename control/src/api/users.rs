@@ -6,26 +6,29 @@ use std::sync::Arc;
 use hyper::body::Incoming;
 use hyper::{Method, Request};
 use policy::revocation::Fingerprint;
-use policy::Sub;
+use policy::{Principal, Sub};
 
 use super::http::{
-    authenticate, authenticate_service, authenticate_token, bearer, empty, json, no_such_endpoint,
-    not_allowed, query_param, read_json, Reply,
+    authenticate_token, bearer, empty, json, no_such_endpoint, not_allowed, query_param, read_json,
+    Reply, ServiceCaller,
 };
 use super::wire::{
-    AuditLines, ProfileView, Profiles, RecordingsOfUser, RecordingsUsage, Revocations, SignIns,
-    SignedOut, Users,
+    AuditLines, ProfileView, Profiles, RecordingsOfUser, RecordingsUsage, RevocationRequest,
+    Revocations, SignInView, SignIns, SignedOut, Users,
 };
 use crate::error::ApiError;
 use crate::retention;
-use crate::service::{may_lock, Control, RevocationRequest, SignInView};
+use crate::service::{may_lock, Control};
 use crate::store::AuditQuery;
 use policy::reports::SignInReport;
 
 /// `GET /v1/profiles`: the profiles sessions are created from.
-pub(super) fn profiles(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, ApiError> {
+pub(super) fn profiles(
+    control: Arc<Control>,
+    req: Request<Incoming>,
+    _signed_in: &Principal,
+) -> Result<Reply, ApiError> {
     let method = req.method().clone();
-    authenticate(&control, &req)?;
     if method != Method::GET {
         return Err(not_allowed());
     }
@@ -37,20 +40,15 @@ pub(super) fn profiles(control: Arc<Control>, req: Request<Incoming>) -> Result<
     Ok(json(200, &Profiles { profiles }))
 }
 
-/// `/v1/signins…`: a gateway records a sign-in (`POST`, with the service token, the
-/// sign-in's own token in the body); users list theirs (`GET`, admins `?sub=`), sign
-/// out the current one (`DELETE …/current`), one by id (`DELETE …/<id>`) or all
-/// (`DELETE`, "everywhere").
-pub(super) async fn sign_ins(
+/// `/v1/signins…` for user `who`: they list theirs (`GET`, admins `?sub=`), sign out
+/// the current one (`DELETE …/current`), one by id (`DELETE …/<id>`) or all (`DELETE`,
+/// "everywhere"). A gateway's `POST` is [`record_sign_in`].
+pub(super) fn sign_ins(
     control: &Control,
     req: Request<Incoming>,
+    who: &Principal,
     rest: &[&str],
-    limit: usize,
 ) -> Result<Reply, ApiError> {
-    if rest.is_empty() && req.method() == Method::POST {
-        return record_sign_in(control, req, limit).await;
-    }
-    let who = authenticate(control, &req)?;
     let token = bearer(&req).unwrap_or_default().to_vec();
     let whose = match query_param(&req, "sub") {
         None | Some("") => None,
@@ -64,16 +62,14 @@ pub(super) async fn sign_ins(
     let method = req.method().clone();
     match (rest, method) {
         ([], Method::GET) => {
-            let list = control.list_sign_ins(&who, whose.as_ref())?;
+            let list = control.list_sign_ins(who, whose.as_ref())?;
             let current = Fingerprint::of(&token);
-            let views: Vec<SignInView<'_>> = list
-                .iter()
-                .map(|s| control.sign_in_view(s, &current))
-                .collect();
+            let views: Vec<SignInView<'_>> =
+                list.iter().map(|s| SignInView::of(s, &current)).collect();
             Ok(json(200, &SignIns { signins: views }))
         }
         ([], Method::DELETE) => {
-            let (n, before) = control.sign_out_all(&who, whose.as_ref())?;
+            let (n, before) = control.sign_out_all(who, whose.as_ref())?;
             Ok(json(
                 200,
                 &SignedOut {
@@ -83,11 +79,11 @@ pub(super) async fn sign_ins(
             ))
         }
         (["current"], Method::DELETE) => {
-            control.sign_out_current(&who, &token)?;
+            control.sign_out_current(who, &token)?;
             Ok(empty(204))
         }
         ([id], Method::DELETE) => {
-            control.sign_out(&who, id, whose.as_ref())?;
+            control.sign_out(who, id, whose.as_ref())?;
             Ok(empty(204))
         }
         ([] | ["current"] | [_], _) => Err(ApiError::METHOD_NOT_ALLOWED),
@@ -98,34 +94,33 @@ pub(super) async fn sign_ins(
 /// `POST /v1/signins`: a gateway records the sign-in whose token it is about to set as
 /// a cookie. Only a gateway, with the service token: what the record says (method,
 /// gateway, browser, address) is listed to the user and kept in the audit trail, so a
-/// user's own token may not file one (answered as the endpoint it is not: 404).
-async fn record_sign_in(
+/// user's own token may not file one (answered as the endpoint it is not: 404, by
+/// `route`).
+pub(super) async fn record_sign_in(
     control: &Control,
     req: Request<Incoming>,
+    _gateway: ServiceCaller,
     limit: usize,
 ) -> Result<Reply, ApiError> {
-    if authenticate_service(control, &req).is_err() {
-        return Err(no_such_endpoint());
-    }
     let report: SignInReport = read_json(req, limit).await?;
     let who = authenticate_token(control, report.token.as_bytes())?;
     let s = control.record_sign_in(&who, report.token.as_bytes(), &report)?;
-    Ok(json(201, &control.sign_in_view(&s, &s.fingerprint)))
+    Ok(json(201, &SignInView::of(&s, &s.fingerprint)))
 }
 
 /// `/v1/revocations`: the revocations in force (`GET`) and an admin's new one (`POST`).
 pub(super) async fn revocations(
     control: Arc<Control>,
     req: Request<Incoming>,
+    who: &Principal,
     limit: usize,
 ) -> Result<Reply, ApiError> {
     let method = req.method().clone();
-    let who = authenticate(&control, &req)?;
     match method {
         Method::GET => Ok(json(
             200,
             &Revocations {
-                revocations: control.revocations(&who)?,
+                revocations: control.revocations(who)?,
             },
         )),
         Method::POST => {
@@ -135,7 +130,7 @@ pub(super) async fn revocations(
                 );
             }
             let body: RevocationRequest = read_json(req, limit).await?;
-            Ok(json(201, &control.revoke_tokens(&who, &body)?))
+            Ok(json(201, &control.revoke_tokens(who, &body.into())?))
         }
         _ => Err(not_allowed()),
     }
@@ -146,9 +141,9 @@ pub(super) async fn revocations(
 pub(super) fn recordings_usage(
     control: Arc<Control>,
     req: Request<Incoming>,
+    who: &Principal,
 ) -> Result<Reply, ApiError> {
     let method = req.method().clone();
-    let who = authenticate(&control, &req)?;
     if method != Method::GET {
         return Err(not_allowed());
     }
@@ -176,14 +171,17 @@ pub(super) fn recordings_usage(
 }
 
 /// `GET /v1/audit`: an admin's search of the audit trail.
-pub(super) fn audit(control: Arc<Control>, req: Request<Incoming>) -> Result<Reply, ApiError> {
+pub(super) fn audit(
+    control: Arc<Control>,
+    req: Request<Incoming>,
+    who: &Principal,
+) -> Result<Reply, ApiError> {
     let method = req.method().clone();
-    let who = authenticate(&control, &req)?;
     if method != Method::GET {
         return Err(not_allowed());
     }
     let query = audit_query(req.uri().query().unwrap_or(""))?;
-    let lines = control.audit(&who, &query)?;
+    let lines = control.audit(who, &query)?;
     Ok(json(200, &AuditLines { lines }))
 }
 
@@ -218,28 +216,27 @@ fn audit_query(query: &str) -> Result<AuditQuery, ApiError> {
 pub(super) fn users(
     control: Arc<Control>,
     req: Request<Incoming>,
+    who: &Principal,
     rest: &[&str],
 ) -> Result<Reply, ApiError> {
     let method = req.method().clone();
     match rest {
         [] => {
-            let who = authenticate(&control, &req)?;
             if method != Method::GET {
                 return Err(not_allowed());
             }
-            let locked = control.locked_users(&who)?;
+            let locked = control.locked_users(who)?;
             Ok(json(200, &Users { locked }))
         }
         [sub, "lock"] => {
-            let who = authenticate(&control, &req)?;
             let lock = match method {
                 Method::POST => true,
                 Method::DELETE => false,
                 _ => return Err(not_allowed()),
             };
-            may_lock(&who)?;
+            may_lock(who)?;
             let sub = Sub::parse(sub).ok_or(ApiError::INVALID_SUB)?;
-            control.set_lock(&who, &sub, lock).map(|_| empty(204))
+            control.set_lock(who, &sub, lock).map(|_| empty(204))
         }
         _ => Err(no_such_endpoint()),
     }

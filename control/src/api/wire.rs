@@ -1,5 +1,6 @@
 //! The JSON that crosses control's API: the request bodies it reads and the views it
-//! answers with. `service` re-exports the ones its operations take and return.
+//! answers with. `service` takes and returns its own types; the `From`s here turn a
+//! body into one and one into a view.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +9,12 @@ use policy::feed::PeerGrant;
 use policy::{SessionId, Sub};
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Session, SessionState, Target, TargetCredential};
+use crate::model::{RecordingLink, SessionState, SignIn, Target, TargetCredential};
+use crate::recordings::RecordingEntry;
+use crate::service::{
+    self, NewRecordingLink, NewSession, RevocationAsked, ShareLink, ShareStatus, Shown,
+    TargetAccessPatch,
+};
 
 // Sessions.
 
@@ -28,6 +34,17 @@ pub struct CreateRequest {
     /// `"new"` or `"ephemeral"`; left out: the home workspace.
     #[serde(default)]
     pub workspace: Option<String>,
+}
+
+impl From<CreateRequest> for NewSession {
+    fn from(r: CreateRequest) -> Self {
+        NewSession {
+            profile: r.profile,
+            name: r.name,
+            options: r.options,
+            workspace: r.workspace,
+        }
+    }
 }
 
 /// Body of `POST /v1/sessions/<id>/redraw`.
@@ -65,61 +82,72 @@ pub struct SessionView<'a> {
     /// When it will end by itself (the earlier of its idle and lifetime deadlines),
     /// for an active session whose profile limits either.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) ends_at: Option<u64>,
+    ends_at: Option<u64>,
     /// What ends it then: `idle` or `max_lifetime`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) ends_because: Option<&'static str>,
+    ends_because: Option<&'static str>,
     /// Terminals open on it now over every gateway that reports (absent: no gateway
     /// has reported lately).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) terminals: Option<u32>,
+    terminals: Option<u32>,
     /// Share-link viewers watching it now, over every gateway that reports (absent:
     /// no gateway has reported lately).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) viewers: Option<u32>,
+    viewers: Option<u32>,
     /// The signed-in viewers among them (`sub`s; anonymous viewers only count).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) viewer_subs: Vec<String>,
+    viewer_subs: Vec<String>,
     /// `peer` in the list of a user its owner invited to co-drive it (absent: the
     /// caller owns it, or lists as an admin).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) role: Option<&'static str>,
+    role: Option<&'static str>,
     /// For a peer: when their invitation lapses.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) peer_until: Option<u64>,
+    peer_until: Option<u64>,
     /// Who the owner invited to co-drive it, and until when (to its owner and admins).
     #[serde(skip_serializing_if = "<[PeerGrant]>::is_empty")]
-    pub(crate) peers: &'a [PeerGrant],
+    peers: &'a [PeerGrant],
     /// What the caller may do with it beyond open and end, as its profile says now.
-    pub(crate) allows: Allows,
+    allows: Allows,
     /// The OCI runtime its profile runs sessions under, when not the daemon's default
     /// (`runsc`: gVisor).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) runtime: Option<String>,
+    runtime: Option<String>,
     /// The workspace it mounts: `{"id", "name"}`, or `{"id": null, "name":
     /// "ephemeral"}`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) workspace: Option<SessionWorkspaceView>,
+    workspace: Option<SessionWorkspaceView>,
 }
 
 /// The workspace a session mounts, as its view names it.
 #[derive(Debug, Clone, Serialize)]
 pub struct SessionWorkspaceView {
-    pub(crate) id: Option<SessionId>,
-    pub(crate) name: String,
+    id: Option<SessionId>,
+    name: String,
 }
 
 /// The actions a session's profile allows its owner: read-only share links, peers,
 /// links to its recordings. A peer is allowed none of them.
 #[derive(Debug, Default, Clone, Copy, Serialize)]
 pub struct Allows {
-    pub(crate) share: bool,
-    pub(crate) peers: bool,
-    pub(crate) recording_links: bool,
+    share: bool,
+    peers: bool,
+    recording_links: bool,
 }
 
-impl<'a> From<&'a Session> for SessionView<'a> {
-    fn from(s: &'a Session) -> Self {
+impl From<service::Allows> for Allows {
+    fn from(a: service::Allows) -> Self {
+        Allows {
+            share: a.share,
+            peers: a.peers,
+            recording_links: a.recording_links,
+        }
+    }
+}
+
+impl<'a> From<Shown<'a>> for SessionView<'a> {
+    fn from(shown: Shown<'a>) -> Self {
+        let s = shown.session;
         SessionView {
             id: &s.id,
             kind: "container",
@@ -135,17 +163,19 @@ impl<'a> From<&'a Session> for SessionView<'a> {
             ended_by: s.ended_by.as_deref(),
             end_reason: s.end_reason.as_deref(),
             last_input: s.last_input,
-            ends_at: None,
-            ends_because: None,
-            terminals: None,
-            viewers: None,
-            viewer_subs: Vec::new(),
-            role: None,
-            peer_until: None,
-            peers: &s.peers,
-            allows: Allows::default(),
-            runtime: None,
-            workspace: None,
+            ends_at: shown.deadline.as_ref().map(|d| d.at),
+            ends_because: shown.deadline.as_ref().map(|d| d.cause.as_str()),
+            terminals: shown.terminals,
+            viewers: shown.viewers,
+            viewer_subs: shown.viewer_subs,
+            role: shown.peer_until.map(|_| "peer"),
+            peer_until: shown.peer_until,
+            peers: shown.peers,
+            allows: shown.allows.into(),
+            runtime: shown.runtime,
+            workspace: shown
+                .workspace
+                .map(|(id, name)| SessionWorkspaceView { id, name }),
         }
     }
 }
@@ -185,27 +215,52 @@ pub struct ShareRequest {
 /// A link just created: the only time its token is seen.
 #[derive(Debug, Serialize)]
 pub struct CreatedShare {
-    pub(crate) id: String,
+    id: String,
     /// The link, as a path on the gateway (`/v/<token>`).
-    pub(crate) url: String,
-    pub(crate) expires_at: u64,
+    url: String,
+    expires_at: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) max_viewers: Option<u32>,
-    pub(crate) signed_in: bool,
+    max_viewers: Option<u32>,
+    signed_in: bool,
+}
+
+impl From<ShareLink> for CreatedShare {
+    fn from(l: ShareLink) -> Self {
+        CreatedShare {
+            id: l.grant.id,
+            url: l.url,
+            expires_at: l.grant.expires_at,
+            max_viewers: l.grant.max_viewers,
+            signed_in: l.grant.signed_in,
+        }
+    }
 }
 
 /// A live link as its owner sees it: never its token.
 #[derive(Debug, Serialize)]
 pub struct ShareView {
-    pub(crate) id: String,
-    pub(crate) expires_at: u64,
+    id: String,
+    expires_at: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) max_viewers: Option<u32>,
-    pub(crate) signed_in: bool,
+    max_viewers: Option<u32>,
+    signed_in: bool,
     /// Viewers open now over every gateway that reports.
-    pub(crate) viewers: u32,
+    viewers: u32,
     /// The signed-in viewers' `sub`s.
-    pub(crate) subs: Vec<String>,
+    subs: Vec<String>,
+}
+
+impl From<ShareStatus> for ShareView {
+    fn from(s: ShareStatus) -> Self {
+        ShareView {
+            id: s.grant.id,
+            expires_at: s.grant.expires_at,
+            max_viewers: s.grant.max_viewers,
+            signed_in: s.grant.signed_in,
+            viewers: s.viewers,
+            subs: s.subs,
+        }
+    }
 }
 
 // Peers.
@@ -256,8 +311,17 @@ pub struct Peers {
 /// One peer of a session, as its owner (or an admin) sees it.
 #[derive(Debug, Serialize, PartialEq, Eq)]
 pub struct PeerView {
-    pub(crate) sub: String,
-    pub(crate) expires_at: u64,
+    sub: String,
+    expires_at: u64,
+}
+
+impl From<PeerGrant> for PeerView {
+    fn from(g: PeerGrant) -> Self {
+        PeerView {
+            sub: g.sub,
+            expires_at: g.expires_at,
+        }
+    }
 }
 
 // Recording links.
@@ -278,23 +342,47 @@ pub struct RecordingLinkRequest {
 /// A recording link just made: the only time its token is seen.
 #[derive(Debug, Serialize)]
 pub struct CreatedRecordingLink {
-    pub(crate) id: String,
+    id: String,
     /// The secret: 64 hex digits, kept nowhere.
-    pub(crate) token: String,
+    token: String,
     /// The link, as a path on the gateway (`/r/<token>`).
-    pub(crate) url: String,
-    pub(crate) expires_at: u64,
-    pub(crate) mode: String,
+    url: String,
+    expires_at: u64,
+    mode: String,
+}
+
+impl From<NewRecordingLink> for CreatedRecordingLink {
+    fn from(l: NewRecordingLink) -> Self {
+        CreatedRecordingLink {
+            id: l.id,
+            token: l.token,
+            url: l.url,
+            expires_at: l.expires_at,
+            mode: l.mode,
+        }
+    }
 }
 
 /// A link of a recording as its owner sees it: never its token.
 #[derive(Debug, Serialize)]
 pub struct RecordingLinkView {
-    pub(crate) id: String,
-    pub(crate) mode: String,
-    pub(crate) created_at: u64,
-    pub(crate) expires_at: u64,
-    pub(crate) created_by: String,
+    id: String,
+    mode: String,
+    created_at: u64,
+    expires_at: u64,
+    created_by: String,
+}
+
+impl From<RecordingLink> for RecordingLinkView {
+    fn from(l: RecordingLink) -> Self {
+        RecordingLinkView {
+            id: l.id,
+            mode: l.mode,
+            created_at: l.created_at,
+            expires_at: l.expires_at,
+            created_by: l.created_by.to_string(),
+        }
+    }
 }
 
 /// `GET /v1/sessions/<id>/recordings/<name>/links`: the live links, oldest first.
@@ -331,6 +419,15 @@ pub struct TargetPatch {
     /// New list of allowed roles (unchanged when absent).
     #[serde(default)]
     pub roles: Option<Vec<String>>,
+}
+
+impl From<TargetPatch> for TargetAccessPatch {
+    fn from(p: TargetPatch) -> Self {
+        TargetAccessPatch {
+            users: p.users,
+            roles: p.roles,
+        }
+    }
 }
 
 /// A target as admins see it.
@@ -423,6 +520,17 @@ pub struct RevocationRequest {
     pub expires_at: Option<u64>,
 }
 
+impl From<RevocationRequest> for RevocationAsked {
+    fn from(r: RevocationRequest) -> Self {
+        RevocationAsked {
+            jti: r.jti,
+            sub: r.sub,
+            issued_before: r.issued_before,
+            expires_at: r.expires_at,
+        }
+    }
+}
+
 /// A sign-in as its user and admins see it.
 #[derive(Debug, Serialize)]
 pub struct SignInView<'a> {
@@ -444,6 +552,23 @@ pub struct SignInView<'a> {
     pub client: &'a str,
     /// Whether it is the caller's own sign-in (the token of this request).
     pub current: bool,
+}
+
+impl<'a> SignInView<'a> {
+    /// `s` as listed to the holder of the token whose fingerprint is `current`.
+    pub fn of(s: &'a SignIn, current: &policy::revocation::Fingerprint) -> Self {
+        SignInView {
+            id: s.id(),
+            sub: s.sub.as_str(),
+            created_at: s.created_at,
+            expires_at: s.expires_at,
+            method: &s.method,
+            gateway: &s.gateway,
+            user_agent: &s.user_agent,
+            client: &s.client,
+            current: s.fingerprint == *current,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -595,12 +720,23 @@ pub struct RecordingsOfUser {
 #[derive(Debug, Serialize, PartialEq)]
 pub struct RecordingView {
     /// Its name (`GET /v1/sessions/<id>/recordings/<name>`).
-    pub name: String,
+    name: String,
     /// Bytes.
-    pub size: u64,
+    size: u64,
     /// When the terminal opened, seconds since the Unix epoch (the header's
     /// `timestamp`).
-    pub started: u64,
+    started: u64,
     /// Time of its last event, seconds.
-    pub duration: f64,
+    duration: f64,
+}
+
+impl From<RecordingEntry> for RecordingView {
+    fn from(r: RecordingEntry) -> Self {
+        RecordingView {
+            name: r.name,
+            size: r.size,
+            started: r.started,
+            duration: r.duration,
+        }
+    }
 }

@@ -8,7 +8,7 @@ use hyper::{Method, Request};
 use policy::{Principal, SessionId};
 use serde::{Deserialize, Serialize};
 
-use super::http::{authenticate, empty, json, not_allowed, read_json, Reply};
+use super::http::{empty, json, not_allowed, read_json, Reply};
 use crate::error::ApiError;
 use crate::model::{Session, Workspace, WorkspaceOrigin, WorkspaceState};
 use crate::service::Control;
@@ -154,44 +154,41 @@ fn workspace_id(seg: &str) -> Result<SessionId, ApiError> {
 pub(super) async fn workspaces(
     control: Arc<Control>,
     req: Request<Incoming>,
+    who: &Principal,
     rest: &[&str],
     limit: usize,
 ) -> Result<Reply, ApiError> {
-    let who = authenticate(&control, &req)?;
     let method = req.method().clone();
     match (rest, method) {
         ([], Method::GET) => {
-            let list = control.workspaces(&who)?;
-            let workspaces = list
-                .iter()
-                .map(|(w, u)| view_as(w, u, Some(&who)))
-                .collect();
+            let list = control.workspaces(who)?;
+            let workspaces = list.iter().map(|(w, u)| view_as(w, u, Some(who))).collect();
             Ok(json(200, &Workspaces { workspaces }))
         }
         ([], Method::POST) => {
             let body: Named = read_json(req, limit).await?;
-            let w = control.create_workspace(&who, &body.name)?;
+            let w = control.create_workspace(who, &body.name)?;
             Ok(json(201, &view(&w, &[])))
         }
         ([id], Method::GET) => {
-            let (w, users) = control.workspace(&who, &workspace_id(id)?)?;
-            Ok(json(200, &view_as(&w, &users, Some(&who))))
+            let (w, users) = control.workspace(who, &workspace_id(id)?)?;
+            Ok(json(200, &view_as(&w, &users, Some(who))))
         }
         ([id], Method::PATCH) => {
             let id = workspace_id(id)?;
             let body: Named = read_json(req, limit).await?;
-            let w = control.rename_workspace(&who, &id, &body.name)?;
-            let (_, users) = control.workspace(&who, &id)?;
+            let w = control.rename_workspace(who, &id, &body.name)?;
+            let (_, users) = control.workspace(who, &id)?;
             Ok(json(200, &view(&w, &users)))
         }
         ([id], Method::DELETE) => {
-            control.delete_workspace(&who, &workspace_id(id)?).await?;
+            control.delete_workspace(who, &workspace_id(id)?).await?;
             Ok(empty(204))
         }
         ([id, "copy"], Method::POST) => {
             let id = workspace_id(id)?;
             let body: Named = read_json(req, limit).await?;
-            let w = control.copy_workspace(&who, &id, &body.name)?;
+            let w = control.copy_workspace(who, &id, &body.name)?;
             Ok(json(202, &view(&w, &[])))
         }
         ([] | [_] | [_, "copy"], _) => Err(not_allowed()),
@@ -203,21 +200,21 @@ pub(super) async fn workspaces(
 pub(super) async fn shared(
     control: Arc<Control>,
     req: Request<Incoming>,
+    who: &Principal,
     rest: &[&str],
     limit: usize,
 ) -> Result<Reply, ApiError> {
-    let who = authenticate(&control, &req)?;
     let method = req.method().clone();
     match (rest, method) {
         ([], Method::GET) => {
-            let list = control.shared_workspaces(&who)?;
+            let list = control.shared_workspaces(who)?;
             let workspaces = list.iter().map(|(w, u)| view(w, u)).collect();
             Ok(json(200, &Workspaces { workspaces }))
         }
         ([], Method::POST) => {
             let body: NewShared = read_json(req, limit).await?;
             let w = control.create_shared_workspace(
-                &who,
+                who,
                 &body.name,
                 body.volume.as_deref(),
                 body.host.as_deref(),
@@ -231,7 +228,7 @@ pub(super) async fn shared(
                 .grants
                 .map(|g| g.into_iter().map(|g| (g.to, g.access)).collect());
             let w = control.update_shared_workspace(
-                &who,
+                who,
                 &id,
                 body.name.as_deref(),
                 grants.as_deref(),
@@ -240,7 +237,7 @@ pub(super) async fn shared(
         }
         ([id], Method::DELETE) => {
             control
-                .delete_shared_workspace(&who, &workspace_id(id)?)
+                .delete_shared_workspace(who, &workspace_id(id)?)
                 .await?;
             Ok(empty(204))
         }

@@ -8,7 +8,6 @@ use config::Profile;
 use policy::declared::{session_body, session_spec, with_secrets, SessionSecrets};
 use policy::{Action, Decision, Principal, SessionId};
 
-use crate::api::wire::CreateRequest;
 use crate::docker::{ContainerRequest, Docker, DockerError};
 use crate::error::ApiError;
 use crate::labels;
@@ -19,6 +18,20 @@ use super::clock::now;
 use super::failpoint::failpoint;
 use super::handle::Control;
 use super::names::{container_name, SYSTEM};
+
+/// What a user asks a new session to be.
+#[derive(Debug, Clone, Default)]
+pub struct NewSession {
+    /// Profile name.
+    pub profile: String,
+    /// Display name (default: the profile name).
+    pub name: Option<String>,
+    /// Option values by option name.
+    pub options: BTreeMap<String, String>,
+    /// For a profile whose workspace is chosen: a workspace id of the caller's,
+    /// `"new"` or `"ephemeral"`; `None`: the home workspace.
+    pub workspace: Option<String>,
+}
 
 /// Where the time of a create went.
 #[derive(Debug, Clone, Copy)]
@@ -51,7 +64,7 @@ impl Control {
     pub async fn create(
         &self,
         who: &Principal,
-        req: CreateRequest,
+        req: NewSession,
     ) -> Result<(Session, CreateTiming), ApiError> {
         let started = Instant::now();
         if let Decision::Deny(d) =

@@ -9,7 +9,6 @@ use policy::{Action, Principal, Refusal, SessionId, Sub};
 
 use super::clock::now;
 use super::handle::Control;
-use crate::api::wire::{PeerRequest, PeerView};
 use crate::error::ApiError;
 use crate::model::{PeerGrant, Session, SessionState};
 
@@ -27,32 +26,27 @@ fn min_ttl() -> u64 {
 }
 
 impl Control {
-    /// Invites `req.sub` to co-drive session `id` for `req.ttl_seconds`, if its profile
+    /// Invites `invited` to co-drive session `id` for `ttl_seconds`, if its profile
     /// allows peers and it runs. Inviting a peer again replaces their lifetime.
     pub fn invite_peer(
         &self,
         who: &Principal,
         id: &SessionId,
-        req: &PeerRequest,
-    ) -> Result<PeerView, ApiError> {
+        invited: &str,
+        ttl_seconds: u64,
+    ) -> Result<PeerGrant, ApiError> {
         let s = self.authorized(who, id, Action::Invite)?;
         let enabled = self
             .config
             .profiles
             .get(&s.profile)
             .is_some_and(|p| p.peers);
-        let sub = peer::check_request(
-            enabled,
-            s.owner.as_str(),
-            &req.sub,
-            req.ttl_seconds,
-            min_ttl(),
-        )?;
+        let sub = peer::check_request(enabled, s.owner.as_str(), invited, ttl_seconds, min_ttl())?;
         if s.state != SessionState::Running {
             return Err(Refusal::NOT_RUNNING);
         }
         let at = now();
-        let expires_at = at.saturating_add(req.ttl_seconds);
+        let expires_at = at.saturating_add(ttl_seconds);
         let mut full = false;
         self.store.update(id, |s| {
             s.peers
@@ -73,23 +67,20 @@ impl Control {
             )));
         }
         tracing::info!(target: "audit", session = %id, sub = %who.sub, peer = %sub, expires_at, "peer invited");
-        Ok(PeerView {
+        Ok(PeerGrant {
             sub: sub.to_string(),
             expires_at,
         })
     }
 
     /// The peers of session `id` whose invitation has not lapsed.
-    pub fn list_peers(&self, who: &Principal, id: &SessionId) -> Result<Vec<PeerView>, ApiError> {
+    pub fn list_peers(&self, who: &Principal, id: &SessionId) -> Result<Vec<PeerGrant>, ApiError> {
         let s = self.authorized(who, id, Action::Invite)?;
         let at = now();
         Ok(s.peers
             .iter()
             .filter(|g| g.expires_at > at)
-            .map(|g| PeerView {
-                sub: g.sub.clone(),
-                expires_at: g.expires_at,
-            })
+            .cloned()
             .collect())
     }
 

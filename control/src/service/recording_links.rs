@@ -12,9 +12,20 @@ use policy::{Action, Decision, Principal, Refusal, SessionId, Sub};
 
 use super::clock::now;
 use super::handle::Control;
-use crate::api::wire::{CreatedRecordingLink, RecordingLinkRequest, RecordingLinkView};
 use crate::error::ApiError;
 use crate::model::{RecordingLink, Session};
+
+/// A recording link just made: the only time its token is seen.
+#[derive(Debug, Clone)]
+pub struct NewRecordingLink {
+    pub id: String,
+    /// The secret: 64 hex digits, kept nowhere.
+    pub token: String,
+    /// The link, as a path on the gateway (`/r/<token>`).
+    pub url: String,
+    pub expires_at: u64,
+    pub mode: String,
+}
 
 /// Most live links one recording holds at once.
 pub const MAX_LINKS_PER_RECORDING: usize = 16;
@@ -84,23 +95,25 @@ impl Control {
             .map_or(ShareMode::Off, config::Profile::recording_link_mode)
     }
 
-    /// Makes a link to recording `name` of session `id`.
+    /// Makes a link to recording `name` of session `id`, playing it for `ttl_seconds`
+    /// (`None`: 7 days) to `mode` (`anyone` or `signed-in`; `None`: `signed-in`).
     pub fn create_recording_link(
         &self,
         who: &Principal,
         id: &SessionId,
         name: &str,
-        req: &RecordingLinkRequest,
-    ) -> Result<CreatedRecordingLink, ApiError> {
+        ttl_seconds: Option<u64>,
+        mode: Option<&str>,
+    ) -> Result<NewRecordingLink, ApiError> {
         let (s, profile) = self.linkable(who, id, name)?;
-        let mode = match req.mode.as_deref() {
+        let mode = match mode {
             None => ShareMode::SignedIn,
             Some(m) => ShareMode::parse(m).ok_or_else(|| {
                 Refusal::INVALID_RECORDING_LINK
                     .with_message("mode must be \"anyone\" or \"signed-in\"")
             })?,
         };
-        let ttl = req.ttl_seconds.unwrap_or(recording_link::DEFAULT_TTL);
+        let ttl = ttl_seconds.unwrap_or(recording_link::DEFAULT_TTL);
         recording_link::check_request(profile, mode, ttl, &ttl_range())?;
         let at = now();
         let live = self
@@ -136,7 +149,7 @@ impl Control {
         };
         self.store.put_recording_link(&link, at)?;
         tracing::info!(target: "audit", sub = %who.sub, session = %id, recording = name, link = %link.id, mode = %link.mode, expires_at = link.expires_at, "recording link created");
-        Ok(CreatedRecordingLink {
+        Ok(NewRecordingLink {
             id: link.id,
             url: format!("/r/{token}"),
             token: token.to_string(),
@@ -152,7 +165,7 @@ impl Control {
         who: &Principal,
         id: &SessionId,
         name: &str,
-    ) -> Result<(Vec<RecordingLinkView>, Vec<&'static str>), ApiError> {
+    ) -> Result<(Vec<RecordingLink>, Vec<&'static str>), ApiError> {
         let (_, profile) = self.linkable(who, id, name)?;
         let allowed = [ShareMode::SignedIn, ShareMode::Anyone]
             .into_iter()
@@ -165,13 +178,6 @@ impl Control {
             .recording_links_of(id, name)?
             .into_iter()
             .filter(|l| !l.revoked && l.expires_at > at)
-            .map(|l| RecordingLinkView {
-                id: l.id,
-                mode: l.mode,
-                created_at: l.created_at,
-                expires_at: l.expires_at,
-                created_by: l.created_by.to_string(),
-            })
             .collect();
         Ok((links, allowed))
     }

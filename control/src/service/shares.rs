@@ -9,29 +9,49 @@ use policy::{Action, Principal, Refusal, SessionId};
 
 use super::clock::now;
 use super::handle::Control;
-use crate::api::wire::{CreatedShare, ShareRequest, ShareView};
 use crate::error::ApiError;
 use crate::model::{SessionState, ShareGrant};
+
+/// A link just created: the only time its token is seen.
+#[derive(Debug, Clone)]
+pub struct ShareLink {
+    /// The grant the session's record holds.
+    pub grant: ShareGrant,
+    /// The link, as a path on the gateway (`/v/<token>`).
+    pub url: String,
+}
+
+/// A live link with its viewers now.
+#[derive(Debug, Clone)]
+pub struct ShareStatus {
+    pub grant: ShareGrant,
+    /// Viewers open now over every gateway that reports.
+    pub viewers: u32,
+    /// The signed-in viewers' `sub`s.
+    pub subs: Vec<String>,
+}
 
 /// Most live links one session holds at once.
 pub const MAX_SHARES_PER_SESSION: usize = 16;
 
 impl Control {
-    /// Creates a link to watch session `id` read-only, if its profile allows links,
-    /// it runs, and its host has a read-only pool.
+    /// Creates a link to watch session `id` read-only for `ttl_seconds`, by at most
+    /// `max_viewers` at once, if its profile allows links, it runs, and its host has a
+    /// read-only pool.
     pub fn create_share(
         &self,
         who: &Principal,
         id: &SessionId,
-        req: &ShareRequest,
-    ) -> Result<CreatedShare, ApiError> {
+        ttl_seconds: u64,
+        max_viewers: Option<u32>,
+    ) -> Result<ShareLink, ApiError> {
         let s = self.authorized(who, id, Action::Share)?;
         let mode = self
             .config
             .profiles
             .get(&s.profile)
             .map_or(share::ShareMode::Off, config::Profile::share_mode);
-        share::check_request(mode, req.ttl_seconds, req.max_viewers)?;
+        share::check_request(mode, ttl_seconds, max_viewers)?;
         if s.state != SessionState::Running {
             return Err(Refusal::NOT_RUNNING);
         }
@@ -45,7 +65,7 @@ impl Control {
         })?;
         let token = ShareToken::from_random(*id, secret);
         let at = now();
-        let grant = token.grant(at.saturating_add(req.ttl_seconds), req.max_viewers, mode);
+        let grant = token.grant(at.saturating_add(ttl_seconds), max_viewers, mode);
         let mut full = false;
         let added = grant.clone();
         self.store.update(id, |s| {
@@ -62,17 +82,18 @@ impl Control {
             )));
         }
         tracing::info!(target: "audit", session = %id, sub = %who.sub, share = %grant.id, expires_at = grant.expires_at, max_viewers = ?grant.max_viewers, signed_in = grant.signed_in, "share link created");
-        Ok(CreatedShare {
-            id: grant.id,
+        Ok(ShareLink {
+            grant,
             url: format!("/v/{token}"),
-            expires_at: grant.expires_at,
-            max_viewers: grant.max_viewers,
-            signed_in: grant.signed_in,
         })
     }
 
     /// The live (unexpired) links of session `id`, with their viewers now.
-    pub fn list_shares(&self, who: &Principal, id: &SessionId) -> Result<Vec<ShareView>, ApiError> {
+    pub fn list_shares(
+        &self,
+        who: &Principal,
+        id: &SessionId,
+    ) -> Result<Vec<ShareStatus>, ApiError> {
         let s = self.authorized(who, id, Action::Share)?;
         let at = now();
         Ok(s.shares
@@ -80,11 +101,8 @@ impl Control {
             .filter(|g| g.expires_at > at)
             .map(|g: &ShareGrant| {
                 let (viewers, subs) = self.live.viewers(id, &g.id);
-                ShareView {
-                    id: g.id.clone(),
-                    expires_at: g.expires_at,
-                    max_viewers: g.max_viewers,
-                    signed_in: g.signed_in,
+                ShareStatus {
+                    grant: g.clone(),
                     viewers,
                     subs,
                 }

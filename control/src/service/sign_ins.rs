@@ -9,10 +9,24 @@ use policy::{Principal, Sub};
 
 use super::clock::now;
 use super::handle::Control;
-use crate::api::wire::{RevocationRequest, SignInView};
 use crate::error::ApiError;
 use crate::model::SignIn;
 use policy::reports::SignInReport;
+
+/// An admin's revocation: a token by its `jti`, or a user's tokens issued before a
+/// time.
+#[derive(Debug, Clone, Default)]
+pub struct RevocationAsked {
+    /// The token's `jti`.
+    pub jti: Option<String>,
+    /// With `issued_before`: whose tokens.
+    pub sub: Option<String>,
+    /// Seconds since the Unix epoch; `0` or `None` with `sub`: now (tokens issued in
+    /// this second included).
+    pub issued_before: Option<u64>,
+    /// When the revoked token expires (its `exp`), if known.
+    pub expires_at: Option<u64>,
+}
 
 /// The time a user's tokens are revoked before, asked at `t`: `None` or `0` is now, and
 /// never later. Times are whole seconds: "now" takes in this second's tokens too, so a
@@ -208,7 +222,7 @@ impl Control {
     pub fn revoke_tokens(
         &self,
         who: &Principal,
-        req: &RevocationRequest,
+        req: &RevocationAsked,
     ) -> Result<Revocation, ApiError> {
         if !who.admin {
             return Err(ApiError::ADMIN_REQUIRED.with_message("only an admin may revoke tokens"));
@@ -251,20 +265,5 @@ impl Control {
         let gone = self.store.prune_sign_ins(t, leeway)?;
         self.revoked_write().prune(t, leeway);
         Ok(gone)
-    }
-
-    /// A sign-in as listed to the holder of the token whose fingerprint is `current`.
-    pub fn sign_in_view<'a>(&self, s: &'a SignIn, current: &Fingerprint) -> SignInView<'a> {
-        SignInView {
-            id: s.id(),
-            sub: s.sub.as_str(),
-            created_at: s.created_at,
-            expires_at: s.expires_at,
-            method: &s.method,
-            gateway: &s.gateway,
-            user_agent: &s.user_agent,
-            client: &s.client,
-            current: s.fingerprint == *current,
-        }
     }
 }

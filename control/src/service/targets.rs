@@ -4,16 +4,25 @@
 
 use std::path::Path;
 
+use config::TargetConfig;
 use policy::target::TargetDefinition;
 use policy::{Principal, SessionId};
 use sha2::Digest;
 
 use super::clock::now;
 use super::handle::Control;
-use crate::api::wire::{TargetPatch, TargetRequest};
 use crate::error::ApiError;
 use crate::model::{Target, TargetCredential};
 use crate::store::StoreError;
+
+/// A change of who may open a target: each list replaced when given.
+#[derive(Debug, Clone, Default)]
+pub struct TargetAccessPatch {
+    /// New list of allowed `sub`s.
+    pub users: Option<Vec<String>>,
+    /// New list of allowed roles.
+    pub roles: Option<Vec<String>>,
+}
 
 /// Who registered the targets of the configuration.
 const FROM_CONFIG: &str = "config";
@@ -109,7 +118,7 @@ impl Control {
     }
 
     /// Registers a target (admin only).
-    pub fn create_target(&self, who: &Principal, req: TargetRequest) -> Result<Target, ApiError> {
+    pub fn create_target(&self, who: &Principal, req: TargetConfig) -> Result<Target, ApiError> {
         self.admin_only(who)?;
         let dir = self.config.target_credentials_dir();
         let credential = credential(req.credential.as_ref(), dir.as_deref())?;
@@ -151,7 +160,7 @@ impl Control {
         &self,
         who: &Principal,
         id: &SessionId,
-        patch: TargetPatch,
+        patch: TargetAccessPatch,
     ) -> Result<Target, ApiError> {
         self.admin_only(who)?;
         let mut target = self.store.get_target(id)?.ok_or(ApiError::NOT_FOUND)?;
