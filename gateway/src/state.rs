@@ -137,7 +137,7 @@ impl Gateway {
     pub fn enforce(&self, revoked: &Revocations) {
         let t = &self.terminals;
         for id in &revoked.sessions {
-            let n = t.close_session(id, CloseReason::RouteRemoved);
+            let n = t.close_session(id);
             self.said_closed(
                 n,
                 CloseReason::RouteRemoved,
@@ -178,7 +178,7 @@ impl Gateway {
             self.said_closed(n, reason, reason.as_str(), ClosedFor::Revocation(&r.key()));
         }
         for sub in &revoked.users {
-            let n = t.close_user(sub, CloseReason::UserLocked);
+            let n = t.close_user(sub);
             self.said_closed(
                 n,
                 CloseReason::UserLocked,

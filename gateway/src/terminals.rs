@@ -445,9 +445,7 @@ impl Terminals {
     /// Closes peer terminals whose invitation lapsed at `now`.
     pub fn close_expired_peers(&self, now: u64) -> usize {
         let now = at(now, false);
-        self.close_where(CloseReason::PeerRemoved, |l| {
-            l.judge(&now) == Err(CloseReason::PeerRemoved)
-        })
+        self.close_where(&now, |_, why| why == CloseReason::PeerRemoved)
     }
 
     /// The viewers open on each share link (links with none are left out).
@@ -483,17 +481,13 @@ impl Terminals {
     /// Closes the viewers of one share link (revoked).
     pub fn close_share(&self, session: &SessionId, share: &str) -> usize {
         let now = after(RouteNow::ShareGone(share), &nobody, &nothing);
-        self.close_where(CloseReason::ShareEnded, |l| {
-            l.session == *session && l.judge(&now).is_err()
-        })
+        self.close_where(&now, |l, _| l.session == *session)
     }
 
     /// Closes viewers whose share link expired at `now`.
     pub fn close_expired_views(&self, now: u64) -> usize {
         let now = at(now, false);
-        self.close_where(CloseReason::ShareEnded, |l| {
-            l.judge(&now) == Err(CloseReason::ShareEnded)
-        })
+        self.close_where(&now, |_, why| why == CloseReason::ShareEnded)
     }
 
     /// Open terminals.
@@ -541,14 +535,20 @@ impl Terminals {
             .collect()
     }
 
-    fn close_where(&self, reason: CloseReason, pred: impl Fn(&Live) -> bool) -> usize {
+    /// The one way enforcement closes terminals: each open terminal `which` picks that the
+    /// access rule, judged at `now`, no longer allows closes with the rule's own reason
+    /// (a locked owner's peer as `peer_removed`, their viewer as `share_ended`, as
+    /// control's `/v1/grant` says).
+    fn close_where(&self, now: &Now<'_>, which: impl Fn(&Live, CloseReason) -> bool) -> usize {
         let mut inner = self.lock();
         let mut n = 0;
-        for live in inner
-            .live
-            .values_mut()
-            .filter(|l| l.closed.is_none() && pred(l))
-        {
+        for live in inner.live.values_mut().filter(|l| l.closed.is_none()) {
+            let Err(reason) = live.judge(now) else {
+                continue;
+            };
+            if !which(live, reason) {
+                continue;
+            }
             live.closed = Some(reason);
             if let Some(wake) = &live.tunnel {
                 // The tunnel writes the close frame itself and ends.
@@ -570,31 +570,29 @@ impl Terminals {
     }
 
     /// Closes every terminal of a session.
-    pub fn close_session(&self, session: &SessionId, reason: CloseReason) -> usize {
+    pub fn close_session(&self, session: &SessionId) -> usize {
         let now = after(RouteNow::Moved, &nobody, &nothing);
-        self.close_where(reason, |l| l.session == *session && l.judge(&now).is_err())
+        self.close_where(&now, |l, _| l.session == *session)
     }
 
     /// Closes the terminals of a target whose users and roles are now `access` and no
     /// longer admit them (admins stay, as they were admitted as such).
     pub fn close_disallowed(&self, session: &SessionId, access: &TargetAccess) -> usize {
         let now = after(RouteNow::TargetNow(access), &nobody, &nothing);
-        self.close_where(CloseReason::AccessRemoved, |l| {
-            l.session == *session && l.judge(&now).is_err()
-        })
+        self.close_where(&now, |l, _| l.session == *session)
     }
 
-    /// Closes every terminal of a user, and every viewer and peer of their sessions.
-    pub fn close_user(&self, sub: &str, reason: CloseReason) -> usize {
+    /// Closes every terminal of a locked user, and every viewer and peer of their sessions.
+    pub fn close_user(&self, sub: &str) -> usize {
         let locked = |user: &str| user == sub;
         let now = after(RouteNow::Unchanged, &locked, &nothing);
-        self.close_where(reason, |l| l.judge(&now).is_err())
+        self.close_where(&now, |_, _| true)
     }
 
     /// Closes terminals whose token expired at `now`.
     pub fn close_expired(&self, now: u64) -> usize {
         let now = at(now, true);
-        self.close_where(CloseReason::TokenExpired, |l| l.judge(&now).is_err())
+        self.close_where(&now, |_, _| true)
     }
 
     /// Closes the terminals opened with one credential (its sign-out).
@@ -602,7 +600,7 @@ impl Terminals {
         let signed_out =
             |id: &CredentialId<'_>| (id.fingerprint == credential).then_some(RevokedWhy::SignedOut);
         let now = after(RouteNow::Unchanged, &nobody, &signed_out);
-        self.close_where(CloseReason::SignedOut, |l| l.judge(&now).is_err())
+        self.close_where(&now, |_, _| true)
     }
 
     /// Closes the terminals and viewers opened with a credential `r` revokes (an
@@ -610,7 +608,7 @@ impl Terminals {
     pub fn close_revoked(&self, r: &Revocation) -> usize {
         let revoked = |id: &CredentialId<'_>| r.covers(id).then(|| r.why());
         let now = after(RouteNow::Unchanged, &nobody, &revoked);
-        self.close_where(CloseReason::from(r.why()), |l| l.judge(&now).is_err())
+        self.close_where(&now, |_, _| true)
     }
 }
 

@@ -462,3 +462,27 @@ fn a_peers_terminal_is_recorded_apart_and_its_header_names_the_peer() {
     );
     assert!(!by_user["alice"].contains("bob-typed"), "{by_user:?}");
 }
+
+/// A locked owner's peer is closed as every other end of an invitation is, with the
+/// reason control's `/v1/grant` gives it; the owner's own terminal says the lock.
+#[test]
+fn a_locked_owners_peer_is_closed_as_removed_and_the_owner_as_locked() {
+    let stack = start(true);
+    let (id, owner) = alices_open_session(&stack);
+    let a = invite(&stack, "alice", &id, "bob", 600);
+    assert_eq!(a.status, 201, "{}", a.text);
+    let peer = open_as_peer(&stack, &id, "bob");
+    typed_reaches(&peer, &owner, "before-the-lock");
+    let admin = stack.control.token("root", true);
+    let since = Instant::now();
+    let a = stack
+        .control
+        .call("POST", "/v1/users/alice/lock", Some(&admin), None);
+    assert!(a.status < 300, "lock: {}", a.text);
+    closed_within(&peer, since, CLOSE_BOUND, "the owner locked");
+    owner
+        .wait_closed(T)
+        .expect("the locked owner's terminal closes");
+    let reason = owner.close_reason().unwrap_or_default();
+    assert!(reason.contains("your account was locked"), "{reason}");
+}

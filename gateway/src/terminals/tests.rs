@@ -135,7 +135,7 @@ fn closing_shuts_the_upstream_socket_without_traffic() {
     let (ours, mut peer) = UnixStream::pair().unwrap();
     let ticket = t.admit(id(1), &who("alice"), None, fp(0)).unwrap();
     ticket.attach_upstream(ours.as_raw_fd()).unwrap();
-    assert_eq!(t.close_session(&id(1), CloseReason::RouteRemoved), 1);
+    assert_eq!(t.close_session(&id(1)), 1);
     let mut buf = [0u8; 1];
     assert_eq!(peer.read(&mut buf).unwrap(), 0, "peer must see EOF");
     assert_eq!(ticket.closed(), Some(CloseReason::RouteRemoved));
@@ -167,7 +167,7 @@ fn a_tunnel_terminal_is_woken_to_close_and_nothing_is_written_on_its_sockets() {
     ticket.attach_downstream(down_ours.as_raw_fd());
     ticket.hand_to_tunnel(Arc::clone(&wake)).unwrap();
     assert!(!woken(&wake), "not woken before anything is revoked");
-    assert_eq!(t.close_user("alice", CloseReason::UserLocked), 1);
+    assert_eq!(t.close_user("alice"), 1);
     assert!(woken(&wake), "the revocation wakes the tunnel");
     for peer in [&mut up_peer, &mut down_peer] {
         peer.set_nonblocking(true).unwrap();
@@ -178,13 +178,13 @@ fn a_tunnel_terminal_is_woken_to_close_and_nothing_is_written_on_its_sockets() {
         }
     }
     assert_eq!(ticket.closed(), Some(CloseReason::UserLocked));
-    assert_eq!(t.close_user("alice", CloseReason::UserLocked), 0);
+    assert_eq!(t.close_user("alice"), 0);
     assert!(!woken(&wake), "closed once: one wake-up");
     drop(ticket);
     // A terminal revoked before the tunnel took it is woken as soon as it does.
     let wake = Arc::new(Notify::new());
     let ticket = t.admit(id(2), &who("bob"), None, fp(0)).unwrap();
-    t.close_user("bob", CloseReason::UserLocked);
+    t.close_user("bob");
     ticket.hand_to_tunnel(Arc::clone(&wake)).unwrap();
     assert!(woken(&wake));
     drop(ticket);
@@ -200,13 +200,9 @@ fn users_and_expiry_are_enforced_selectively() {
         (a.closed(), b.closed()),
         (Some(CloseReason::TokenExpired), None)
     );
-    assert_eq!(t.close_user("bob", CloseReason::UserLocked), 1);
+    assert_eq!(t.close_user("bob"), 1);
     assert_eq!(b.closed(), Some(CloseReason::UserLocked));
-    assert_eq!(
-        t.close_user("bob", CloseReason::UserLocked),
-        0,
-        "already closed"
-    );
+    assert_eq!(t.close_user("bob"), 0, "already closed");
 }
 
 #[test]
@@ -216,7 +212,7 @@ fn a_revoked_terminal_tells_the_browser_why_before_the_cut() {
     let (browser_side, mut browser) = UnixStream::pair().unwrap();
     browser_side.set_nonblocking(true).unwrap();
     ticket.attach_downstream(browser_side.as_raw_fd());
-    t.close_user("alice", CloseReason::UserLocked);
+    t.close_user("alice");
     let mut frame = [0u8; 64];
     let n = browser.read(&mut frame).unwrap();
     let reason = CloseReason::UserLocked.message().as_bytes();
@@ -294,14 +290,11 @@ fn revoke_expiry_and_the_owners_lock_close_viewers() {
     assert_eq!(t.close_expired_views(100), 1);
     assert_eq!(b.closed(), Some(CloseReason::ShareEnded));
     let c = t.admit_viewer(&viewer("s3", None, None)).unwrap();
-    assert_eq!(
-        t.close_user("alice", CloseReason::UserLocked),
-        2,
-        "owner and viewer"
-    );
+    assert_eq!(t.close_user("alice"), 2, "owner and viewer");
     assert_eq!(
         (c.closed(), owner.closed()),
-        (Some(CloseReason::UserLocked), Some(CloseReason::UserLocked))
+        (Some(CloseReason::ShareEnded), Some(CloseReason::UserLocked)),
+        "the owner is locked; the viewer's share ended with it"
     );
 }
 
@@ -318,7 +311,7 @@ fn a_socket_without_a_registered_slot_is_an_error() {
 fn a_terminal_revoked_before_connecting_is_shut_on_attach() {
     let t = Terminals::new(8, 8);
     let ticket = t.admit(id(1), &who("alice"), None, fp(0)).unwrap();
-    t.close_user("alice", CloseReason::UserLocked);
+    t.close_user("alice");
     let (ours, mut peer) = UnixStream::pair().unwrap();
     ticket.attach_upstream(ours.as_raw_fd()).unwrap();
     let mut buf = [0u8; 1];
@@ -354,13 +347,16 @@ fn a_peer_closes_when_dropped_from_the_route_or_expired_and_the_owner_stays() {
         .admit_peer(id(1), &who("dave"), None, fp(3), "alice", 500)
         .unwrap();
     assert_eq!(t.per_user().get("dave"), Some(&1));
-    assert_eq!(t.close_user("alice", CloseReason::UserLocked), 2);
-    assert_eq!(dave.closed(), Some(CloseReason::UserLocked));
+    assert_eq!(t.close_user("alice"), 2);
+    assert_eq!(
+        dave.closed(),
+        Some(CloseReason::PeerRemoved),
+        "as control's /v1/grant says of a locked owner's peer"
+    );
 }
 
 /// The registry closes, on the events of each shared case's state, what
-/// `policy::terminal_access::still_allowed` closes — with the event's own reason: a
-/// locked owner closes their peers and viewers as `user_locked` here.
+/// `policy::terminal_access::still_allowed` closes, with the reason it gives.
 #[test]
 fn the_registry_closes_as_the_shared_table_says() {
     use policy::terminal_access::{by_route, cases, CaseOpened, CASE_SHARE, CASE_TOKEN};
@@ -398,25 +394,17 @@ fn the_registry_closes_as_the_shared_table_says() {
             closed += t.close_credential(credential);
         }
         for sub in case.locked {
-            closed += t.close_user(sub, CloseReason::UserLocked);
+            closed += t.close_user(sub);
         }
         if case.route.is_none() {
-            closed += t.close_session(&session, CloseReason::RouteRemoved);
+            closed += t.close_session(&session);
         }
         closed += t.close_expired(case.now);
         closed += t.close_expired_views(case.now);
         closed += t.close_expired_peers(case.now);
         assert_eq!(closed == 1, case.still.is_err(), "{}", case.name);
         if let Err(reason) = case.still {
-            let by_owner_lock = case.opened != CaseOpened::Own
-                && case.is_locked("alice")
-                && !case.is_locked(p.sub.as_str());
-            let want = if by_owner_lock {
-                CloseReason::UserLocked
-            } else {
-                reason
-            };
-            assert_eq!(ticket.closed(), Some(want), "{}", case.name);
+            assert_eq!(ticket.closed(), Some(reason), "{}", case.name);
         }
     }
 }
