@@ -20,4 +20,5 @@ pub mod state;
 pub mod target_credentials;
 pub mod terminals;
 pub mod ui;
+pub mod verified;
 pub mod ws;

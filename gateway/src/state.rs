@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use config::Config;
 use pingora_limits::rate::Rate;
-use policy::{OriginPolicy, SessionId, Verifier};
+use policy::{OriginPolicy, SessionId};
 
 use crate::control_client::ControlClient;
 use crate::metrics::Metrics;
@@ -17,8 +17,8 @@ use crate::terminals::{CloseReason, Terminals};
 pub struct Gateway {
     /// Configuration.
     pub config: Arc<Config>,
-    /// Token verifier.
-    pub verifier: Verifier,
+    /// Token verifier, with the tokens it accepted.
+    pub verifier: crate::verified::VerifiedTokens,
     /// Allowed origins.
     pub origins: OriginPolicy,
     /// Routes and locks.
@@ -95,7 +95,7 @@ impl Gateway {
             control_endpoint.client_tls().cloned(),
         );
         Ok(Arc::new(Gateway {
-            verifier,
+            verifier: crate::verified::VerifiedTokens::new(verifier),
             origins: OriginPolicy::new(config.gateway_origins()),
             routes: RouteCache::new(Duration::from_millis(g.negative_cache_ms)),
             terminals: Terminals::new(g.max_terminals_per_user, g.max_terminals_per_session),

@@ -403,6 +403,39 @@ fn token_expiry_closes_the_live_terminal_without_traffic() {
     );
 }
 
+/// The gateway keeps the tokens it accepted (no second signature check for the same
+/// token); one it accepted many times is refused the moment it expires, on the API and
+/// on a terminal's upgrade, as the verifier refuses it.
+#[test]
+fn a_token_accepted_many_times_is_refused_once_it_expires() {
+    let stack = GatewayStack::start_with_env("", &[("TERMGATE__AUTH__LEEWAY_SECONDS", "0")]);
+    let id = create(&stack, "alice");
+    let short = stack.control.token_for("alice", false, 3);
+    let api = stack.url(0, "/api/sessions");
+    let bearer = format!("Bearer {short}");
+    for _ in 0..3 {
+        let a = http("GET", &api, Some(&short), None).unwrap();
+        assert_eq!(a.status, 200, "{}", a.text);
+    }
+    let t = stack
+        .open(0, &format!("/s/{id}/ws"), &[("Authorization", &bearer)])
+        .expect("the terminal opens while the token holds");
+    drop(t);
+    let refused = wait_for("the token's expiry", T, || {
+        let a = http("GET", &api, Some(&short), None).unwrap();
+        (a.status != 200).then_some(a)
+    });
+    assert_eq!(refused.status, 401, "{}", refused.text);
+    assert_eq!(refused.body["error"]["message"], "token refused: expired");
+    let e = stack
+        .open(0, &format!("/s/{id}/ws"), &[("Authorization", &bearer)])
+        .expect_err("an upgrade with the expired token");
+    assert_eq!(e.status(), Some(401), "{e:?}");
+    // A fresh token of the same user still works.
+    let fresh = stack.control.token("alice", false);
+    assert_eq!(http("GET", &api, Some(&fresh), None).unwrap().status, 200);
+}
+
 #[test]
 fn with_control_killed_an_open_terminal_flows_and_a_known_session_opens() {
     let mut stack = GatewayStack::start("");

@@ -243,10 +243,13 @@ impl Ctx {
     pub(super) fn decorate(&self, resp: &mut ResponseHeader) -> Result<()> {
         resp.insert_header("X-Request-Id", self.request_id.to_string())?;
         if self.terminal.requested() {
-            resp.insert_header("X-Content-Type-Options", "nosniff")?;
-            resp.insert_header("Referrer-Policy", "no-referrer")?;
-            resp.insert_header("Content-Security-Policy", "frame-ancestors 'self'")?;
-            resp.insert_header("Cache-Control", "no-store")?;
+            // Static values: a `&str` value is copied into a new header value each time.
+            use http::HeaderValue as V;
+            resp.insert_header("X-Content-Type-Options", V::from_static("nosniff"))?;
+            resp.insert_header("Referrer-Policy", V::from_static("no-referrer"))?;
+            let csp = V::from_static("frame-ancestors 'self'");
+            resp.insert_header("Content-Security-Policy", csp)?;
+            resp.insert_header("Cache-Control", V::from_static("no-store"))?;
         }
         Ok(())
     }

@@ -321,6 +321,13 @@ impl Verifier {
         self.signed_claims(token)
     }
 
+    /// Whether a token expiring at `exp` is still accepted at `now`: the one claim whose
+    /// check a token that verified once can fail later (the others only turn from
+    /// refused to accepted as time passes, or do not depend on it).
+    pub fn unexpired_at(&self, exp: u64, now: u64) -> bool {
+        now < exp.saturating_add(self.settings.leeway_secs)
+    }
+
     /// Verifies a token at time `now` (seconds since the Unix epoch).
     pub fn verify(&self, token: &[u8], now: u64) -> Result<Principal, TokenError> {
         let claims = self.signed_claims(token)?;
@@ -419,7 +426,7 @@ impl Verifier {
             None => return Err(TokenError::MissingClaim("exp")),
             Some(v) => numeric_date(v).ok_or(TokenError::InvalidClaim("exp"))?,
         };
-        if now >= exp.saturating_add(leeway) {
+        if !self.unexpired_at(exp, now) {
             return Err(TokenError::Expired);
         }
         if let Some(max) = self.settings.max_lifetime_secs {
