@@ -356,6 +356,16 @@ pub fn client(
     })
 }
 
+/// TLS settings that trust no server: those of a client that dials plain HTTP only,
+/// where its HTTP stack asks for some.
+pub fn no_roots() -> ClientConfig {
+    ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(RootCertStore::empty())
+        .with_no_client_auth()
+}
+
 /// The identity in the certificate a peer presented on a verified connection.
 pub fn peer_of(conn: &rustls::CommonState) -> Option<PeerId> {
     PeerId::of_certificate(conn.peer_certificates()?.first()?)

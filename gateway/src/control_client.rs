@@ -75,7 +75,7 @@ impl ControlClient {
                 .wrap_connector(http),
             // Never used for TLS: the base is http://, and an https:// one comes with `tls`.
             None => hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(no_roots())
+                .with_tls_config(config::pki::no_roots())
                 .https_or_http()
                 .enable_http1()
                 .wrap_connector(http),
@@ -375,15 +375,6 @@ impl ControlClient {
         }
         serde_json::from_slice(&body).map_err(|e| Unavailable(format!("bad feed answer: {e}")))
     }
-}
-
-/// TLS settings that trust no server: a plain-HTTP client's, which dials no TLS.
-fn no_roots() -> rustls::ClientConfig {
-    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth()
 }
 
 /// An error with every error under it: a refused certificate is what a failed connect

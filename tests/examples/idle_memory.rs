@@ -48,8 +48,7 @@ use std::time::{Duration, Instant};
 
 use e2e::nginx::Nginx;
 use e2e::raw;
-use e2e::stack::{free_port, http, wait_for, GatewayStack};
-use serde_json::json;
+use e2e::stack::{free_port, wait_for, GatewayStack};
 
 /// The first message of ttyd's page: the terminal's size (and the token, empty: the
 /// gateway fills it in for a `ttyd -c` target).
@@ -370,20 +369,7 @@ fn main() {
         let held = Arc::clone(&held);
         std::thread::spawn(move || stand_in(listener, held));
     }
-    let admin = stack.control.token("root", true);
-    let a = http(
-        "POST",
-        &stack.url(0, "/api/targets"),
-        Some(&admin),
-        Some(&json!({
-            "name": "idle",
-            "upstream": format!("unix:{}", sock.display()),
-            "users": ["alice"],
-        })),
-    )
-    .unwrap();
-    assert_eq!(a.status, 201, "register: {}", a.text);
-    let id = a.body["id"].as_str().unwrap().to_owned();
+    let id = stack.register_target("idle", &sock, &["alice"]);
     let bearer = format!("Bearer {}", stack.control.token("alice", false));
 
     let mut figures = Vec::new();

@@ -20,9 +20,8 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use e2e::raw;
-use e2e::stack::{http, GatewayStack};
+use e2e::stack::GatewayStack;
 use e2e::ttyd::TtydPool;
-use serde_json::json;
 
 trait Conn: Read + Write {}
 impl<T: Read + Write> Conn for T {}
@@ -143,16 +142,7 @@ fn main() {
     // No websocket pings: this client answers none, and ttyd would close it.
     let ttyd = TtydPool::start_plain(true, &["-P", "3600"]);
     let sock = ttyd.socket_path().unwrap().to_path_buf();
-    let admin = stack.control.token("root", true);
-    let a = http(
-        "POST",
-        &stack.url(0, "/api/targets"),
-        Some(&admin),
-        Some(&json!({"name": "bench", "upstream": format!("unix:{}", sock.display()), "users": ["alice"]})),
-    )
-    .unwrap();
-    assert_eq!(a.status, 201, "register: {}", a.text);
-    let id = a.body["id"].as_str().unwrap().to_owned();
+    let id = stack.register_target("bench", &sock, &["alice"]);
     let pingora = stack.spawn_gateway(&[("TERMGATE_TEST_PINGORA_TUNNEL", "1")]);
     let recorded = stack.spawn_gateway(&[("TERMGATE_TEST_RECORD_ALL", "1")]);
     let bearer = format!("Bearer {}", stack.control.token("alice", false));

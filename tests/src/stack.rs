@@ -973,6 +973,25 @@ impl GatewayStack {
         }
     }
 
+    /// Registers, as an admin through gateway 0, a target named `name` whose upstream is
+    /// the ttyd on unix socket `socket`, for `users`; its session id.
+    pub fn register_target(&self, name: &str, socket: &std::path::Path, users: &[&str]) -> String {
+        let admin = self.control.token("root", true);
+        let a = http(
+            "POST",
+            &self.url(0, "/api/targets"),
+            Some(&admin),
+            Some(&serde_json::json!({
+                "name": name,
+                "upstream": format!("unix:{}", socket.display()),
+                "users": users,
+            })),
+        )
+        .unwrap();
+        assert_eq!(a.status, 201, "register: {}", a.text);
+        a.body["id"].as_str().expect("the target's id").to_owned()
+    }
+
     /// Signs `sub` in through gateway 0 and returns the `Cookie` header value to send.
     pub fn sign_in(&self, sub: &str) -> String {
         let token = self.control.token(sub, false);

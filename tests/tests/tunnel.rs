@@ -46,20 +46,7 @@ struct Run {
 fn run(env: &[(&str, &str)], count: usize, tls: bool) -> Run {
     let mut stack = GatewayStack::start("");
     let ttyd = TtydPool::start_plain(true, &[]);
-    let admin = stack.control.token("root", true);
-    let a = http(
-        "POST",
-        &stack.url(0, "/api/targets"),
-        Some(&admin),
-        Some(&json!({
-            "name": "tunnel",
-            "upstream": format!("unix:{}", ttyd.socket_path().unwrap().display()),
-            "users": ["alice"],
-        })),
-    )
-    .unwrap();
-    assert_eq!(a.status, 201, "register: {}", a.text);
-    let id = a.body["id"].as_str().unwrap().to_owned();
+    let id = stack.register_target("tunnel", ttyd.socket_path().unwrap(), &["alice"]);
     let mut env = env.to_vec();
     env.push(("TERMGATE__GATEWAY__MAX_TERMINALS_PER_USER", "100"));
     env.push(("TERMGATE__GATEWAY__MAX_TERMINALS_PER_SESSION", "100"));

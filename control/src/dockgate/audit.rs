@@ -99,20 +99,12 @@ fn client(tls: Option<Arc<rustls::ClientConfig>>) -> Client<Connector, Full<Byte
             .build(),
         // Never used for TLS: the base is http://.
         None => hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(no_roots())
+            .with_tls_config(config::pki::no_roots())
             .https_or_http()
             .enable_http1()
             .build(),
     };
     Client::builder(TokioExecutor::new()).build(connector)
-}
-
-fn no_roots() -> rustls::ClientConfig {
-    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth()
 }
 
 struct Sender {

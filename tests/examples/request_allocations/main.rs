@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 use e2e::raw;
 use e2e::stack::{http, GatewayStack};
 use e2e::ttyd::TtydPool;
-use serde_json::json;
 
 /// The counter's last written figure.
 fn count(file: &Path) -> u64 {
@@ -91,16 +90,7 @@ fn main() {
     let mut stack = GatewayStack::start("");
     let ttyd = TtydPool::start_plain(true, &["-P", "3600"]);
     let sock = ttyd.socket_path().unwrap().to_path_buf();
-    let admin = stack.control.token("root", true);
-    let a = http(
-        "POST",
-        &stack.url(0, "/api/targets"),
-        Some(&admin),
-        Some(&json!({"name": "alloc", "upstream": format!("unix:{}", sock.display()), "users": ["alice"]})),
-    )
-    .unwrap();
-    assert_eq!(a.status, 201, "register: {}", a.text);
-    let id = a.body["id"].as_str().unwrap().to_owned();
+    let id = stack.register_target("alloc", &sock, &["alice"]);
     let (shim, file_s) = (shim.display().to_string(), file.display().to_string());
     let n = stack.spawn_gateway(&[
         ("LD_PRELOAD", shim.as_str()),
