@@ -36,18 +36,7 @@ struct Ws {
 impl Ws {
     /// Upgrades `conn` with `head`, then sends ttyd's opening message.
     fn open(mut conn: Box<dyn Conn>, head: &str) -> Ws {
-        conn.write_all(head.as_bytes()).unwrap();
-        let mut answer = Vec::new();
-        let mut b = [0u8; 1];
-        while !answer.ends_with(b"\r\n\r\n") {
-            assert_eq!(conn.read(&mut b).unwrap(), 1, "closed during the upgrade");
-            answer.push(b[0]);
-        }
-        assert!(
-            answer.starts_with(b"HTTP/1.1 101"),
-            "{}",
-            String::from_utf8_lossy(&answer)
-        );
+        raw::upgrade(&mut conn, head);
         let mut ws = Ws {
             conn,
             pending: Vec::new(),

@@ -111,6 +111,23 @@ pub(crate) fn complete(got: &[u8]) -> bool {
     }
 }
 
+/// Sends the upgrade `head` on `conn` and reads the answer's head, byte by byte so that
+/// nothing after it is taken; panics unless it is a `101`.
+pub fn upgrade(conn: &mut (impl Read + Write + ?Sized), head: &str) {
+    conn.write_all(head.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let mut b = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        assert_eq!(conn.read(&mut b).unwrap(), 1, "closed during the upgrade");
+        answer.push(b[0]);
+    }
+    assert!(
+        answer.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+}
+
 /// A websocket upgrade head for `path` offering `tty`, with extra header lines.
 pub fn upgrade_head(port: u16, path: &str, extra: &[(&str, &str)]) -> String {
     let mut h = format!(

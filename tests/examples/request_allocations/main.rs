@@ -48,18 +48,7 @@ fn settled(file: &Path) -> (u64, Instant) {
 fn terminal(port: u16, head: &str) {
     let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
     conn.set_nodelay(true).unwrap();
-    conn.write_all(head.as_bytes()).unwrap();
-    let mut answer = Vec::new();
-    let mut b = [0u8; 1];
-    while !answer.ends_with(b"\r\n\r\n") {
-        assert_eq!(conn.read(&mut b).unwrap(), 1, "closed during the upgrade");
-        answer.push(b[0]);
-    }
-    assert!(
-        answer.starts_with(b"HTTP/1.1 101"),
-        "{}",
-        String::from_utf8_lossy(&answer)
-    );
+    raw::upgrade(&mut conn, head);
     let hello = br#"{"AuthToken":"","columns":80,"rows":24}"#;
     let mut f = raw::frame_header(hello.len() as u64);
     f.extend_from_slice(hello);
