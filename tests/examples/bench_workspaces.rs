@@ -10,7 +10,7 @@
 //!   beside the wall time.
 //! - **copy**: `POST /v1/workspaces/<id>/copy` until a poll (every 50 ms) sees `ready`,
 //!   against the host's own `cp -a` of the same tree then `sync` (the job's script ends
-//!   with `sync`), as root into a directory beside the source volume's, on the same
+//!   with `sync -f` of its destination), as root into a directory beside the source volume's, on the same
 //!   file system, for a workspace of small files (`BENCH_WS_SMALL_FILES` ×
 //!   `BENCH_WS_SMALL_KIB` KiB, default 20,000 × 10, 100 to a directory) and one of
 //!   large files (`BENCH_WS_LARGE_FILES` × `BENCH_WS_LARGE_MIB` MiB, default 4 × 50),
@@ -24,9 +24,11 @@
 //!   copied, interleaved with the above, by the image's own `cp` (BusyBox) on the host,
 //!   and by it in containers with the sources mounted read-only: as root, as the
 //!   profile's user in its sandbox, and with the profile's limits too (the job's
-//!   script), that last also run from the destination and as two `tar`s each in its
-//!   own directory, owners by number; `cp` and `sync` timed apart, and the CPU of the
-//!   storage driver's daemon when it is fuse-overlayfs.
+//!   `cp` before), that last also run from the destination, as two `tar`s each in its
+//!   own directory, owners by number, and as the job's script; and that script
+//!   with the job's own CPU allowance (the job without Docker and control); `cp` and
+//!   `sync` timed apart, and the CPU of the storage driver's daemon when it is
+//!   fuse-overlayfs.
 //!
 //! `BENCH_WS_ONLY=creates` or `copies` runs one part. The host's copies read Docker's
 //! volume directory: run as root.
@@ -397,6 +399,8 @@ enum How {
     /// `tar -C <source> --numeric-owner -cf - . | tar -C <dest> --numeric-owner -xf -`:
     /// no path walked from `/`, no user or group looked up by name.
     Tar,
+    /// The copy job's own script (from its create body), into `<dest>`.
+    Job,
 }
 
 /// A container of the session image with the sources mounted read-only at
@@ -406,6 +410,8 @@ struct Probe {
     name: String,
     scratch: PathBuf,
     driver: Option<u32>,
+    /// The copy job's script, for [`How::Job`].
+    script: String,
 }
 
 impl Probe {
@@ -436,6 +442,7 @@ impl Probe {
             driver: driver_pid(&name),
             scratch: mountpoint(&name),
             name,
+            script: String::new(),
         }
     }
 
@@ -450,6 +457,7 @@ impl Probe {
                 "tar -C /termgate/\"$1\" --numeric-owner -cf - . \
                  | tar -C /home/user/c\"$2\" --numeric-owner -xf -"
             }
+            How::Job => "sh -c \"$3\" copy /home/user/c\"$2\" /termgate/\"$1\" 2>/dev/null",
         };
         let script = format!(
             "set -e; mkdir /home/user/c\"$2\"; read a _ < /proc/uptime; {into}; \
@@ -467,6 +475,7 @@ impl Probe {
                 "copy",
                 kind,
                 &n.to_string(),
+                &self.script,
             ])
             .output()
             .expect("docker exec");
@@ -673,13 +682,19 @@ enum Way {
     Root,
     /// BusyBox `cp` in a container as the profile's user, in its sandbox, no limits.
     User,
-    /// The same with the profile's limits: the job's script.
+    /// The same with the profile's limits: the job's `cp -a` before it copied with
+    /// two processes.
     Limited,
     /// The same, run from the destination and copying into `.`.
     LimitedHere,
     /// The same limits, the tree carried by two `tar`s, each in its own directory and
     /// naming owners by number.
     LimitedTar,
+    /// The same limits, the copy job's script.
+    LimitedScript,
+    /// The copy job's script with the job's own limits (its CPU allowance, the
+    /// profile's memory and pids): the job without Docker and control.
+    JobScript,
 }
 
 /// One source workspace of the copy part.
@@ -870,6 +885,28 @@ fn copy_part(
     let busybox = tools.path().join("busybox");
     let mut probes: HashMap<Way, Probe> = HashMap::new();
     let mut limits_said = String::new();
+    let mut job_said = String::new();
+    // The copy job's script and CPU allowance, as control sends them.
+    let job = {
+        let declared = b.stack.dir.load().profiles["default"].declared();
+        let owner = policy::Sub::parse("bench").expect("a sub");
+        let facts = policy::declared::CopyFacts {
+            instance: &b.stack.instance,
+            host: "local",
+            owner: &owner,
+            profile: "default",
+            source: "bench-source",
+            dest: "bench-dest",
+        };
+        policy::declared::copy_job_body(&declared, &facts).expect("a copy job")
+    };
+    let job_script = job["Entrypoint"][2]
+        .as_str()
+        .expect("the job's script")
+        .to_owned();
+    let job_nano_cpus = job["HostConfig"]["NanoCpus"]
+        .as_i64()
+        .expect("the job's CPUs");
     if explain {
         let o = Command::new("docker")
             .args([
@@ -939,7 +976,16 @@ fn copy_part(
         ];
         probes.insert(Way::Root, Probe::start(b, "root", &root, &mounts));
         probes.insert(Way::User, Probe::start(b, "user", &sandbox, &mounts));
-        probes.insert(Way::Limited, Probe::start(b, "limited", &limited, &mounts));
+        let mut job_limited = limited.clone();
+        job_limited.retain(|f| !f.starts_with("--cpus="));
+        job_limited.push(format!("--cpus={}", job_nano_cpus as f64 / 1e9));
+        job_said = format!("{} CPU", job_nano_cpus as f64 / 1e9);
+        let mut p = Probe::start(b, "limited", &limited, &mounts);
+        p.script = job_script.clone();
+        probes.insert(Way::Limited, p);
+        let mut p = Probe::start(b, "job", &job_limited, &mounts);
+        p.script = job_script.clone();
+        probes.insert(Way::JobScript, p);
     }
     let busybox_s = busybox.to_string_lossy().into_owned();
 
@@ -952,6 +998,8 @@ fn copy_part(
             Way::Limited,
             Way::LimitedHere,
             Way::LimitedTar,
+            Way::LimitedScript,
+            Way::JobScript,
         ]);
     }
     let events = Events::start();
@@ -1001,6 +1049,10 @@ fn copy_part(
                         probes[&Way::Limited].copy(src.kind, &src.dir, n, How::CpHere)
                     }
                     Way::LimitedTar => probes[&Way::Limited].copy(src.kind, &src.dir, n, How::Tar),
+                    Way::LimitedScript => {
+                        probes[&Way::Limited].copy(src.kind, &src.dir, n, How::Job)
+                    }
+                    Way::JobScript => probes[&Way::JobScript].copy(src.kind, &src.dir, n, How::Job),
                     _ => probes[&way].copy(src.kind, &src.dir, n, How::Cp),
                 };
                 eprintln!(
@@ -1100,7 +1152,7 @@ fn copy_part(
         ));
         s.push_str("| workspace | way | cp | sync | in all | MB/s | ÷ host GNU `cp` | fuse-overlayfs CPU |\n");
         s.push_str("|---|---|---:|---:|---:|---:|---:|---:|\n");
-        let rows: [(Way, String); 8] = [
+        let rows: [(Way, String); 10] = [
             (Way::HostGnu, "host, GNU `cp`, root".into()),
             (
                 Way::HostBusybox,
@@ -1116,7 +1168,7 @@ fn copy_part(
             ),
             (
                 Way::Limited,
-                format!("… and its limits ({limits_said}): the job's script"),
+                format!("… and its limits ({limits_said}): the job's former `cp -a`"),
             ),
             (
                 Way::LimitedHere,
@@ -1125,6 +1177,14 @@ fn copy_part(
             (
                 Way::LimitedTar,
                 "… the same limits, two `tar -C <dir> --numeric-owner`s piped together (no path from `/`)".into(),
+            ),
+            (
+                Way::LimitedScript,
+                "… the same limits, the job's script (its `sync -f` in cp)".into(),
+            ),
+            (
+                Way::JobScript,
+                format!("… the job's script and its own CPU allowance ({job_said})"),
             ),
             (Way::Job, "the job, `POST` → `ready`".into()),
         ];

@@ -10,12 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use config::Profile;
+use futures_util::{Stream, StreamExt};
 use policy::declared::{
     copy_job_body, copy_job_name, workspace_volume_name, CopyFacts, WorkspaceMode,
 };
 use policy::{Principal, SessionId, Sub};
 
-use crate::docker::{ContainerRequest, Docker, DockerError};
+use crate::docker::{ContainerEvent, ContainerRequest, Docker, DockerError, EventAction};
 use crate::error::ApiError;
 use crate::model::{Session, SessionWorkspace, Workspace, WorkspaceOrigin, WorkspaceState};
 use crate::store::StoreError;
@@ -27,8 +28,9 @@ use super::names::home_volume_name;
 
 /// The name of a user's home workspace.
 pub const HOME_WORKSPACE: &str = "home";
-/// How long one wait for a copy job's end lasts before it is asked again.
-const COPY_POLL: Duration = Duration::from_secs(30);
+/// How often a copy job is asked whether it still runs, should the event of its end
+/// not come (Docker's event stream broke).
+const COPY_CHECK: Duration = Duration::from_secs(2);
 
 /// A workspace name: 1-64 printable characters.
 pub(super) fn checked_name(name: &str) -> Result<String, ApiError> {
@@ -478,10 +480,12 @@ impl Control {
             spec,
         };
         let run = async {
+            // Subscribed before the job exists, so that its end is never missed.
+            let events = docker.events(&self.config.instance);
             let id = docker.create(&req).await?;
             docker.start(&id).await?;
             failpoint("copy:after_start");
-            while !docker.wait_exit(&id, COPY_POLL).await? {}
+            job_end(&docker, &id, events).await?;
             Ok::<_, DockerError>(docker.inspect(&id).await?.and_then(|c| c.exit_code))
         };
         let result = run.await;
@@ -562,4 +566,40 @@ pub(super) fn in_use(w: &Workspace, s: &Session) -> ApiError {
         "workspace {:?} is in use by session {} ({:?}); end it first",
         w.name, s.id, s.name
     ))
+}
+
+/// Waits for the end of the copy job `id`: its `die` (or `destroy`) in `events`, the
+/// events of its deployment from before it started; with an inspect every
+/// [`COPY_CHECK`] besides, and only inspects once the stream breaks.
+async fn job_end(
+    docker: &Docker,
+    id: &str,
+    events: impl Stream<Item = Result<ContainerEvent, DockerError>>,
+) -> Result<(), DockerError> {
+    let mut events = std::pin::pin!(events.fuse());
+    let mut check = tokio::time::interval(COPY_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    check.tick().await;
+    let mut listening = true;
+    loop {
+        tokio::select! {
+            e = events.next(), if listening => match e {
+                Some(Ok(e)) if e.id == id && matches!(e.action, EventAction::Die | EventAction::Destroy) => {
+                    return Ok(());
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "events broke while a copy job ran; it is inspected instead");
+                    listening = false;
+                }
+                None => listening = false,
+            },
+            _ = check.tick() => {
+                match docker.inspect(id).await? {
+                    Some(c) if c.state.is_alive() => {}
+                    _ => return Ok(()),
+                }
+            }
+        }
+    }
 }

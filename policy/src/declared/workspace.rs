@@ -143,14 +143,46 @@ pub fn copy_job_name(dest: &str) -> String {
 }
 
 /// What the job runs: empty the new volume of what Docker copied into it from the
-/// image, then copy the source's tree, owners, modes and times kept.
-const COPY_SCRIPT: &str = "set -e; cd \"$1\"; find . -mindepth 1 -maxdepth 1 -exec rm -rf {} +; \
-     cp -a \"$2\"/. \"$1\"/; sync";
+/// image, then copy the source's tree into it, modes, times, links and (as far as the
+/// profile's user may set them) owners kept, and write it to disk.
+///
+/// Every path is named from the directory it is in, never from `/`: the container's
+/// root is the storage driver's, which (as fuse-overlayfs) is asked for `/`'s ACL at
+/// each walk from it by a user who is not root, several times per file. So the copy is
+/// two processes, one in each tree, joined by a pipe: GNU `tar` where the image has it
+/// (it sets directories' modes and times after their contents); else BusyBox's, whose
+/// `tar` sets them before, which `cpio` does not, in two passes: every file but
+/// directories and those too large for its format (4 GiB, which `tar` copies), then
+/// the directories, deepest first (after the links `cpio` makes at its end). Without
+/// either, `cp -a`. A pipe's status is its last process's, so the processes that read
+/// the source mark their failure in the job's `/tmp` (a file unreadable to the user
+/// fails the copy, as it failed `cp -a`). Then only the destination's file system is
+/// written out.
+const COPY_SCRIPT: &str = "set -e; failed=/tmp/termgate-copy-failed; rm -f \"$failed\"; \
+     ok() { \"$@\" || : > \"$failed\"; }; \
+     cd \"$1\"; find . -mindepth 1 -maxdepth 1 -exec rm -rf {} +; \
+     cd \"$2\"; \
+     if tar --version 2>/dev/null | grep -q 'GNU tar'; then \
+       ok tar --numeric-owner -cf - . | tar -C \"$1\" --numeric-owner -xpf -; \
+     elif command -v cpio >/dev/null; then \
+       ok find . ! -type d ! \\( -type f -size +4194303k \\) -print0 \
+         | ok cpio -o -0 -H newc | (cd \"$1\" && cpio -i -d -m -u); \
+       find . -type f -size +4194303k -exec sh -c 'set -e; d=$1; shift; for f; do \
+         tar -cf - \"$f\" | tar -C \"$d\" --numeric-owner -xpf -; done' big \"$1\" {} +; \
+       ok find . -depth -type d -print0 \
+         | ok cpio -o -0 -H newc | (cd \"$1\" && cpio -i -d -m -u); \
+     else cp -a . \"$1\"; fi; \
+     [ ! -e \"$failed\" ]; cd \"$1\"; sync -f . 2>/dev/null || sync";
 
-/// The create body of a copy job: the profile's image, user and limits, no network,
-/// no environment, the source read-only and the new workspace read-write, nothing
-/// else mounted. Fails when the profile mounts no workspace (it declares no place
-/// for one) or a volume name is not plain.
+/// The copy job's CPU allowance, in nano-CPUs, whatever less its profile allows a
+/// session: one CPU. A copy is short and the user waits for it; one CPU is what every
+/// Docker host has (Docker refuses more than the host's).
+pub const COPY_NANO_CPUS: i64 = 1_000_000_000;
+
+/// The create body of a copy job: the profile's image, user and limits, but at least
+/// [`COPY_NANO_CPUS`] of CPU; no network, no environment, the source read-only and the
+/// new workspace read-write, nothing else mounted. Fails when the profile mounts no
+/// workspace (it declares no place for one) or a volume name is not plain.
 pub fn copy_job_body(p: &DeclaredProfile, f: &CopyFacts<'_>) -> Result<Value, NotDeclared> {
     let target = match (&p.home, p.workspace) {
         (Some(t), WorkspaceMode::Home | WorkspaceMode::Choose) => t.clone(),
@@ -183,6 +215,11 @@ pub fn copy_job_body(p: &DeclaredProfile, f: &CopyFacts<'_>) -> Result<Value, No
     };
     let spec = ContainerSpec {
         network_mode: "none".into(),
+        nano_cpus: Some(
+            p.spec
+                .nano_cpus
+                .map_or(COPY_NANO_CPUS, |n| n.max(COPY_NANO_CPUS)),
+        ),
         mounts: vec![
             volume(f.source, COPY_SOURCE_TARGET, true),
             volume(f.dest, &target, false),

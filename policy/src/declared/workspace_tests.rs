@@ -8,6 +8,7 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::tests::{alice, declared, mutate, odd_value, profile, remove, set, SESSION};
+use super::workspace::COPY_NANO_CPUS;
 use super::*;
 use crate::dockgate::{
     container_create_declared, decide, normalize, spec_from_create_body, volume_create_declared,
@@ -313,6 +314,9 @@ fn a_copy_job_passes_and_names_both_volumes_for_their_owner() {
     assert_eq!((&b["Env"], b.get("Cmd")), (&json!([]), None));
     assert_eq!(b["Entrypoint"][0], "sh");
     assert_eq!(b["HostConfig"]["NetworkMode"], "none");
+    // The job's own CPU allowance, not its profile's half CPU.
+    assert_eq!(choose().spec.nano_cpus, Some(500_000_000));
+    assert_eq!(b["HostConfig"]["NanoCpus"], COPY_NANO_CPUS);
     let mounts = json!([
         {"Type": "volume", "Source": home(), "Target": COPY_SOURCE_TARGET, "ReadOnly": true},
         {"Type": "volume", "Source": dest, "Target": "/home/user", "ReadOnly": false},
@@ -347,6 +351,38 @@ fn a_copy_job_passes_and_names_both_volumes_for_their_owner() {
     let home_profile = with_mode(WorkspaceMode::Home);
     let b = copy(&home_profile, &home(), &dest);
     judge_copy(&home_profile, &name, &b).unwrap();
+}
+
+#[test]
+fn a_copy_job_has_at_least_its_own_cpu_allowance() {
+    let dest = workspace();
+    let name = copy_job_name(&dest);
+    for (profile, want) in [
+        (None, COPY_NANO_CPUS),
+        (Some(1), COPY_NANO_CPUS),
+        (Some(COPY_NANO_CPUS), COPY_NANO_CPUS),
+        (Some(4 * COPY_NANO_CPUS), 4 * COPY_NANO_CPUS),
+    ] {
+        let mut p = choose();
+        p.spec.nano_cpus = profile;
+        let b = copy(&p, &home(), &dest);
+        assert_eq!(b["HostConfig"]["NanoCpus"], want, "{profile:?}");
+        assert!(sandbox::check(&spec_from_create_body(&b).unwrap().0).is_empty());
+        judge_copy(&p, &name, &b).unwrap();
+        for other in [profile.unwrap_or(0), want - 1, want + 1, 0, -1] {
+            if other == want {
+                continue;
+            }
+            let b = set(b.clone(), &["HostConfig", "NanoCpus"], json!(other));
+            denied(
+                &format!("{profile:?}: {other}"),
+                judge_copy(&p, &name, &b),
+                "HostConfig.NanoCpus",
+            );
+        }
+        let b = remove(b, &["HostConfig", "NanoCpus"]);
+        denied("no CPU limit", judge_copy(&p, &name, &b), "NanoCpus");
+    }
 }
 
 #[test]
