@@ -104,3 +104,38 @@ pub fn volume_exists(name: &str) -> bool {
         .status
         .success()
 }
+
+/// Asserts that the secret `value` is in none of `answers` (the API answers a test
+/// read), control's or dockgate's log, or any byte of the stack's state directory.
+pub fn assert_secret_goes_nowhere(stack: &ControlStack, answers: &str, value: &str) {
+    assert!(!answers.contains(value), "an API answer holds the secret");
+    assert!(
+        !stack.log_text().contains(value),
+        "control's log holds the secret"
+    );
+    if let Some(g) = &stack.dockgate {
+        assert!(
+            !g.log_text().contains(value),
+            "dockgate's log holds the secret"
+        );
+    }
+    let mut stored = Vec::new();
+    files_under(stack.dir.dir.path(), &mut stored);
+    assert!(stored.len() > 3, "the state directory was read");
+    for (path, bytes) in &stored {
+        let hit = bytes.windows(value.len()).any(|w| w == value.as_bytes());
+        assert!(!hit, "{} holds the secret", path.display());
+    }
+}
+
+/// Every file under `dir` with its bytes.
+fn files_under(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>)>) {
+    for e in std::fs::read_dir(dir).expect("read dir").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files_under(&p, out);
+        } else if let Ok(bytes) = std::fs::read(&p) {
+            out.push((p, bytes));
+        }
+    }
+}
