@@ -242,8 +242,10 @@ async fn hand_over(
     // Not needed past the upgrade (enforcement keys on its hash): not kept for the
     // terminal's life.
     ctx.token = None;
-    let fail = |mut ctx: Ctx, why: String| {
+    // The ttyd's connection closes before the slot is freed (as at a tunnel's end).
+    let fail = |mut ctx: Ctx, up: Socket, why: String| {
         log(&g.metrics, &line, Some(&why), &ctx);
+        drop(up);
         ctx.terminal.free_slot();
     };
     let reply = head_bytes(
@@ -263,7 +265,7 @@ async fn hand_over(
         Ok(n) => n,
         Err(e) => {
             session.set_keepalive(None);
-            fail(ctx, format!("writing the 101: {e}"));
+            fail(ctx, up, format!("writing the 101: {e}"));
             return;
         }
     };
@@ -271,12 +273,12 @@ async fn hand_over(
         Ok(down) => down,
         Err(e) => {
             session.set_keepalive(None);
-            fail(ctx, format!("taking the browser's connection: {e}"));
+            fail(ctx, up, format!("taking the browser's connection: {e}"));
             return;
         }
     };
     if let Err(e) = down.write_all(&reply[n..]).await {
-        fail(ctx, format!("writing the 101: {e}"));
+        fail(ctx, up, format!("writing the 101: {e}"));
         return;
     }
     // The 101 is out: from here on enforcement wakes the tunnel to close.
@@ -288,6 +290,7 @@ async fn hand_over(
     if let Err(e) = handed {
         fail(
             ctx,
+            up,
             format!("cannot keep the terminal for enforcement: {e}"),
         );
         return;

@@ -52,7 +52,13 @@ thread_local! {
 }
 
 /// A running tunnel.
+///
+/// Fields drop in their order: the connections before `ctx`, whose ticket holds the
+/// terminal's slot, so that a tunnel dropped unfinished closes the ttyd's connection
+/// before its slot is freed too.
 pub(super) struct Tunnel {
+    pub(super) up: Socket,
+    pub(super) down: Socket,
     pub(super) ctx: Ctx,
     pub(super) g: Arc<Gateway>,
     pub(super) line: RequestLine,
@@ -66,8 +72,6 @@ pub(super) struct Tunnel {
     pub(super) closing: Option<Closing>,
     /// Set for a recorded terminal.
     pub(super) recorder: Option<Recorder>,
-    pub(super) down: Socket,
-    pub(super) up: Socket,
 }
 
 /// Where the bytes of a tunnel are.
@@ -141,10 +145,14 @@ impl Tunnel {
     pub(super) async fn run(mut self) {
         let error = std::future::poll_fn(|cx| self.poll_copy(cx)).await.err();
         log(&self.g.metrics, &self.line, error.as_deref(), &self.ctx);
-        // The slot is freed before the connections close.
-        self.ctx.terminal.free_slot();
-        let Tunnel { down, up, .. } = self;
+        let Tunnel {
+            mut ctx, down, up, ..
+        } = self;
+        // The ttyd's connection closes before the slot is freed: a terminal admitted
+        // into the freed slot never finds this one still open at the ttyd. The
+        // browser's side may take up to its grace to close; the slot does not wait.
         drop(up);
+        ctx.terminal.free_slot();
         down.close(CLOSE_GRACE).await;
     }
 
