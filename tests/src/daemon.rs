@@ -189,11 +189,8 @@ impl TestDaemon {
     }
 
     pub fn docker(&self, args: &[&str]) -> Output {
-        Command::new("docker")
-            .args(["-H", &self.host])
-            .args(args)
-            .output()
-            .expect("docker CLI")
+        crate::stack::docker_output(Command::new("docker").args(["-H", &self.host]).args(args))
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// `termgate/session:dev` from the machine's daemon (no registry).

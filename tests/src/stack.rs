@@ -193,12 +193,60 @@ fn answer(mut resp: ureq::http::Response<ureq::Body>) -> Answer {
     }
 }
 
-/// Runs `docker` with arguments; returns trimmed stdout (panics when docker fails).
+/// How long one `docker` command of the harness may take. A daemon that stops
+/// answering fails the test that asked, naming the command, instead of holding the
+/// whole suite.
+pub const DOCKER_CLI_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Runs the `docker` CLI as `cmd` says and collects its output, killing it past
+/// [`DOCKER_CLI_DEADLINE`] (an error naming the command).
+pub fn docker_output(cmd: &mut Command) -> std::io::Result<std::process::Output> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    // Read both pipes beside the wait: a long answer must not fill a pipe and stall.
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let read_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut out, &mut v);
+        v
+    });
+    let read_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut err, &mut v);
+        v
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if start.elapsed() > DOCKER_CLI_DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "{cmd:?} did not end within {DOCKER_CLI_DEADLINE:?}: the Docker daemon does not answer"
+                ),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Ok(std::process::Output {
+        status,
+        stdout: read_out.join().unwrap_or_default(),
+        stderr: read_err.join().unwrap_or_default(),
+    })
+}
+
+/// Runs `docker` with arguments; returns trimmed stdout (panics when docker fails or
+/// does not answer within [`DOCKER_CLI_DEADLINE`]).
 pub fn docker(args: &[&str]) -> String {
-    let o = Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker CLI");
+    let o = docker_output(Command::new("docker").args(args)).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         o.status.success(),
         "docker {args:?}: {}",
@@ -588,34 +636,30 @@ impl Drop for ControlStack {
             eprintln!("--- control log ---\n{}", self.log_text());
         }
         let filter = format!("label=termgate.instance={}", self.instance);
-        if let Ok(o) = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &filter])
-            .output()
+        if let Ok(o) =
+            docker_output(Command::new("docker").args(["ps", "-aq", "--filter", &filter]))
         {
             let ids: Vec<String> = String::from_utf8_lossy(&o.stdout)
                 .lines()
                 .map(str::to_owned)
                 .collect();
             if !ids.is_empty() {
-                let _ = Command::new("docker")
-                    .args(["rm", "-f", "-v"])
-                    .args(&ids)
-                    .output();
+                let _ = docker_output(Command::new("docker").args(["rm", "-f", "-v"]).args(&ids));
             }
         }
-        if let Ok(o) = Command::new("docker")
-            .args(["volume", "ls", "-q", "--filter", &filter])
-            .output()
+        if let Ok(o) =
+            docker_output(Command::new("docker").args(["volume", "ls", "-q", "--filter", &filter]))
         {
             let vols: Vec<String> = String::from_utf8_lossy(&o.stdout)
                 .lines()
                 .map(str::to_owned)
                 .collect();
             if !vols.is_empty() {
-                let _ = Command::new("docker")
-                    .args(["volume", "rm", "-f"])
-                    .args(&vols)
-                    .output();
+                let _ = docker_output(
+                    Command::new("docker")
+                        .args(["volume", "rm", "-f"])
+                        .args(&vols),
+                );
             }
         }
     }

@@ -35,10 +35,10 @@ fn container_of(stack: &ControlStack, session: &str) -> String {
 }
 
 fn exec(container: &str, script: &str) -> (bool, String) {
-    let o = std::process::Command::new("docker")
-        .args(["exec", container, "/bin/sh", "-c", script])
-        .output()
-        .expect("docker exec");
+    let o = e2e::stack::docker_output(
+        std::process::Command::new("docker").args(["exec", container, "/bin/sh", "-c", script]),
+    )
+    .expect("docker exec");
     (
         o.status.success(),
         format!(
