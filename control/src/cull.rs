@@ -3,7 +3,7 @@
 //!
 //! Once a second it reads the active sessions from the store and asks
 //! `policy::lifetime` whether each running one is due; a due session is ended by
-//! [`Control::end_if_due`], which decides again inside the store's write, so an input
+//! [`Sessions::end_if_due`], which decides again inside the store's write, so an input
 //! reported in between keeps it. The loop only decides (a store write each); every
 //! container is stopped on a task of its own, so a slow stop never delays the next
 //! end or the next look. When no profile sets either limit the culler does not run at
@@ -13,18 +13,17 @@
 //! starts: gateways send again what a control that was down did not take, and a
 //! session typed into meanwhile must not be judged on the stale time first.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::SessionState;
-use crate::service::{now, Control};
+use crate::service::{now, Sessions};
 
 /// How often the culler looks. Deadlines are whole seconds.
 const INTERVAL: Duration = Duration::from_secs(1);
 
 /// Ends sessions whose profile's limits ran out, until `shutdown` fires.
-pub async fn run(control: Arc<Control>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-    if !control
+pub async fn run(sessions: Sessions, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    if !sessions
         .profiles()
         .values()
         .any(|p| p.lifetime_limits().is_limited())
@@ -34,7 +33,7 @@ pub async fn run(control: Arc<Control>, mut shutdown: tokio::sync::watch::Receiv
     // Reports that gateways could not deliver while control was down arrive within
     // one report interval of its start: none is judged idle before they can.
     let grace = Duration::from_millis(
-        control
+        sessions
             .config()
             .gateway
             .activity_report_ms
@@ -48,15 +47,15 @@ pub async fn run(control: Arc<Control>, mut shutdown: tokio::sync::watch::Receiv
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = tick.tick() => pass(&control),
+            _ = tick.tick() => pass(&sessions),
             _ = shutdown.changed() => return,
         }
     }
 }
 
 /// One look: starts the end of every running session that is due now.
-fn pass(control: &Arc<Control>) {
-    let active = match control.store().list_active(None) {
+fn pass(sessions: &Sessions) {
+    let active = match sessions.store().list_active(None) {
         Ok(a) => a,
         Err(e) => {
             tracing::warn!(error = %e, "cull: cannot read the store; the next look tries again");
@@ -66,12 +65,12 @@ fn pass(control: &Arc<Control>) {
     let t = now();
     for s in active {
         let due = s.state == SessionState::Running
-            && !control.is_being_ended(&s.id)
-            && control.deadline(&s).is_some_and(|d| t >= d.at);
+            && !sessions.is_being_ended(&s.id)
+            && sessions.deadline(&s).is_some_and(|d| t >= d.at);
         if !due {
             continue;
         }
-        if let Err(e) = control.end_if_due(&s.id) {
+        if let Err(e) = sessions.end_if_due(&s.id) {
             tracing::warn!(session = %s.id, error = %e.message, "cull: the end could not be recorded; the next look tries again");
         }
     }

@@ -12,7 +12,7 @@ use control::api::{self, Listener};
 use control::docker::Docker;
 use control::hosts::{Host, Hosts};
 use control::reconcile::Reconciler;
-use control::service::{now, Control};
+use control::service::{now, Control, SignIns};
 use control::store::Store;
 use tokio_rustls::TlsAcceptor;
 
@@ -340,22 +340,24 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
     let control = Arc::new(Control::new(Arc::clone(&config), store, hosts, verifier));
     control.metrics().seccomp_enforced.set(i64::from(seccomp));
     let revoked = control
+        .sign_ins
         .load_revocations()
         .context("reading the revocations in force from the store")?;
     tracing::info!(revoked, "revocations in force loaded");
     control::audit::start(Arc::clone(&control)).context("starting the audit writer")?;
     let targets = control
+        .targets
         .apply_config_targets()
         .map_err(|e| anyhow::anyhow!("targets: {}", e.message))?;
     if targets > 0 {
         tracing::info!(targets, "configured targets applied");
     }
-    let reconciler = Reconciler::new(Arc::clone(&control));
+    let reconciler = Reconciler::new(control.sessions.clone(), control.workspaces.clone());
     match reconciler.rebuild_from_labels().await {
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "could not check Docker for sessions to rebuild"),
     }
-    control.recover_copies().await;
+    control.workspaces.recover_copies().await;
     let first = reconciler.pass().await;
     tracing::info!(
         ?first,
@@ -366,7 +368,7 @@ async fn serve(config: config::Config) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let reconciler = tokio::spawn(reconciler.run(stop_rx.clone()));
-    tokio::spawn(prune_sign_ins(Arc::clone(&control)));
+    tokio::spawn(prune_sign_ins(control.sign_ins.clone()));
     let grace = Duration::from_secs(2);
     let api = tokio::spawn(api::serve(
         Arc::clone(&control),
@@ -570,12 +572,12 @@ fn random_hex() -> Result<String, String> {
 
 /// Once a minute, forgets sign-ins and revocations whose tokens can no longer verify,
 /// so that neither the store nor the feed grows with every sign-in ever made.
-async fn prune_sign_ins(control: Arc<Control>) {
+async fn prune_sign_ins(sign_ins: SignIns) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        match control.prune_sign_ins() {
+        match sign_ins.prune_sign_ins() {
             Ok(0) => {}
             Ok(n) => tracing::info!(forgotten = n, "expired sign-ins and revocations forgotten"),
             Err(e) => tracing::warn!(error = %e, "could not prune sign-ins"),

@@ -25,7 +25,7 @@ use crate::hosts::{Host, Probe};
 use crate::labels::{self, SessionLabels};
 use crate::model::SessionWorkspace;
 use crate::model::{Recording, Session, SessionState};
-use crate::service::{container_name, now, Control, SYSTEM};
+use crate::service::{container_name, now, Sessions, Workspaces, SYSTEM};
 use crate::store::StoreError;
 
 /// What one pass did, by kind.
@@ -95,16 +95,21 @@ pub enum RebuildError {
     Store(#[from] StoreError),
 }
 
-/// Repairs drift between the store and Docker for one [`Control`].
+/// Repairs drift between the store and Docker for the sessions of one control.
 #[derive(Clone)]
 pub struct Reconciler {
-    control: Arc<Control>,
+    sessions: Sessions,
+    /// For the volume pass it starts ([`crate::volumes`]).
+    workspaces: Workspaces,
 }
 
 impl Reconciler {
-    /// A reconciler for `control`.
-    pub fn new(control: Arc<Control>) -> Self {
-        Reconciler { control }
+    /// A reconciler for `sessions`; `workspaces` for the volume pass it runs.
+    pub fn new(sessions: Sessions, workspaces: Workspaces) -> Self {
+        Reconciler {
+            sessions,
+            workspaces,
+        }
     }
 
     /// Rebuilds the store from container labels when it is empty (fresh or lost) and
@@ -113,7 +118,7 @@ impl Reconciler {
     /// before hosts were labelled, the host it was found on). Returns how many were
     /// restored.
     pub async fn rebuild_from_labels(&self) -> Result<usize, RebuildError> {
-        let c = &self.control;
+        let c = &self.sessions;
         if !c.store().is_empty() {
             return Ok(0);
         }
@@ -190,7 +195,7 @@ impl Reconciler {
     /// Hosts are reconciled concurrently and each on its own (see [`Reconciler::pass_host`]):
     /// a host that does not answer never holds up or changes the others.
     pub async fn pass(&self) -> PassReport {
-        let c = &self.control;
+        let c = &self.sessions;
         let started = Instant::now();
         let hosts: Vec<Arc<Host>> = c.hosts().iter().cloned().collect();
         let reports = futures_util::future::join_all(hosts.iter().map(|h| self.pass_host(h))).await;
@@ -206,7 +211,7 @@ impl Reconciler {
     }
 
     fn recount(&self, report: &mut PassReport) {
-        let c = &self.control;
+        let c = &self.sessions;
         match c.store().recount() {
             Ok(total) => {
                 c.metrics().sessions_active.set(i64::from(total));
@@ -228,7 +233,7 @@ impl Reconciler {
     /// out in Docker after. Sessions this process is creating right now are never
     /// touched, however long Docker takes.
     pub async fn pass_host(&self, host: &Host) -> PassReport {
-        let c = &self.control;
+        let c = &self.sessions;
         let mut report = PassReport::default();
         if !host.is_up() {
             self.mark_unreachable(host, &mut report);
@@ -331,7 +336,7 @@ impl Reconciler {
     /// (each only if still running: a record that moved on is left as it is). Gateways
     /// learn it from the feed and refuse those terminals at once.
     fn mark_unreachable(&self, host: &Host, report: &mut PassReport) {
-        let c = &self.control;
+        let c = &self.sessions;
         let active = match c.store().list_active(None) {
             Ok(a) => a,
             Err(e) => {
@@ -373,7 +378,7 @@ impl Reconciler {
         active: &HashSet<SessionId>,
         t: u64,
     ) -> Result<bool, StoreError> {
-        let c = &self.control;
+        let c = &self.sessions;
         if !labels::is_session_of(&s.labels, &c.config().instance) {
             return Ok(false);
         }
@@ -399,7 +404,7 @@ impl Reconciler {
         s: &ContainerStatus,
         docker: &Docker,
     ) -> Result<bool, DockerError> {
-        let c = &self.control;
+        let c = &self.sessions;
         if let Some(id) = labels::session_id(&s.labels) {
             if c.is_being_created(&id) {
                 return Ok(false);
@@ -426,7 +431,7 @@ impl Reconciler {
         t: u64,
         creating_grace: u64,
     ) -> Outcome {
-        let c = &self.control;
+        let c = &self.sessions;
         match s.state {
             SessionState::Running => {
                 let Some(cid) = s.container_id.as_deref() else {
@@ -513,7 +518,7 @@ impl Reconciler {
         exit_reason: &str,
         oom_event: bool,
     ) -> Outcome {
-        let c = &self.control;
+        let c = &self.sessions;
         let mut inspected = docker.inspect(cid).await;
         // Docker learns of an out-of-memory kill from its own event, which can come after
         // the program's death: a program killed by SIGKILL (exit 137) without the mark yet
@@ -578,7 +583,7 @@ impl Reconciler {
     /// An `unreachable` session whose host answers again and whose container runs:
     /// back to `running` (only if still `unreachable`), and its route with it.
     fn recover(&self, s: &Session) -> Outcome {
-        let c = &self.control;
+        let c = &self.sessions;
         let back = c.store().update(&s.id, |r| {
             if r.state == SessionState::Unreachable {
                 r.state = SessionState::Running;
@@ -601,7 +606,7 @@ impl Reconciler {
     /// Ends `s` as `state`, but only if it is still in the state this decision was
     /// based on (`s.state`).
     fn end_as(&self, s: &Session, state: SessionState, reason: &str) -> Outcome {
-        let c = &self.control;
+        let c = &self.sessions;
         match c.end_record(&s.id, &[s.state], state, SYSTEM, reason) {
             Ok(Some(_)) => {
                 tracing::info!(target: "audit", session = %s.id, sub = %s.owner, state = state.as_str(), reason, "session ended by the reconciler");
@@ -622,7 +627,7 @@ impl Reconciler {
 
     /// Reacts to one Docker event for a session container.
     async fn on_event(&self, host: &Host, id: SessionId, action: EventAction) {
-        let s = match self.control.store().get(&id) {
+        let s = match self.sessions.store().get(&id) {
             Ok(Some(s)) => s,
             Ok(None) => return,
             Err(e) => {
@@ -663,27 +668,24 @@ impl Reconciler {
     /// pass.
     pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         let mut tasks = vec![
-            tokio::spawn(crate::cull::run(
-                Arc::clone(&self.control),
-                shutdown.clone(),
-            )),
+            tokio::spawn(crate::cull::run(self.sessions.clone(), shutdown.clone())),
             tokio::spawn(crate::retention::run(
-                Arc::clone(&self.control),
+                self.sessions.clone(),
                 shutdown.clone(),
             )),
             tokio::spawn(crate::volumes::run(
-                Arc::clone(&self.control),
+                self.workspaces.clone(),
                 shutdown.clone(),
             )),
         ];
-        for host in self.control.hosts().iter() {
+        for host in self.sessions.hosts().iter() {
             tasks.push(tokio::spawn(self.clone().listen_events(Arc::clone(host))));
             if host.is_monitored() {
                 tasks.push(tokio::spawn(self.clone().watch(Arc::clone(host))));
             }
         }
         let mut tick = tokio::time::interval(Duration::from_secs(
-            self.control.config().control.reconcile_interval_seconds,
+            self.sessions.config().control.reconcile_interval_seconds,
         ));
         loop {
             tokio::select! {
@@ -705,7 +707,7 @@ impl Reconciler {
     /// sessions become `unreachable` at once; when it answers again it is reconciled
     /// at once, without waiting for the next pass.
     async fn watch(self, host: Arc<Host>) {
-        let allow_no_seccomp = self.control.config().control.allow_no_seccomp;
+        let allow_no_seccomp = self.sessions.config().control.allow_no_seccomp;
         let mut tick = tokio::time::interval(PROBE_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -759,7 +761,7 @@ impl Reconciler {
                 }
                 let since = broke_at.unwrap_or_else(std::time::SystemTime::now);
                 let mut stream =
-                    Box::pin(docker.events_since(&self.control.config().instance, since));
+                    Box::pin(docker.events_since(&self.sessions.config().instance, since));
                 while let Some(item) = stream.next().await {
                     match item {
                         Ok(ev) => {

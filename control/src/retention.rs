@@ -9,16 +9,15 @@
 //! owner is its session's, from the store's active or ended sessions; a recording
 //! whose session record is gone counts towards the deployment's cap only.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::recordings::StoredRecording;
-use crate::service::{now, Control};
+use crate::service::{now, Sessions};
 use policy::retention::{prune, KeptRecording, RetentionRules};
 
 /// The deployment's rules, from `[control]`.
-pub fn rules(control: &Control) -> RetentionRules {
-    let c = &control.config().control;
+pub fn rules(sessions: &Sessions) -> RetentionRules {
+    let c = &sessions.config().control;
     RetentionRules {
         keep_days: c.recordings_keep_days,
         max_total_bytes: c.recordings_max_total_bytes,
@@ -27,17 +26,17 @@ pub fn rules(control: &Control) -> RetentionRules {
 }
 
 /// Applies the rules every `control.recordings_prune_ms`, until `shutdown` fires.
-pub async fn run(control: Arc<Control>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-    if rules(&control) == RetentionRules::default() {
+pub async fn run(sessions: Sessions, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    if rules(&sessions) == RetentionRules::default() {
         return;
     }
-    let every = Duration::from_millis(control.config().control.recordings_prune_ms);
+    let every = Duration::from_millis(sessions.config().control.recordings_prune_ms);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                let c = control.clone();
+                let c = sessions.clone();
                 // Reading a directory and removing files: off the runtime's threads.
                 if let Err(e) = tokio::task::spawn_blocking(move || pass(&c)).await {
                     tracing::warn!(error = %e, "recordings' retention pass failed");
@@ -49,8 +48,8 @@ pub async fn run(control: Arc<Control>, mut shutdown: tokio::sync::watch::Receiv
 }
 
 /// Who owns each stored recording's session, as far as the store remembers.
-fn kept(control: &Control, stored: &[StoredRecording]) -> Vec<KeptRecording> {
-    let store = control.store();
+fn kept(sessions: &Sessions, stored: &[StoredRecording]) -> Vec<KeptRecording> {
+    let store = sessions.store();
     stored
         .iter()
         .map(|r| {
@@ -68,12 +67,12 @@ fn kept(control: &Control, stored: &[StoredRecording]) -> Vec<KeptRecording> {
 }
 
 /// One pass: removes what the rules say goes. Returns how many were removed.
-pub fn pass(control: &Control) -> usize {
-    let recordings = control.recordings();
+pub fn pass(sessions: &Sessions) -> usize {
+    let recordings = sessions.recordings();
     let stored = recordings.scan();
-    let kept = kept(control, &stored);
+    let kept = kept(sessions, &stored);
     let mut removed = 0;
-    for (i, why) in prune(&kept, rules(control), now()) {
+    for (i, why) in prune(&kept, rules(sessions), now()) {
         let (r, k) = (&stored[i], &kept[i]);
         match recordings.remove(r) {
             Ok(()) => {
@@ -128,10 +127,10 @@ pub struct UserUsage {
 }
 
 /// What the recordings hold now, and the rules that keep them.
-pub fn usage(control: &Control) -> Usage {
-    let stored = control.recordings().scan();
-    let kept = kept(control, &stored);
-    let rules = rules(control);
+pub fn usage(sessions: &Sessions) -> Usage {
+    let stored = sessions.recordings().scan();
+    let kept = kept(sessions, &stored);
+    let rules = rules(sessions);
     let mut users: std::collections::BTreeMap<&str, UserUsage> = Default::default();
     for k in &kept {
         let sub = k.owner.as_deref().unwrap_or("-");

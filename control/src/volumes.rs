@@ -11,16 +11,15 @@
 //! deployment's volumes). Docker walks every volume of the host for it, one such walk
 //! at a time, and its volume calls slow down meanwhile, so it is asked sparingly:
 //! every [`SIZE_INTERVAL`], and soon after a session on a chosen workspace ended or a
-//! copy finished ([`Control::measure_workspaces_soon`]), never twice within
+//! copy finished ([`Workspaces::measure_workspaces_soon`]), never twice within
 //! [`SIZE_GAP`]. A home workspace's size is the sum of its volumes on every host.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::labels::{self, Labels};
 use crate::model::{Workspace, WorkspaceOrigin, WorkspaceState};
-use crate::service::Control;
+use crate::service::Workspaces;
 
 /// How often sizes are measured without a reason to (Docker walks every volume).
 const SIZE_INTERVAL: Duration = Duration::from_secs(300);
@@ -148,25 +147,25 @@ fn sizes_of(
 }
 
 /// Checks the volumes and measures them, until `shutdown` fires.
-pub async fn run(control: Arc<Control>, shutdown: tokio::sync::watch::Receiver<bool>) {
+pub async fn run(workspaces: Workspaces, shutdown: tokio::sync::watch::Receiver<bool>) {
     // Apart, so that a measurement waiting for its turn never holds up a check.
     tokio::join!(
-        checks(&control, shutdown.clone()),
-        sizes(&control, shutdown)
+        checks(&workspaces, shutdown.clone()),
+        sizes(&workspaces, shutdown)
     );
 }
 
 /// The checks, every reconcile interval.
-async fn checks(control: &Control, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+async fn checks(workspaces: &Workspaces, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let mut check = tokio::time::interval(Duration::from_secs(
-        control.config().control.reconcile_interval_seconds,
+        workspaces.config().control.reconcile_interval_seconds,
     ));
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut seen_once: HashSet<Finding> = HashSet::new();
     let mut said: HashSet<Finding> = HashSet::new();
     loop {
         tokio::select! {
-            _ = check.tick() => pass(control, &mut seen_once, &mut said).await,
+            _ = check.tick() => pass(workspaces, &mut seen_once, &mut said).await,
             _ = shutdown.changed() => return,
         }
     }
@@ -174,7 +173,7 @@ async fn checks(control: &Control, mut shutdown: tokio::sync::watch::Receiver<bo
 
 /// The measurements: every [`SIZE_INTERVAL`] and when asked, never within [`SIZE_GAP`]
 /// of the last.
-async fn sizes(control: &Control, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+async fn sizes(workspaces: &Workspaces, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     use tokio::time::Instant;
     let mut measure = tokio::time::interval_at(Instant::now() + SIZE_INTERVAL, SIZE_INTERVAL);
     measure.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -182,7 +181,7 @@ async fn sizes(control: &Control, mut shutdown: tokio::sync::watch::Receiver<boo
     loop {
         tokio::select! {
             _ = measure.tick() => {}
-            _ = control.sizes_wanted().notified() => {
+            _ = workspaces.sizes_wanted().notified() => {
                 let soonest = Instant::now() + SIZE_SETTLE;
                 let turn = last.map_or(soonest, |t| (t + SIZE_GAP).max(soonest));
                 tokio::select! {
@@ -192,22 +191,26 @@ async fn sizes(control: &Control, mut shutdown: tokio::sync::watch::Receiver<boo
             }
             _ = shutdown.changed() => return,
         }
-        measure_sizes(control).await;
+        measure_sizes(workspaces).await;
         last = Some(Instant::now());
     }
 }
 
 /// One check of every answering host: a finding is said when seen on two passes in a
 /// row, once, and again only after it went away.
-async fn pass(control: &Control, seen_once: &mut HashSet<Finding>, said: &mut HashSet<Finding>) {
-    let Ok(all) = control.store().list_workspaces(None) else {
+async fn pass(
+    workspaces: &Workspaces,
+    seen_once: &mut HashSet<Finding>,
+    said: &mut HashSet<Finding>,
+) {
+    let Ok(all) = workspaces.store().list_workspaces(None) else {
         return;
     };
     let records: HashMap<&str, &Workspace> = all.iter().map(|w| (w.volume.as_str(), w)).collect();
-    let instance = &control.config().instance;
+    let instance = &workspaces.config().instance;
     let mut now: HashSet<Finding> = HashSet::new();
     let mut listed_hosts: HashSet<String> = HashSet::new();
-    for host in control.hosts().iter() {
+    for host in workspaces.hosts().iter() {
         if !host.is_up() {
             continue;
         }
@@ -239,9 +242,9 @@ async fn pass(control: &Control, seen_once: &mut HashSet<Finding>, said: &mut Ha
 }
 
 /// Measures every answering host's volumes and records the sizes that changed.
-async fn measure_sizes(control: &Control) {
+async fn measure_sizes(workspaces: &Workspaces) {
     let mut measured: HashMap<String, HashMap<String, u64>> = HashMap::new();
-    for host in control.hosts().iter() {
+    for host in workspaces.hosts().iter() {
         if !host.is_up() {
             continue;
         }
@@ -264,7 +267,7 @@ async fn measure_sizes(control: &Control) {
             tracing::warn!(host = %host.name(), error = %e, "volumes: cannot measure; sizes stay as last measured");
         }
     }
-    let Ok(records) = control.store().list_workspaces(None) else {
+    let Ok(records) = workspaces.store().list_workspaces(None) else {
         return;
     };
     for (i, size) in sizes_of(&records, &measured) {
@@ -272,7 +275,7 @@ async fn measure_sizes(control: &Control) {
         if w.size_bytes == Some(size) {
             continue;
         }
-        if let Err(e) = control.store().change_workspace(&w.id, |w, _| {
+        if let Err(e) = workspaces.store().change_workspace(&w.id, |w, _| {
             w.size_bytes = Some(size);
             Ok(())
         }) {

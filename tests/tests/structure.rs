@@ -709,6 +709,116 @@ fn controls_service_layer_names_nothing_of_its_api() {
     );
 }
 
+/// control's service types: `Control` itself, and the resources it assembles.
+const CONTROL_SERVICE_TYPES: [&str; 10] = [
+    "Control",
+    "Sessions",
+    "SignIns",
+    "Shares",
+    "Peers",
+    "RecordingLinks",
+    "Targets",
+    "Users",
+    "Workspaces",
+    "Grants",
+];
+
+/// The type names `tokens` gives an `impl` block to: `impl Name`, `impl Trait for Name`.
+fn implemented(tokens: &[Token]) -> Vec<String> {
+    let ident = |k: usize| match tokens.get(k) {
+        Some(Token::Ident(s)) => Some(s.as_str()),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    for i in 0..tokens.len() {
+        if ident(i) != Some("impl") {
+            continue;
+        }
+        // The type is the path after `impl`, or after the `for` before the block opens;
+        // a path (`crate::service::Grants`) names its last segment.
+        let path_end = |mut k: usize| {
+            while tokens.get(k + 1) == Some(&Token::PathSep) && ident(k + 2).is_some() {
+                k += 2;
+            }
+            ident(k)
+        };
+        let mut k = i + 1;
+        let mut name = path_end(k);
+        while k < tokens.len() && tokens[k] != Token::Open && tokens[k] != Token::Semi {
+            if ident(k) == Some("for") {
+                name = path_end(k + 1);
+            }
+            k += 1;
+        }
+        if let Some(name) = name {
+            out.push(name.to_string());
+        }
+    }
+    out
+}
+
+/// control's service is one type per resource (`Sessions`, `SignIns`, `Grants`, …), each
+/// beside the operations it holds, and `Control` only assembles them
+/// (`service/handle.rs`): no other file adds methods to `Control`, no file outside
+/// `service/` adds methods to a service type (`api/authz.rs` calls `Grants`), and the
+/// background passes — the reconciler, the culler, the volume pass — are handed the
+/// resources they use, never the whole service.
+#[test]
+fn controls_service_is_split_per_resource_and_its_passes_take_only_their_handles() {
+    // The check itself, on small pieces of code: one that finds nothing would pass.
+    let code = blank_comments_and_strings(
+        "impl Control {\n}\n// impl Sessions\nlet s = \"impl Grants\";\n\
+         impl<'a> Display for Shown<'a> {}\nimpl Clone for Users {}\nfor x in y {}\n\
+         impl crate::service::Grants {}\n",
+    );
+    assert_eq!(
+        implemented(&tokens(&code)),
+        ["Control", "Shown", "Users", "Grants"]
+    );
+
+    let src = workspace().join("control").join("src");
+    let mut in_handle = 0;
+    let mut passes = 0;
+    let mut wrong = Vec::new();
+    for source in sources("control") {
+        let relative = source.path.strip_prefix(&src).expect("under src");
+        let relative = relative.to_string_lossy().replace('\\', "/");
+        let toks = tokens(&source.code);
+        for name in implemented(&toks) {
+            if relative == "service/handle.rs" && name == "Control" {
+                in_handle += 1;
+            } else if name == "Control"
+                || (!relative.starts_with("service")
+                    && CONTROL_SERVICE_TYPES.contains(&name.as_str()))
+            {
+                wrong.push(format!(
+                    "{} has an `impl {name}` block",
+                    shown(&source.path)
+                ));
+            }
+        }
+        if ["reconcile.rs", "cull.rs", "volumes.rs"].contains(&relative.as_str()) {
+            passes += 1;
+            if toks.contains(&Token::Ident("Control".to_string())) {
+                wrong.push(format!("{} names `Control`", shown(&source.path)));
+            }
+        }
+    }
+    assert_eq!(
+        in_handle, 1,
+        "`Control` is assembled in control/src/service/handle.rs"
+    );
+    assert_eq!(
+        passes, 3,
+        "reconcile.rs, cull.rs and volumes.rs not all found"
+    );
+    assert!(
+        wrong.is_empty(),
+        "control's service is one type per resource, assembled in service/handle.rs:\n{}",
+        wrong.join("\n")
+    );
+}
+
 /// The reader of paths itself, on small pieces of code: a checker that finds nothing
 /// would pass the tests above.
 #[test]

@@ -27,7 +27,7 @@ use policy::{CredentialSource, PathError, Principal, PublicRoute, Refusal, Termi
 
 use super::http::{empty, not_allowed, Reply};
 use crate::error::ApiError;
-use crate::service::Control;
+use crate::service::{Control, Grants};
 
 /// What the proxy tells about the request it holds.
 #[derive(Debug, Clone, Copy, Default)]
@@ -112,111 +112,109 @@ fn decide(
     admit(principal, route, locked, now, owner_locked)
 }
 
-impl Control {
-    /// Decides a terminal request held by a proxy, in the gateway's order: the path,
-    /// the method, the credential, the Origin (websocket only), then the route and
-    /// `policy::terminal_access::admit`. Non-owner and unknown are the same
-    /// [`Refusal::NOT_FOUND`]; nothing about the route is told to anyone refused.
-    pub fn authorize(&self, req: &AuthzRequest<'_>) -> Result<Allowed, Refusal> {
-        let uri = req
-            .uri
-            .ok_or_else(|| Refusal::BAD_PATH.with_message("X-Original-URI is required"))?;
-        let (id, part) = terminal(uri)?;
-        if req.method.is_some_and(|m| m != b"GET" && m != b"HEAD") {
-            return Err(Refusal::METHOD_NOT_ALLOWED.with_message("terminals accept GET only"));
-        }
-        let (token, source) =
-            credential(req, &self.config().auth.cookie_name).ok_or(Refusal::UNAUTHENTICATED)?;
-        let principal = self.verify(token).map_err(|e| {
-            tracing::info!(target: "audit", session = %id, decision = "deny", reason = e.reason(), "authz: token refused");
-            Refusal::from(&e)
-        })?;
-        let sub = principal.sub.as_str();
-        if part == TerminalPart::Ws {
-            self.origins().check(req.origin, source).map_err(|e| {
-                tracing::info!(target: "audit", session = %id, sub, decision = "deny", reason = e.reason(), "authz: origin refused");
-                Refusal::from(e)
-            })?;
-        }
-        let locked = self.is_locked(&principal.sub)?;
-        let lookup = self.route(&id)?;
-        let route = lookup.as_ref().map(|l| &l.route);
-        let admitted = match decide(&principal, route, locked, crate::service::now(), |owner| {
-            self.owner_locked(owner)
-        })? {
-            Ok(admitted) => admitted,
-            Err(refusal) => {
-                tracing::info!(target: "audit", session = %id, sub, decision = "deny", reason = refusal.code, "authz");
-                return Err(refusal);
-            }
-        };
-        let peer = admitted.peer_until().is_some();
-        let route = route.ok_or(Refusal::NOT_FOUND)?;
-        if route.unreachable {
-            return Err(Refusal::HOST_UNAVAILABLE);
-        }
-        if route
-            .target
-            .as_ref()
-            .is_some_and(|t| t.credential.is_some())
-        {
-            // A basic-auth target's token goes into the websocket's first message, which
-            // only the gateway rewrites; a proxy cannot sign in to that ttyd.
-            return Err(Refusal::TARGET_MISCONFIGURED
-                .with_message("this terminal's ttyd expects a credential only the gateway adds"));
-        }
-        let upstream = self.upstream_of(route).ok_or_else(|| {
-            // Under the target this line had before the module moved into `api`.
-            tracing::error!(session = %id, "authz: the route names no usable ttyd address");
-            Refusal::TERMINAL_UNAVAILABLE
-        })?;
-        let reason = admitted.as_str();
-        let handle = match (part, route.arg()) {
-            (TerminalPart::Ws, Some(container)) => {
-                let grant = self.grant(id, container, &principal, token, peer)?;
-                Some(self.grant_handle(&grant)?)
-            }
-            _ => None,
-        };
-        tracing::info!(target: "audit", session = %id, sub, decision = "allow", reason, "authz");
-        Ok(Allowed {
-            upstream,
-            path: ttyd_path(route, part),
-            query: ttyd_query(route, part, handle.as_deref()),
-            arg: route.arg().map(str::to_owned),
-            handle,
-            // ttyd (`-H`) is told who types: the peer, never the owner.
-            user: if peer {
-                policy::peer::terminal_user(sub)
-            } else {
-                sub.to_owned()
-            },
-            reason,
-        })
+/// Decides a terminal request held by a proxy, in the gateway's order: the path,
+/// the method, the credential, the Origin (websocket only), then the route and
+/// `policy::terminal_access::admit`. Non-owner and unknown are the same
+/// [`Refusal::NOT_FOUND`]; nothing about the route is told to anyone refused.
+pub fn authorize(grants: &Grants, req: &AuthzRequest<'_>) -> Result<Allowed, Refusal> {
+    let uri = req
+        .uri
+        .ok_or_else(|| Refusal::BAD_PATH.with_message("X-Original-URI is required"))?;
+    let (id, part) = terminal(uri)?;
+    if req.method.is_some_and(|m| m != b"GET" && m != b"HEAD") {
+        return Err(Refusal::METHOD_NOT_ALLOWED.with_message("terminals accept GET only"));
     }
+    let (token, source) =
+        credential(req, &grants.config().auth.cookie_name).ok_or(Refusal::UNAUTHENTICATED)?;
+    let principal = grants.verify(token).map_err(|e| {
+        tracing::info!(target: "audit", session = %id, decision = "deny", reason = e.reason(), "authz: token refused");
+        Refusal::from(&e)
+    })?;
+    let sub = principal.sub.as_str();
+    if part == TerminalPart::Ws {
+        grants.origins().check(req.origin, source).map_err(|e| {
+            tracing::info!(target: "audit", session = %id, sub, decision = "deny", reason = e.reason(), "authz: origin refused");
+            Refusal::from(e)
+        })?;
+    }
+    let locked = grants.is_locked(&principal.sub)?;
+    let lookup = grants.route(&id)?;
+    let route = lookup.as_ref().map(|l| &l.route);
+    let admitted = match decide(&principal, route, locked, crate::service::now(), |owner| {
+        grants.owner_locked(owner)
+    })? {
+        Ok(admitted) => admitted,
+        Err(refusal) => {
+            tracing::info!(target: "audit", session = %id, sub, decision = "deny", reason = refusal.code, "authz");
+            return Err(refusal);
+        }
+    };
+    let peer = admitted.peer_until().is_some();
+    let route = route.ok_or(Refusal::NOT_FOUND)?;
+    if route.unreachable {
+        return Err(Refusal::HOST_UNAVAILABLE);
+    }
+    if route
+        .target
+        .as_ref()
+        .is_some_and(|t| t.credential.is_some())
+    {
+        // A basic-auth target's token goes into the websocket's first message, which
+        // only the gateway rewrites; a proxy cannot sign in to that ttyd.
+        return Err(Refusal::TARGET_MISCONFIGURED
+            .with_message("this terminal's ttyd expects a credential only the gateway adds"));
+    }
+    let upstream = upstream_of(grants, route).ok_or_else(|| {
+        // Under the target this line had before the module moved into `api`.
+        tracing::error!(session = %id, "authz: the route names no usable ttyd address");
+        Refusal::TERMINAL_UNAVAILABLE
+    })?;
+    let reason = admitted.as_str();
+    let handle = match (part, route.arg()) {
+        (TerminalPart::Ws, Some(container)) => {
+            let grant = grants.grant(id, container, &principal, token, peer)?;
+            Some(grants.grant_handle(&grant)?)
+        }
+        _ => None,
+    };
+    tracing::info!(target: "audit", session = %id, sub, decision = "allow", reason, "authz");
+    Ok(Allowed {
+        upstream,
+        path: ttyd_path(route, part),
+        query: ttyd_query(route, part, handle.as_deref()),
+        arg: route.arg().map(str::to_owned),
+        handle,
+        // ttyd (`-H`) is told who types: the peer, never the owner.
+        user: if peer {
+            policy::peer::terminal_user(sub)
+        } else {
+            sub.to_owned()
+        },
+        reason,
+    })
+}
 
-    /// The ttyd a route's terminal is at: the route's own address, or the deployment's
-    /// pool (`gateway.ttyd_upstreams`, else `ttyd.socket`), as the gateway picks it.
-    fn upstream_of(&self, route: &Route) -> Option<String> {
-        let key = NEXT.fetch_add(1, Ordering::Relaxed);
-        if let Some(address) = &route.upstream {
-            return Some(match address.pick(key)? {
-                TtydAddr::Unix(path) => format!("unix:{path}"),
-                TtydAddr::Tcp(addr) => addr.to_owned(),
-                // A front proxy holds no gateway certificate: a pool on another host is
-                // opened through a gateway only.
-                TtydAddr::Tls(_) => return None,
-            });
-        }
-        let pool = &self.config().gateway.ttyd_upstreams;
-        if pool.is_empty() {
-            let socket = self.config().resolve(&self.config().ttyd.socket);
-            return Some(format!("unix:{}", socket.to_str()?));
-        }
-        let i = usize::try_from(key % pool.len() as u64).ok()?;
-        let addr = pool.get(i)?;
-        parse_addr(addr).ok().map(|_| addr.clone())
+/// The ttyd a route's terminal is at: the route's own address, or the deployment's
+/// pool (`gateway.ttyd_upstreams`, else `ttyd.socket`), as the gateway picks it.
+fn upstream_of(grants: &Grants, route: &Route) -> Option<String> {
+    let key = NEXT.fetch_add(1, Ordering::Relaxed);
+    if let Some(address) = &route.upstream {
+        return Some(match address.pick(key)? {
+            TtydAddr::Unix(path) => format!("unix:{path}"),
+            TtydAddr::Tcp(addr) => addr.to_owned(),
+            // A front proxy holds no gateway certificate: a pool on another host is
+            // opened through a gateway only.
+            TtydAddr::Tls(_) => return None,
+        });
     }
+    let pool = &grants.config().gateway.ttyd_upstreams;
+    if pool.is_empty() {
+        let socket = grants.config().resolve(&grants.config().ttyd.socket);
+        return Some(format!("unix:{}", socket.to_str()?));
+    }
+    let i = usize::try_from(key % pool.len() as u64).ok()?;
+    let addr = pool.get(i)?;
+    parse_addr(addr).ok().map(|_| addr.clone())
 }
 
 /// The path sent to ttyd: its base path and the part's path, as the gateway sends it.
@@ -293,7 +291,7 @@ fn authz(control: &Control, req: &Request<Incoming>, envoy: bool) -> Result<Repl
         authorization: one("authorization"),
         cookies: &cookies,
     };
-    let allowed = match control.authorize(&asked) {
+    let allowed = match authorize(&control.grants, &asked) {
         Ok(allowed) => allowed,
         Err(refusal) if refusal.status == 401 && is_page_navigation(h) => {
             return Ok(sign_in(control, uri.unwrap_or(b"/")));
@@ -399,11 +397,11 @@ pub(super) async fn grant(
     let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
     let (text, redeemed) = match (header("x-termgate-grant"), header("x-termgate-handle")) {
         (Some(grant), _) => (grant.to_owned(), false),
-        (None, Some(handle)) => (control.redeem_handle(handle)?, true),
+        (None, Some(handle)) => (control.grants.redeem_handle(handle)?, true),
         (None, None) => return Err(Refusal::GRANT_INVALID),
     };
     let wait = std::time::Duration::from_secs(wait.min(MAX_GRANT_WAIT));
-    match control.watch_grant(&text, wait).await? {
+    match control.grants.watch_grant(&text, wait).await? {
         None if redeemed => Ok(super::http::json(
             200,
             &serde_json::json!({ "open": true, "grant": text }),

@@ -92,11 +92,11 @@ pub(super) fn authenticate(
 
 /// The user of `token`, checked as [`authenticate`] checks a bearer token.
 pub(super) fn authenticate_token(control: &Control, token: &[u8]) -> Result<Principal, ApiError> {
-    let who = control.verify(token).map_err(|e| {
+    let who = control.sign_ins.verify(token).map_err(|e| {
         tracing::info!(target: "audit", decision = "deny", reason = e.reason(), "token refused");
         ApiError::from(&e)
     })?;
-    if control.is_locked(&who.sub)? {
+    if control.users.is_locked(&who.sub)? {
         tracing::info!(target: "audit", sub = %who.sub, decision = "deny", reason = ApiError::LOCKED.code, "locked caller refused");
         return Err(ApiError::LOCKED);
     }

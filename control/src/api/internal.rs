@@ -45,6 +45,7 @@ pub(super) async fn routes(
                 .map_err(|_| ApiError::INVALID_QUERY.with_message("wait must be seconds"))?;
             let epoch = query_param(&req, "epoch").filter(|e| !e.is_empty());
             let page = control
+                .sessions
                 .feed(after, epoch, Duration::from_secs(wait.min(MAX_FEED_WAIT)))
                 .await?;
             Ok(json(200, &page))
@@ -54,7 +55,7 @@ pub(super) async fn routes(
                 return Err(not_allowed());
             }
             let id = session_id(id)?;
-            let lookup = control.route(&id)?.ok_or(ApiError::NOT_FOUND)?;
+            let lookup = control.sessions.route(&id)?.ok_or(ApiError::NOT_FOUND)?;
             Ok(json(200, &lookup))
         }
         _ => Err(no_such_endpoint()),
@@ -77,7 +78,7 @@ pub(super) async fn activity(
         .into_iter()
         .map(|r| (r.session, r.last_input))
         .collect();
-    control.record_input(&inputs)?;
+    control.sessions.record_input(&inputs)?;
     Ok(empty(204))
 }
 
@@ -108,16 +109,18 @@ pub(super) async fn terminals(
     let users: Option<Vec<(Sub, u32)>> = report
         .users
         .map(|u| u.into_iter().map(|u| (u.sub, u.open)).collect());
-    control.record_terminals(
+    control.sessions.record_terminals(
         &report.gateway,
         report.replica.as_deref(),
         every,
         &counts,
         users.as_deref().unwrap_or_default(),
     );
-    control.record_viewers(&report.gateway, report.viewers);
+    control
+        .shares
+        .record_viewers(&report.gateway, report.viewers);
     Ok(match users {
-        Some(_) => json(200, &control.terminals_elsewhere(&report.gateway)),
+        Some(_) => json(200, &control.sessions.terminals_elsewhere(&report.gateway)),
         None => empty(204),
     })
 }

@@ -36,16 +36,20 @@ pub(super) async fn manage(
     let method = req.method().clone();
     match (link, method) {
         (None, Method::GET) => {
-            let (links, modes) = control.list_recording_links(who, &id, name)?;
+            let (links, modes) = control
+                .recording_links
+                .list_recording_links(who, &id, name)?;
             let links = links.into_iter().map(RecordingLinkView::from).collect();
             Ok(json(200, &RecordingLinks { links, modes }))
         }
         (None, Method::POST) => {
             // Who first: another's recording is the 404 of an unknown one, whatever
             // the body says.
-            control.list_recording_links(who, &id, name)?;
+            control
+                .recording_links
+                .list_recording_links(who, &id, name)?;
             let body: RecordingLinkRequest = read_json(req, limit).await?;
-            let link = control.create_recording_link(
+            let link = control.recording_links.create_recording_link(
                 who,
                 &id,
                 name,
@@ -55,7 +59,9 @@ pub(super) async fn manage(
             Ok(json(201, &CreatedRecordingLink::from(link)))
         }
         (Some(link), Method::DELETE) => {
-            control.revoke_recording_link(who, &id, name, link)?;
+            control
+                .recording_links
+                .revoke_recording_link(who, &id, name, link)?;
             Ok(empty(204))
         }
         _ => Err(not_allowed()),
@@ -89,6 +95,7 @@ pub(super) async fn play(
         .map(|v| Sub::parse(v).ok_or(Refusal::INVALID_SUB))
         .transpose()?;
     let link = control
+        .recording_links
         .recording_link_plays(&token, viewer.as_ref())
         // The recording itself, for a `signed-in` link and no viewer: the same 404 as
         // any link that plays nothing (the page says to sign in).

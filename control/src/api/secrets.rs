@@ -87,7 +87,7 @@ pub(super) async fn secrets(
     let method = req.method().clone();
     match (rest, method) {
         ([], Method::GET) => {
-            let list = control.secrets(who)?;
+            let list = control.workspaces.secrets(who)?;
             Ok(json(
                 200,
                 &Secrets {
@@ -97,17 +97,24 @@ pub(super) async fn secrets(
         }
         ([], Method::POST) => {
             let body: NewSecret = read_json(req, limit).await?;
-            let s = control.register_secret(who, &body.name, &body.path, &grants(body.grants))?;
+            let s = control.workspaces.register_secret(
+                who,
+                &body.name,
+                &body.path,
+                &grants(body.grants),
+            )?;
             Ok(json(201, &view(&s)))
         }
-        ([name], Method::GET) => Ok(json(200, &view(&control.secret(who, name)?))),
+        ([name], Method::GET) => Ok(json(200, &view(&control.workspaces.secret(who, name)?))),
         ([name], Method::PATCH) => {
             let body: SecretPatch = read_json(req, limit).await?;
-            let s = control.grant_secret(who, name, &grants(body.grants))?;
+            let s = control
+                .workspaces
+                .grant_secret(who, name, &grants(body.grants))?;
             Ok(json(200, &view(&s)))
         }
         ([name], Method::DELETE) => {
-            control.delete_secret(who, name)?;
+            control.workspaces.delete_secret(who, name)?;
             Ok(empty(204))
         }
         ([] | [_], _) => Err(not_allowed()),

@@ -39,21 +39,24 @@ pub(super) async fn sessions(
                         query_param(&req, "all") == Some("true"),
                         query_param(&req, "owner"),
                     );
-                    let list = control.list(who, &whose)?;
+                    let list = control.sessions.list(who, &whose)?;
                     // Targets that allow the caller are listed with their own sessions
                     // (not in an admin's listing of someone else's).
                     // So are the sessions the caller was invited to co-drive, marked.
                     let (targets, peer_of) = if whose == Whose::Own {
-                        (control.targets_for(who)?, control.peer_sessions(&who.sub)?)
+                        (
+                            control.targets.targets_for(who)?,
+                            control.peers.peer_sessions(&who.sub)?,
+                        )
                     } else {
                         (Vec::new(), Vec::new())
                     };
                     let mut sessions: Vec<Listed<'_>> = list
                         .iter()
-                        .map(|s| Listed::Session(Box::new(control.shown(s).into())))
+                        .map(|s| Listed::Session(Box::new(control.sessions.shown(s).into())))
                         .collect();
                     sessions.extend(peer_of.iter().map(|(s, until)| {
-                        Listed::Session(Box::new(control.shown_to_peer(s, *until).into()))
+                        Listed::Session(Box::new(control.sessions.shown_to_peer(s, *until).into()))
                     }));
                     sessions.extend(
                         targets
@@ -64,8 +67,8 @@ pub(super) async fn sessions(
                 }
                 Method::POST => {
                     let body: CreateRequest = read_json(req, limit).await?;
-                    let (s, timing) = control.create(who, body.into()).await?;
-                    let mut reply = json(201, &SessionView::from(control.shown(&s)));
+                    let (s, timing) = control.sessions.create(who, body.into()).await?;
+                    let mut reply = json(201, &SessionView::from(control.sessions.shown(&s)));
                     // Server-Timing lets clients (and the benchmarks) split control's own
                     // time from Docker's.
                     let header = format!(
@@ -85,18 +88,18 @@ pub(super) async fn sessions(
             let id = session_id(id)?;
             match method {
                 Method::GET => {
-                    if let Some(t) = control.target_for(who, &id)? {
+                    if let Some(t) = control.targets.target_for(who, &id)? {
                         return Ok(json(200, &ListedTarget::from(&t)));
                     }
                     // A peer asks after the session it co-drives as its owner does (the
                     // page watches it while its terminal is open), and sees it as it
                     // is listed to them.
-                    let s = match control.get(who, &id) {
+                    let s = match control.sessions.get(who, &id) {
                         Err(e) if e.code == ApiError::NOT_FOUND.code => {
-                            return match control.peer_session(who, &id) {
+                            return match control.peers.peer_session(who, &id) {
                                 Ok((s, until)) => Ok(json(
                                     200,
-                                    &SessionView::from(control.shown_to_peer(&s, until)),
+                                    &SessionView::from(control.sessions.shown_to_peer(&s, until)),
                                 )),
                                 Err(p) if p.code == e.code => Err(e),
                                 Err(p) => Err(p),
@@ -104,12 +107,12 @@ pub(super) async fn sessions(
                         }
                         r => r?,
                     };
-                    Ok(json(200, &SessionView::from(control.shown(&s))))
+                    Ok(json(200, &SessionView::from(control.sessions.shown(&s))))
                 }
                 Method::DELETE => {
                     // 204 once the end is decided and durable: its terminals are
                     // closing now, its container goes in the background.
-                    control.end(who, &id)?;
+                    control.sessions.end(who, &id)?;
                     Ok(empty(204))
                 }
                 _ => Err(not_allowed()),
@@ -121,7 +124,10 @@ pub(super) async fn sessions(
                 return Err(not_allowed());
             }
             let body: RedrawRequest = read_json(req, limit).await?;
-            control.redraw(who, &id, body.cols, body.rows).await?;
+            control
+                .sessions
+                .redraw(who, &id, body.cols, body.rows)
+                .await?;
             Ok(empty(204))
         }
         [id, "recordings"] => {
@@ -130,7 +136,7 @@ pub(super) async fn sessions(
                 return Err(not_allowed());
             }
             // Owner or admin, for active and ended sessions alike; others: 404.
-            control.get(who, &id)?;
+            control.sessions.get(who, &id)?;
             let list = control.recordings().list(&id);
             let recordings = list.into_iter().map(RecordingView::from).collect();
             Ok(json(200, &RecordingList { recordings }))
@@ -151,7 +157,7 @@ pub(super) async fn sessions(
             let id = session_id(id)?;
             match method {
                 Method::GET => {
-                    let shares = control.list_shares(who, &id)?;
+                    let shares = control.shares.list_shares(who, &id)?;
                     Ok(json(
                         200,
                         &Shares {
@@ -161,8 +167,12 @@ pub(super) async fn sessions(
                 }
                 Method::POST => {
                     let body: ShareRequest = read_json(req, limit).await?;
-                    let link =
-                        control.create_share(who, &id, body.ttl_seconds, body.max_viewers)?;
+                    let link = control.shares.create_share(
+                        who,
+                        &id,
+                        body.ttl_seconds,
+                        body.max_viewers,
+                    )?;
                     Ok(json(201, &CreatedShare::from(link)))
                 }
                 _ => Err(not_allowed()),
@@ -172,7 +182,7 @@ pub(super) async fn sessions(
             let id = session_id(id)?;
             match method {
                 Method::GET => {
-                    let peers = control.list_peers(who, &id)?;
+                    let peers = control.peers.list_peers(who, &id)?;
                     Ok(json(
                         200,
                         &Peers {
@@ -182,7 +192,9 @@ pub(super) async fn sessions(
                 }
                 Method::POST => {
                     let body: PeerRequest = read_json(req, limit).await?;
-                    let peer = control.invite_peer(who, &id, &body.sub, body.ttl_seconds)?;
+                    let peer = control
+                        .peers
+                        .invite_peer(who, &id, &body.sub, body.ttl_seconds)?;
                     Ok(json(201, &PeerView::from(peer)))
                 }
                 _ => Err(not_allowed()),
@@ -193,7 +205,7 @@ pub(super) async fn sessions(
             if method != Method::DELETE {
                 return Err(not_allowed());
             }
-            control.remove_peer(who, &id, sub)?;
+            control.peers.remove_peer(who, &id, sub)?;
             Ok(empty(204))
         }
         [id, "shares", share] => {
@@ -201,7 +213,7 @@ pub(super) async fn sessions(
             if method != Method::DELETE {
                 return Err(not_allowed());
             }
-            control.revoke_share(who, &id, share)?;
+            control.shares.revoke_share(who, &id, share)?;
             Ok(empty(204))
         }
         _ => Err(no_such_endpoint()),
@@ -222,13 +234,13 @@ pub(super) fn history(
         query_param(&req, "all") == Some("true"),
         query_param(&req, "owner"),
     );
-    let list = control.history(who, &whose)?;
+    let list = control.sessions.history(who, &whose)?;
     Ok(json(
         200,
         &Sessions {
             sessions: list
                 .iter()
-                .map(|s| SessionView::from(control.shown(s)))
+                .map(|s| SessionView::from(control.sessions.shown(s)))
                 .collect(),
         },
     ))
@@ -248,7 +260,7 @@ pub(super) async fn targets(
         [] => {
             match method {
                 Method::GET => {
-                    let list = control.list_targets(who)?;
+                    let list = control.targets.list_targets(who)?;
                     Ok(json(
                         200,
                         &Targets {
@@ -258,9 +270,9 @@ pub(super) async fn targets(
                 }
                 Method::POST => {
                     // Admin first: a non-admin learns nothing from the body's problems.
-                    control.list_targets(who)?;
+                    control.targets.list_targets(who)?;
                     let body: TargetRequest = read_json(req, limit).await?;
-                    let t = control.create_target(who, body)?;
+                    let t = control.targets.create_target(who, body)?;
                     Ok(json(201, &TargetView::from(&t)))
                 }
                 _ => Err(not_allowed()),
@@ -271,6 +283,7 @@ pub(super) async fn targets(
             match method {
                 Method::GET => {
                     let t = control
+                        .targets
                         .list_targets(who)?
                         .into_iter()
                         .find(|t| t.id == id)
@@ -278,13 +291,13 @@ pub(super) async fn targets(
                     Ok(json(200, &TargetView::from(&t)))
                 }
                 Method::PATCH => {
-                    control.list_targets(who)?;
+                    control.targets.list_targets(who)?;
                     let body: TargetPatch = read_json(req, limit).await?;
-                    let t = control.patch_target(who, &id, body.into())?;
+                    let t = control.targets.patch_target(who, &id, body.into())?;
                     Ok(json(200, &TargetView::from(&t)))
                 }
                 Method::DELETE => {
-                    control.delete_target(who, &id)?;
+                    control.targets.delete_target(who, &id)?;
                     Ok(empty(204))
                 }
                 _ => Err(not_allowed()),
@@ -303,7 +316,7 @@ pub(super) async fn download(
     name: &str,
 ) -> Result<Streamed, ApiError> {
     let id = session_id(id)?;
-    control.get(who, &id)?;
+    control.sessions.get(who, &id)?;
     let (file, size) = control.recordings().open_file(&id, name).await?;
     tracing::info!(target: "audit", sub = %who.sub, session = %id, recording = %name, bytes = size, "recording read");
     let mut r = cast_file(file, size);

@@ -62,14 +62,14 @@ pub(super) fn sign_ins(
     let method = req.method().clone();
     match (rest, method) {
         ([], Method::GET) => {
-            let list = control.list_sign_ins(who, whose.as_ref())?;
+            let list = control.sign_ins.list_sign_ins(who, whose.as_ref())?;
             let current = Fingerprint::of(&token);
             let views: Vec<SignInView<'_>> =
                 list.iter().map(|s| SignInView::of(s, &current)).collect();
             Ok(json(200, &SignIns { signins: views }))
         }
         ([], Method::DELETE) => {
-            let (n, before) = control.sign_out_all(who, whose.as_ref())?;
+            let (n, before) = control.sign_ins.sign_out_all(who, whose.as_ref())?;
             Ok(json(
                 200,
                 &SignedOut {
@@ -79,11 +79,11 @@ pub(super) fn sign_ins(
             ))
         }
         (["current"], Method::DELETE) => {
-            control.sign_out_current(who, &token)?;
+            control.sign_ins.sign_out_current(who, &token)?;
             Ok(empty(204))
         }
         ([id], Method::DELETE) => {
-            control.sign_out(who, id, whose.as_ref())?;
+            control.sign_ins.sign_out(who, id, whose.as_ref())?;
             Ok(empty(204))
         }
         ([] | ["current"] | [_], _) => Err(ApiError::METHOD_NOT_ALLOWED),
@@ -104,7 +104,9 @@ pub(super) async fn record_sign_in(
 ) -> Result<Reply, ApiError> {
     let report: SignInReport = read_json(req, limit).await?;
     let who = authenticate_token(control, report.token.as_bytes())?;
-    let s = control.record_sign_in(&who, report.token.as_bytes(), &report)?;
+    let s = control
+        .sign_ins
+        .record_sign_in(&who, report.token.as_bytes(), &report)?;
     Ok(json(201, &SignInView::of(&s, &s.fingerprint)))
 }
 
@@ -120,7 +122,7 @@ pub(super) async fn revocations(
         Method::GET => Ok(json(
             200,
             &Revocations {
-                revocations: control.revocations(who)?,
+                revocations: control.sign_ins.revocations(who)?,
             },
         )),
         Method::POST => {
@@ -130,7 +132,10 @@ pub(super) async fn revocations(
                 );
             }
             let body: RevocationRequest = read_json(req, limit).await?;
-            Ok(json(201, &control.revoke_tokens(who, &body.into())?))
+            Ok(json(
+                201,
+                &control.sign_ins.revoke_tokens(who, &body.into())?,
+            ))
         }
         _ => Err(not_allowed()),
     }
@@ -150,7 +155,7 @@ pub(super) fn recordings_usage(
     if !who.admin {
         return Err(ApiError::ADMIN_REQUIRED.with_message("only an admin may see all recordings"));
     }
-    let u = retention::usage(&control);
+    let u = retention::usage(&control.sessions);
     let users = u.users.into_iter().map(|o| RecordingsOfUser {
         sub: o.sub,
         files: o.files,
@@ -225,7 +230,7 @@ pub(super) fn users(
             if method != Method::GET {
                 return Err(not_allowed());
             }
-            let locked = control.locked_users(who)?;
+            let locked = control.users.locked_users(who)?;
             Ok(json(200, &Users { locked }))
         }
         [sub, "lock"] => {
@@ -236,7 +241,7 @@ pub(super) fn users(
             };
             may_lock(who)?;
             let sub = Sub::parse(sub).ok_or(ApiError::INVALID_SUB)?;
-            control.set_lock(who, &sub, lock).map(|_| empty(204))
+            control.users.set_lock(who, &sub, lock).map(|_| empty(204))
         }
         _ => Err(no_such_endpoint()),
     }

@@ -161,34 +161,37 @@ pub(super) async fn workspaces(
     let method = req.method().clone();
     match (rest, method) {
         ([], Method::GET) => {
-            let list = control.workspaces(who)?;
+            let list = control.workspaces.workspaces(who)?;
             let workspaces = list.iter().map(|(w, u)| view_as(w, u, Some(who))).collect();
             Ok(json(200, &Workspaces { workspaces }))
         }
         ([], Method::POST) => {
             let body: Named = read_json(req, limit).await?;
-            let w = control.create_workspace(who, &body.name)?;
+            let w = control.workspaces.create_workspace(who, &body.name)?;
             Ok(json(201, &view(&w, &[])))
         }
         ([id], Method::GET) => {
-            let (w, users) = control.workspace(who, &workspace_id(id)?)?;
+            let (w, users) = control.workspaces.workspace(who, &workspace_id(id)?)?;
             Ok(json(200, &view_as(&w, &users, Some(who))))
         }
         ([id], Method::PATCH) => {
             let id = workspace_id(id)?;
             let body: Named = read_json(req, limit).await?;
-            let w = control.rename_workspace(who, &id, &body.name)?;
-            let (_, users) = control.workspace(who, &id)?;
+            let w = control.workspaces.rename_workspace(who, &id, &body.name)?;
+            let (_, users) = control.workspaces.workspace(who, &id)?;
             Ok(json(200, &view(&w, &users)))
         }
         ([id], Method::DELETE) => {
-            control.delete_workspace(who, &workspace_id(id)?).await?;
+            control
+                .workspaces
+                .delete_workspace(who, &workspace_id(id)?)
+                .await?;
             Ok(empty(204))
         }
         ([id, "copy"], Method::POST) => {
             let id = workspace_id(id)?;
             let body: Named = read_json(req, limit).await?;
-            let w = control.copy_workspace(who, &id, &body.name)?;
+            let w = control.workspaces.copy_workspace(who, &id, &body.name)?;
             Ok(json(202, &view(&w, &[])))
         }
         ([] | [_] | [_, "copy"], _) => Err(not_allowed()),
@@ -207,13 +210,13 @@ pub(super) async fn shared(
     let method = req.method().clone();
     match (rest, method) {
         ([], Method::GET) => {
-            let list = control.shared_workspaces(who)?;
+            let list = control.workspaces.shared_workspaces(who)?;
             let workspaces = list.iter().map(|(w, u)| view(w, u)).collect();
             Ok(json(200, &Workspaces { workspaces }))
         }
         ([], Method::POST) => {
             let body: NewShared = read_json(req, limit).await?;
-            let w = control.create_shared_workspace(
+            let w = control.workspaces.create_shared_workspace(
                 who,
                 &body.name,
                 body.volume.as_deref(),
@@ -227,7 +230,7 @@ pub(super) async fn shared(
             let grants: Option<Vec<(String, String)>> = body
                 .grants
                 .map(|g| g.into_iter().map(|g| (g.to, g.access)).collect());
-            let w = control.update_shared_workspace(
+            let w = control.workspaces.update_shared_workspace(
                 who,
                 &id,
                 body.name.as_deref(),
@@ -237,6 +240,7 @@ pub(super) async fn shared(
         }
         ([id], Method::DELETE) => {
             control
+                .workspaces
                 .delete_shared_workspace(who, &workspace_id(id)?)
                 .await?;
             Ok(empty(204))

@@ -1,30 +1,85 @@
 //! Terminal grants (`policy::grant`): minted by the terminal check for a front proxy,
 //! judged again by `GET /v1/grant` for the ttyd pool's `ttyd-attach`, which ends its
 //! `docker attach` when the answer is a lapse — live revocation where termgate carries
-//! none of the terminal's bytes.
+//! none of the terminal's bytes. [`Grants`] also holds what the terminal check for a
+//! front proxy (`GET /v1/authz`, `api/authz.rs`) reads: the Origins, the routes, the
+//! owners' locks and the verified credential.
 
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use config::Config;
 use policy::close::CloseReason;
 use policy::grant::{Grant, GrantSealer};
-use policy::{Principal, Refusal, SessionId, Sub};
+use policy::{OriginPolicy, Principal, Refusal, SessionId, Sub, TokenError};
 
 use super::clock::now;
-use super::handle::Control;
+use super::core::Core;
+use super::grant_handles::Handles;
+use super::sign_ins::SignIns;
 use crate::error::ApiError;
+use crate::model::RouteLookup;
 
-impl Control {
+/// The terminal grants and the terminal check's reads.
+#[derive(Clone)]
+pub struct Grants {
+    core: Arc<Core>,
+    sign_ins: SignIns,
+    /// The Origins allowed to open terminals (`GET /v1/authz`): the gateway's list.
+    origins: Arc<OriginPolicy>,
+    /// The sealer of terminal grants, made on first use.
+    sealer: Arc<OnceLock<GrantSealer>>,
+    /// Grants waiting for a pool that takes them by handle.
+    handles: Arc<Handles>,
+}
+
+impl Grants {
+    pub(super) fn new(core: Arc<Core>, sign_ins: SignIns) -> Self {
+        Grants {
+            origins: Arc::new(OriginPolicy::new(core.config().gateway_origins())),
+            core,
+            sign_ins,
+            sealer: Arc::default(),
+            handles: Arc::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        self.core.config()
+    }
+
+    /// Who a bearer token proves the caller is, now ([`SignIns::verify`]).
+    pub fn verify(&self, token: &[u8]) -> Result<Principal, TokenError> {
+        self.sign_ins.verify(token)
+    }
+
+    /// The Origins allowed to open a terminal with the cookie (the gateway's list).
+    pub fn origins(&self) -> &OriginPolicy {
+        &self.origins
+    }
+
+    /// Whether `sub` is locked.
+    pub fn is_locked(&self, sub: &Sub) -> Result<bool, ApiError> {
+        self.core.is_locked(sub)
+    }
+
+    /// One route, read consistently with its owner's lock and the revision.
+    pub fn route(&self, id: &SessionId) -> Result<Option<RouteLookup>, ApiError> {
+        Ok(self.core.store().lookup(id)?)
+    }
+
     /// The sealer of this deployment's grants (its key made and stored on first use).
     fn sealer(&self) -> Result<&GrantSealer, ApiError> {
-        if let Some(sealer) = self.grants.get() {
+        if let Some(sealer) = self.sealer.get() {
             return Ok(sealer);
         }
-        let key = self.store.grant_key()?;
+        let key = self.core.store().grant_key()?;
         let sealer = GrantSealer::new(&key).map_err(|e| {
             tracing::error!(error = %e, "cannot make the grant sealer");
             ApiError::INTERNAL
         })?;
-        Ok(self.grants.get_or_init(|| sealer))
+        Ok(self.sealer.get_or_init(|| sealer))
     }
 
     /// The grant of `who` (verified from `token`) on the terminal of `session` in
@@ -45,20 +100,20 @@ impl Control {
     /// Whether the user `owner` names is locked (a name that is no user's is not).
     pub(crate) fn owner_locked(&self, owner: &str) -> Result<bool, ApiError> {
         match Sub::parse(owner) {
-            Some(sub) => self.is_locked(&sub),
+            Some(sub) => self.core.is_locked(&sub),
             None => Ok(false),
         }
     }
 
     /// A one-use handle for a sealed grant (`X-Termgate-Handle`).
     pub(crate) fn grant_handle(&self, grant: &str) -> Result<String, ApiError> {
-        self.grant_handles.put(grant.to_owned())
+        self.handles.put(grant.to_owned())
     }
 
     /// The grant a handle stands for, once; `grant_invalid` for an unknown, used or
     /// stale one.
     pub fn redeem_handle(&self, handle: &str) -> Result<String, ApiError> {
-        self.grant_handles.take(handle).ok_or_else(|| {
+        self.handles.take(handle).ok_or_else(|| {
             tracing::info!(target: "audit", reason = "handle_unknown", "grant refused");
             Refusal::GRANT_INVALID
         })
@@ -86,7 +141,7 @@ impl Control {
             .filter(|_| grant.peer)
             .and_then(|r| policy::peer::grant_of(r, &grant.sub, at))
             .map(|g| g.expires_at);
-        let revoked = self.revoked.read().unwrap_or_else(|p| p.into_inner());
+        let revoked = self.sign_ins.revoked();
         let verdict = policy::grant::recheck(
             grant,
             route,
@@ -94,7 +149,7 @@ impl Control {
             owner_locked,
             &revoked,
             at,
-            self.config.gateway.close_on_token_expiry,
+            self.core.config().gateway.close_on_token_expiry,
         );
         Ok((verdict, lapses))
     }
@@ -110,8 +165,8 @@ impl Control {
     ) -> Result<Option<CloseReason>, ApiError> {
         let grant = self.open_grant(text)?;
         let deadline = Instant::now() + wait;
-        let mut revs = self.store.subscribe();
-        let mut applied = self.revocations_applied.subscribe();
+        let mut revs = self.core.store().subscribe();
+        let mut applied = self.sign_ins.applied();
         loop {
             revs.borrow_and_update();
             applied.borrow_and_update();
@@ -128,7 +183,7 @@ impl Control {
                 Duration::from_secs(at.saturating_sub(now())).max(Duration::from_millis(200))
             };
             let mut nap = left;
-            if self.config.gateway.close_on_token_expiry {
+            if self.core.config().gateway.close_on_token_expiry {
                 nap = nap.min(until(grant.expires_at));
             }
             // An invitation lapses by itself, with no change in the store to wake on.

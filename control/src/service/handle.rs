@@ -1,86 +1,149 @@
-//! The [`Control`] handle: the control service's state, and how it is assembled.
+//! [`Control`]: the control service assembled — one handle per resource, built here on
+//! one shared [`Core`] — and the few things the API needs beside them: the
+//! configuration, the metrics, the store's revision and the audit trail.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use config::Config;
-use policy::{OriginPolicy, SessionId, Verifier};
+use config::{Config, Profile};
+use policy::audit::AuditEntry;
+use policy::{Principal, Verifier};
 
-use super::grant_handles::Handles;
-use super::in_flight::InFlight;
+use super::core::Core;
+use super::grants::Grants;
+use super::locks::Users;
+use super::peers::Peers;
+use super::recording_links::RecordingLinks;
+use super::sessions::Sessions;
+use super::shares::Shares;
+use super::sign_ins::SignIns;
+use super::targets::Targets;
+use super::workspaces::Workspaces;
+use crate::error::ApiError;
 use crate::hosts::Hosts;
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::recordings::Recordings;
+use crate::store::{AuditQuery, Store, StoreError};
 
-/// Container teardowns (`end.rs`) that run at once, at most.
-pub(super) const STOPS_AT_ONCE: usize = 4;
-
-/// The control service.
+/// The control service: its resources, each a cheap handle to clone and hand on.
 pub struct Control {
-    pub(super) config: Arc<Config>,
-    pub(super) store: Store,
-    pub(super) hosts: Hosts,
-    pub(super) verifier: Verifier,
-    /// The Origins allowed to open terminals (`GET /v1/authz`): the gateway's list.
-    pub(super) origins: OriginPolicy,
-    pub(super) metrics: Metrics,
-    pub(super) redraw_locks: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
-    /// Sessions being created by this process right now. The reconciler never
-    /// abandons these, however long Docker takes; after a restart the set is empty, so
-    /// the `creating` grace still cleans up after a process that died mid-create.
-    pub(super) creating: InFlight,
-    /// Sessions whose container is being removed right now, so that the API and the
-    /// reconciler never race to remove the same container.
-    pub(super) ending: InFlight,
-    /// Terminals open on each session now, as the gateways report them.
-    pub(super) live: crate::live::LiveTerminals,
-    /// The revocations in force (`sign_ins`), checked on every verified token.
-    pub(super) revoked: std::sync::RwLock<policy::revocation::RevocationSet>,
-    /// Bumped after a revocation is applied to `revoked`, for grant watchers (the
-    /// store's revision moves before it is).
-    pub(super) revocations_applied: tokio::sync::watch::Sender<u64>,
-    /// The sealer of terminal grants, made on first use (`service/grants.rs`).
-    pub(super) grants: std::sync::OnceLock<policy::grant::GrantSealer>,
-    /// Grants waiting for a pool that takes them by handle.
-    pub(super) grant_handles: Handles,
-    /// Asks the volume pass to measure workspaces' sizes ([`crate::volumes`]).
-    pub(super) sizes_wanted: tokio::sync::Notify,
-    /// Turns of the container teardowns (`end.rs`).
-    pub(super) stops: tokio::sync::Semaphore,
+    /// Sessions: create, end, list, show, redraw, the route feed, terminal counts.
+    pub sessions: Sessions,
+    /// Sign-ins, revocations, and the verification of tokens.
+    pub sign_ins: SignIns,
+    /// Read-only share links and their viewers.
+    pub shares: Shares,
+    /// Peers: users an owner invited to co-drive a session.
+    pub peers: Peers,
+    /// Links to recordings.
+    pub recording_links: RecordingLinks,
+    /// Targets: ttyds control registers but never runs.
+    pub targets: Targets,
+    /// Users' locks.
+    pub users: Users,
+    /// Workspaces, shared workspaces and secrets.
+    pub workspaces: Workspaces,
+    /// Terminal grants, and what a front proxy's terminal check reads.
+    pub grants: Grants,
+    core: Arc<Core>,
 }
 
 impl Control {
     /// Assembles the service. The store's routes should already point at the hosts'
     /// pools ([`Store::set_pools`] with [`Hosts::pools`]).
     pub fn new(config: Arc<Config>, store: Store, hosts: Hosts, verifier: Verifier) -> Self {
+        let core = Arc::new(Core::new(config, store, hosts));
+        let workspaces = Workspaces::new(Arc::clone(&core));
+        let sign_ins = SignIns::new(Arc::clone(&core), verifier);
         Control {
-            origins: OriginPolicy::new(config.gateway_origins()),
-            config,
-            store,
-            hosts,
-            verifier,
-            metrics: Metrics::default(),
-            redraw_locks: Mutex::new(HashMap::new()),
-            creating: InFlight::default(),
-            ending: InFlight::default(),
-            live: crate::live::LiveTerminals::default(),
-            revoked: Default::default(),
-            revocations_applied: tokio::sync::watch::channel(0).0,
-            grants: std::sync::OnceLock::new(),
-            grant_handles: Default::default(),
-            sizes_wanted: tokio::sync::Notify::new(),
-            stops: tokio::sync::Semaphore::new(STOPS_AT_ONCE),
+            sessions: Sessions::new(Arc::clone(&core), workspaces.clone()),
+            grants: Grants::new(Arc::clone(&core), sign_ins.clone()),
+            sign_ins,
+            shares: Shares::new(Arc::clone(&core)),
+            peers: Peers::new(Arc::clone(&core)),
+            recording_links: RecordingLinks::new(Arc::clone(&core)),
+            targets: Targets::new(Arc::clone(&core)),
+            users: Users::new(Arc::clone(&core)),
+            workspaces,
+            core,
         }
     }
 
-    /// Asks for the workspaces' sizes to be measured soon: a session on one ended, or
-    /// a copy finished.
-    pub fn measure_workspaces_soon(&self) {
-        self.sizes_wanted.notify_one();
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        self.core.config()
     }
 
-    /// What the volume pass waits on besides its interval.
-    pub(crate) fn sizes_wanted(&self) -> &tokio::sync::Notify {
-        &self.sizes_wanted
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        self.core.metrics()
+    }
+
+    /// The recordings gateways handed over: their directory and size limit.
+    pub fn recordings(&self) -> Recordings {
+        self.core.recordings()
+    }
+
+    /// The profiles users may create sessions from, by name.
+    pub fn profiles(&self) -> &BTreeMap<String, Profile> {
+        &self.core.config().profiles
+    }
+
+    /// The largest request body the API reads, in bytes.
+    pub fn max_body_bytes(&self) -> usize {
+        self.core.config().control.max_body_bytes
+    }
+
+    /// The token gateways present on the route feed, when configured.
+    pub fn service_token(&self) -> Option<&[u8]> {
+        self.core
+            .config()
+            .secrets()
+            .service_token
+            .as_ref()
+            .map(|s| s.expose())
+    }
+
+    /// The store's newest published revision.
+    pub fn rev(&self) -> u64 {
+        self.core.store().rev()
+    }
+
+    /// Writes everything the store committed so far to disk.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.core.store().flush()
+    }
+
+    /// Audit lines matching `q`, newest first; admin only.
+    pub fn audit(&self, who: &Principal, q: &AuditQuery) -> Result<Vec<AuditEntry>, ApiError> {
+        if !who.admin {
+            return Err(
+                ApiError::ADMIN_REQUIRED.with_message("only an admin may read the audit trail")
+            );
+        }
+        Ok(self.core.store().audit(q)?)
+    }
+
+    /// Appends audit lines to the store (the audit writer's one call).
+    pub fn append_audit(&self, lines: &[AuditEntry]) -> Result<(), StoreError> {
+        self.core.store().append_audit(lines)
+    }
+
+    /// Keeps a gateway's audit lines beside control's own, each marked with the
+    /// `gateway` that sent it.
+    pub fn append_gateway_audit(
+        &self,
+        gateway: &str,
+        mut lines: Vec<AuditEntry>,
+    ) -> Result<(), ApiError> {
+        for line in &mut lines {
+            line.fields.insert("gateway".to_owned(), gateway.to_owned());
+        }
+        Ok(self.core.store().append_audit(&lines)?)
+    }
+
+    /// Keeps the newest `keep` audit lines.
+    pub fn prune_audit(&self, keep: usize) -> Result<usize, StoreError> {
+        self.core.store().prune_audit(keep)
     }
 }

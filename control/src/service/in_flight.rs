@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use policy::SessionId;
 
 /// A set of sessions that some task of this process is working on.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct InFlight(Arc<Mutex<HashSet<SessionId>>>);
 
 impl InFlight {

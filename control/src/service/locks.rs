@@ -1,11 +1,13 @@
-//! Locking users out, and who may.
+//! [`Users`]: locking users out, and who may.
+
+use std::sync::Arc;
 
 use policy::{Principal, Sub};
 
 use crate::error::ApiError;
 
 use super::clock::now;
-use super::handle::Control;
+use super::core::Core;
 
 /// Whether `who` may lock and unlock users: admins only. Checked before the user named
 /// is even read, so a non-admin learns nothing from the name.
@@ -17,10 +19,20 @@ pub fn may_lock(who: &Principal) -> Result<(), ApiError> {
     }
 }
 
-impl Control {
+/// The users' locks.
+#[derive(Clone)]
+pub struct Users {
+    core: Arc<Core>,
+}
+
+impl Users {
+    pub(super) fn new(core: Arc<Core>) -> Self {
+        Users { core }
+    }
+
     /// Whether `sub` is locked.
     pub fn is_locked(&self, sub: &Sub) -> Result<bool, ApiError> {
-        Ok(self.store.is_locked(sub)?)
+        self.core.is_locked(sub)
     }
 
     /// The locked users; admin only.
@@ -30,7 +42,7 @@ impl Control {
                 ApiError::ADMIN_REQUIRED.with_message("only an admin may list locked users")
             );
         }
-        Ok(self.store.locked_users()?)
+        Ok(self.core.store().locked_users()?)
     }
 
     /// Locks (`true`) or unlocks a user; admin only. Published on the route feed.
@@ -42,11 +54,11 @@ impl Control {
             return Err(ApiError::OWN_LOCK);
         }
         let changed = if lock {
-            self.store.lock_user(sub, &who.sub, now())?
+            self.core.store().lock_user(sub, &who.sub, now())?
         } else {
-            self.store.unlock_user(sub)?
+            self.core.store().unlock_user(sub)?
         };
-        self.refresh_gauges();
+        self.core.refresh_gauges();
         tracing::info!(target: "audit", sub = %sub, by = %who.sub, locked = lock, changed, "user lock");
         Ok(())
     }

@@ -1,14 +1,16 @@
-//! Peers of a running Docker session: users its owner (or an admin) invites to
+//! [`Peers`]: peers of a running Docker session: users its owner (or an admin) invites to
 //! co-drive it — the owner's writable terminal — for a bounded time. An invitation
 //! lives on the session's record ([`PeerGrant`]); every change is a route change, so
 //! gateways learn it through the route feed and admit, or close, the peer's terminals
 //! locally. A peer may open the session and leave it; nothing else of the owner's.
 
+use std::sync::Arc;
+
 use policy::peer;
 use policy::{Action, Principal, Refusal, SessionId, Sub};
 
 use super::clock::now;
-use super::handle::Control;
+use super::core::Core;
 use crate::error::ApiError;
 use crate::model::{PeerGrant, Session, SessionState};
 
@@ -25,7 +27,17 @@ fn min_ttl() -> u64 {
         .map_or(min, |m| m.min(min))
 }
 
-impl Control {
+/// Peers of sessions: users their owners invite to co-drive them.
+#[derive(Clone)]
+pub struct Peers {
+    core: Arc<Core>,
+}
+
+impl Peers {
+    pub(super) fn new(core: Arc<Core>) -> Self {
+        Peers { core }
+    }
+
     /// Invites `invited` to co-drive session `id` for `ttl_seconds`, if its profile
     /// allows peers and it runs. Inviting a peer again replaces their lifetime.
     pub fn invite_peer(
@@ -35,9 +47,10 @@ impl Control {
         invited: &str,
         ttl_seconds: u64,
     ) -> Result<PeerGrant, ApiError> {
-        let s = self.authorized(who, id, Action::Invite)?;
+        let s = self.core.authorized(who, id, Action::Invite)?;
         let enabled = self
-            .config
+            .core
+            .config()
             .profiles
             .get(&s.profile)
             .is_some_and(|p| p.peers);
@@ -48,7 +61,7 @@ impl Control {
         let at = now();
         let expires_at = at.saturating_add(ttl_seconds);
         let mut full = false;
-        self.store.update(id, |s| {
+        self.core.store().update(id, |s| {
             s.peers
                 .retain(|g| g.expires_at > at && g.sub != sub.as_str());
             if s.peers.len() >= peer::MAX_PEERS {
@@ -75,7 +88,7 @@ impl Control {
 
     /// The peers of session `id` whose invitation has not lapsed.
     pub fn list_peers(&self, who: &Principal, id: &SessionId) -> Result<Vec<PeerGrant>, ApiError> {
-        let s = self.authorized(who, id, Action::Invite)?;
+        let s = self.core.authorized(who, id, Action::Invite)?;
         let at = now();
         Ok(s.peers
             .iter()
@@ -91,12 +104,13 @@ impl Control {
         let s = if who.sub.as_str() == sub {
             self.peer_session(who, id)?.0
         } else {
-            self.authorized(who, id, Action::Invite)?
+            self.core.authorized(who, id, Action::Invite)?
         };
         if !s.peers.iter().any(|g| g.sub == sub) {
             return Err(Refusal::NOT_FOUND.with_message("no such peer"));
         }
-        self.store
+        self.core
+            .store()
             .update(id, |s| s.peers.retain(|g| g.sub != sub))?;
         let how = if who.sub.as_str() == sub {
             "peer left"
@@ -114,11 +128,11 @@ impl Control {
         who: &Principal,
         id: &SessionId,
     ) -> Result<(Session, u64), ApiError> {
-        if self.is_locked(&who.sub)? {
+        if self.core.is_locked(&who.sub)? {
             return Err(Refusal::LOCKED);
         }
         let at = now();
-        let s = self.store.get(id)?.ok_or(Refusal::NOT_FOUND)?;
+        let s = self.core.store().get(id)?.ok_or(Refusal::NOT_FOUND)?;
         let until = s
             .peers
             .iter()
@@ -133,7 +147,8 @@ impl Control {
     pub fn peer_sessions(&self, sub: &Sub) -> Result<Vec<(Session, u64)>, ApiError> {
         let at = now();
         Ok(self
-            .store
+            .core
+            .store()
             .list_active(None)?
             .into_iter()
             .filter_map(|s| {

@@ -1,17 +1,18 @@
-//! Links to one recording (`/r/<token>`): made, listed and revoked by the session's
+//! [`RecordingLinks`]: links to one recording (`/r/<token>`): made, listed and revoked by the session's
 //! owner (or an admin), for an active or an ended session alike; played for whoever
 //! holds the link, as its mode and the profile's `recording_links` allow. Control
 //! keeps the token's hash only ([`RecordingLink`]); the token is answered once, at
 //! creation. Logs and the audit trail name a link by its id.
 
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 
 use policy::recording_link::{self, RecordingToken};
 use policy::share::ShareMode;
 use policy::{Action, Decision, Principal, Refusal, SessionId, Sub};
 
 use super::clock::now;
-use super::handle::Control;
+use super::core::Core;
 use crate::error::ApiError;
 use crate::model::{RecordingLink, Session};
 
@@ -55,7 +56,17 @@ fn ttl_range() -> RangeInclusive<u64> {
     }
 }
 
-impl Control {
+/// Links to recordings.
+#[derive(Clone)]
+pub struct RecordingLinks {
+    core: Arc<Core>,
+}
+
+impl RecordingLinks {
+    pub(super) fn new(core: Arc<Core>) -> Self {
+        RecordingLinks { core }
+    }
+
     /// The session (active or ended) whose recording `name` `who` may link to, and
     /// the profile's mode. Another's, unknown, malformed and absent are one 404.
     fn linkable(
@@ -64,11 +75,11 @@ impl Control {
         id: &SessionId,
         name: &str,
     ) -> Result<(Session, ShareMode), ApiError> {
-        let s = match self.store.get(id)? {
+        let s = match self.core.store().get(id)? {
             Some(s) => Some(s),
-            None => self.store.get_ended(id)?,
+            None => self.core.store().get_ended(id)?,
         };
-        let locked = self.is_locked(&who.sub)?;
+        let locked = self.core.is_locked(&who.sub)?;
         let s = match policy::decide(
             who,
             s.as_ref().map(|s| s.owner.as_str()),
@@ -79,7 +90,12 @@ impl Control {
             Decision::Deny(d) => return Err(d),
         };
         let exists = crate::recordings::valid_name(name)
-            && self.recordings().list(id).iter().any(|r| r.name == name);
+            && self
+                .core
+                .recordings()
+                .list(id)
+                .iter()
+                .any(|r| r.name == name);
         if !exists {
             return Err(ApiError::NOT_FOUND);
         }
@@ -89,7 +105,8 @@ impl Control {
 
     /// What a profile allows now (a profile no longer configured: `off`).
     fn profile_mode(&self, profile: &str) -> ShareMode {
-        self.config
+        self.core
+            .config()
             .profiles
             .get(profile)
             .map_or(ShareMode::Off, config::Profile::recording_link_mode)
@@ -117,7 +134,8 @@ impl Control {
         recording_link::check_request(profile, mode, ttl, &ttl_range())?;
         let at = now();
         let live = self
-            .store
+            .core
+            .store()
             .recording_links_of(id, name)?
             .iter()
             .filter(|l| !l.revoked && l.expires_at > at)
@@ -147,7 +165,7 @@ impl Control {
             expires_at: at.saturating_add(ttl),
             revoked: false,
         };
-        self.store.put_recording_link(&link, at)?;
+        self.core.store().put_recording_link(&link, at)?;
         tracing::info!(target: "audit", sub = %who.sub, session = %id, recording = name, link = %link.id, mode = %link.mode, expires_at = link.expires_at, "recording link created");
         Ok(NewRecordingLink {
             id: link.id,
@@ -174,7 +192,8 @@ impl Control {
             .collect();
         let at = now();
         let links = self
-            .store
+            .core
+            .store()
             .recording_links_of(id, name)?
             .into_iter()
             .filter(|l| !l.revoked && l.expires_at > at)
@@ -194,7 +213,7 @@ impl Control {
         if !recording_link::valid_id(link) {
             return Err(ApiError::NOT_FOUND);
         }
-        let l = self.store.revoke_recording_link(id, name, link)?;
+        let l = self.core.store().revoke_recording_link(id, name, link)?;
         tracing::info!(target: "audit", sub = %who.sub, session = %id, recording = name, link = %l.id, "recording link revoked");
         Ok(())
     }
@@ -209,7 +228,8 @@ impl Control {
         viewer: Option<&Sub>,
     ) -> Result<RecordingLink, ApiError> {
         let link = self
-            .store
+            .core
+            .store()
             .recording_link(&token.hash())?
             .ok_or(Refusal::PAGE_NOT_FOUND)?;
         let mode = recording_link::narrower(
@@ -217,10 +237,10 @@ impl Control {
             self.profile_mode(&link.profile),
         );
         let signed_in = match viewer {
-            Some(v) => !self.is_locked(v)?,
+            Some(v) => !self.core.is_locked(v)?,
             None => false,
         };
-        let owner_locked = self.is_locked(&link.owner)?;
+        let owner_locked = self.core.is_locked(&link.owner)?;
         recording_link::decide_recording_view(
             mode,
             signed_in,

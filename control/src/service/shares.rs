@@ -1,14 +1,16 @@
-//! Read-only share links of a running session: created, listed and revoked by its
+//! [`Shares`]: read-only share links of a running session: created, listed and revoked by its
 //! owner (or an admin). A link lives in the session's record as a hash
 //! ([`ShareGrant`]); every change is a route change, so gateways learn it through the
 //! route feed within one long poll and decide viewers locally. The link itself
 //! (`/v/<token>`) is answered once, at creation, and kept nowhere.
 
+use std::sync::Arc;
+
 use policy::share::{self, ShareToken};
 use policy::{Action, Principal, Refusal, SessionId};
 
 use super::clock::now;
-use super::handle::Control;
+use super::core::Core;
 use crate::error::ApiError;
 use crate::model::{SessionState, ShareGrant};
 
@@ -34,7 +36,17 @@ pub struct ShareStatus {
 /// Most live links one session holds at once.
 pub const MAX_SHARES_PER_SESSION: usize = 16;
 
-impl Control {
+/// Sessions' read-only share links and their viewers.
+#[derive(Clone)]
+pub struct Shares {
+    core: Arc<Core>,
+}
+
+impl Shares {
+    pub(super) fn new(core: Arc<Core>) -> Self {
+        Shares { core }
+    }
+
     /// Creates a link to watch session `id` read-only for `ttl_seconds`, by at most
     /// `max_viewers` at once, if its profile allows links, it runs, and its host has a
     /// read-only pool.
@@ -45,9 +57,10 @@ impl Control {
         ttl_seconds: u64,
         max_viewers: Option<u32>,
     ) -> Result<ShareLink, ApiError> {
-        let s = self.authorized(who, id, Action::Share)?;
+        let s = self.core.authorized(who, id, Action::Share)?;
         let mode = self
-            .config
+            .core
+            .config()
             .profiles
             .get(&s.profile)
             .map_or(share::ShareMode::Off, config::Profile::share_mode);
@@ -55,7 +68,7 @@ impl Control {
         if s.state != SessionState::Running {
             return Err(Refusal::NOT_RUNNING);
         }
-        if !self.hosts.has_viewer_pool(&s.host) {
+        if !self.core.hosts().has_viewer_pool(&s.host) {
             return Err(Refusal::NO_VIEWER_POOL);
         }
         let mut secret = [0u8; 16];
@@ -68,7 +81,7 @@ impl Control {
         let grant = token.grant(at.saturating_add(ttl_seconds), max_viewers, mode);
         let mut full = false;
         let added = grant.clone();
-        self.store.update(id, |s| {
+        self.core.store().update(id, |s| {
             s.shares.retain(|g| g.expires_at > at);
             if s.shares.len() >= MAX_SHARES_PER_SESSION {
                 full = true;
@@ -94,13 +107,13 @@ impl Control {
         who: &Principal,
         id: &SessionId,
     ) -> Result<Vec<ShareStatus>, ApiError> {
-        let s = self.authorized(who, id, Action::Share)?;
+        let s = self.core.authorized(who, id, Action::Share)?;
         let at = now();
         Ok(s.shares
             .iter()
             .filter(|g| g.expires_at > at)
             .map(|g: &ShareGrant| {
-                let (viewers, subs) = self.live.viewers(id, &g.id);
+                let (viewers, subs) = self.core.live().viewers(id, &g.id);
                 ShareStatus {
                     grant: g.clone(),
                     viewers,
@@ -118,11 +131,12 @@ impl Control {
         id: &SessionId,
         share: &str,
     ) -> Result<(), ApiError> {
-        let s = self.authorized(who, id, Action::Share)?;
+        let s = self.core.authorized(who, id, Action::Share)?;
         if !s.shares.iter().any(|g| g.id == share) {
             return Err(Refusal::NOT_FOUND.with_message("no such share link"));
         }
-        self.store
+        self.core
+            .store()
             .update(id, |s| s.shares.retain(|g| g.id != share))?;
         tracing::info!(target: "audit", session = %id, sub = %who.sub, share, "share link revoked");
         Ok(())
@@ -130,6 +144,6 @@ impl Control {
 
     /// Records the share-link viewers a gateway has open now.
     pub fn record_viewers(&self, gateway: &str, viewers: Vec<policy::reports::ShareViewers>) {
-        self.live.record_viewers(gateway, viewers);
+        self.core.live().record_viewers(gateway, viewers);
     }
 }

@@ -1,14 +1,18 @@
-//! Sign-ins and revocations (design §2 "Sign-ins and revocation"): a gateway records each sign-in it makes,
+//! [`SignIns`]: sign-ins, revocations and the verification of tokens (design §2 "Sign-ins and revocation"): a gateway records each sign-in it makes,
 //! users list and sign out theirs, admins anyone's, and admins revoke bearer tokens.
 //! Every revocation is filed in the store, published on the route feed (gateways
 //! refuse the credential and close what it opened) and applied here at once, so
-//! control's own API and `GET /v1/authz` refuse it too.
+//! control's own API and `GET /v1/authz` refuse it too: [`SignIns::verify`] checks
+//! every verified token against them.
 
-use policy::revocation::{latest_exp, CredentialId, Fingerprint, Revocation};
-use policy::{Principal, Sub};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use policy::revocation::{latest_exp, CredentialId, Fingerprint, Revocation, RevocationSet};
+use policy::{Principal, Sub, TokenError, Verifier};
+use tokio::sync::watch;
 
 use super::clock::now;
-use super::handle::Control;
+use super::core::Core;
 use crate::error::ApiError;
 use crate::model::SignIn;
 use policy::reports::SignInReport;
@@ -43,27 +47,61 @@ fn clean(s: &str, max: usize) -> String {
     s.chars().filter(|c| !c.is_control()).take(max).collect()
 }
 
-impl Control {
+/// The sign-ins and revocations, and the verifier that checks tokens against them.
+#[derive(Clone)]
+pub struct SignIns {
+    core: Arc<Core>,
+    verifier: Arc<Verifier>,
+    /// The revocations in force, checked on every verified token.
+    revoked: Arc<RwLock<RevocationSet>>,
+    /// Bumped after a revocation is applied to `revoked`, for grant watchers (the
+    /// store's revision moves before it is).
+    applied: Arc<watch::Sender<u64>>,
+}
+
+impl SignIns {
+    pub(super) fn new(core: Arc<Core>, verifier: Verifier) -> Self {
+        SignIns {
+            core,
+            verifier: Arc::new(verifier),
+            revoked: Arc::default(),
+            applied: Arc::new(watch::channel(0).0),
+        }
+    }
+
+    /// Who a bearer token proves the caller is, now.
+    pub fn verify(&self, token: &[u8]) -> Result<Principal, TokenError> {
+        let who = self.verifier.verify(token, now())?;
+        self.check_revoked(token, &who)?;
+        Ok(who)
+    }
+
+    /// The revocations in force now.
+    pub(super) fn revoked(&self) -> RwLockReadGuard<'_, RevocationSet> {
+        self.revoked.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Moves each time a revocation has been applied here.
+    pub(super) fn applied(&self) -> watch::Receiver<u64> {
+        self.applied.subscribe()
+    }
+
     /// Loads the revocations in force from the store (at start).
     pub fn load_revocations(&self) -> Result<usize, crate::store::StoreError> {
-        let all = self.store.revocations()?;
+        let all = self.core.store().revocations()?;
         let mut set = self.revoked_write();
         set.replace(&all);
-        set.prune(now(), self.config.auth.leeway_seconds);
+        set.prune(now(), self.core.config().auth.leeway_seconds);
         Ok(set.len())
     }
 
-    fn revoked_write(&self) -> std::sync::RwLockWriteGuard<'_, policy::revocation::RevocationSet> {
+    fn revoked_write(&self) -> RwLockWriteGuard<'_, RevocationSet> {
         self.revoked.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether a verified token is revoked; the reason as a token error.
-    pub(super) fn check_revoked(
-        &self,
-        token: &[u8],
-        who: &Principal,
-    ) -> Result<(), policy::TokenError> {
-        let set = self.revoked.read().unwrap_or_else(|p| p.into_inner());
+    fn check_revoked(&self, token: &[u8], who: &Principal) -> Result<(), TokenError> {
+        let set = self.revoked();
         if set.is_empty() {
             return Ok(());
         }
@@ -75,9 +113,9 @@ impl Control {
 
     /// Files and publishes one revocation, and applies it here.
     fn revoke(&self, r: &Revocation) -> Result<bool, ApiError> {
-        let published = self.store.revoke(r)?;
+        let published = self.core.store().revoke(r)?;
         self.revoked_write().insert(r);
-        self.revocations_applied.send_modify(|n| *n += 1);
+        self.applied.send_modify(|n| *n += 1);
         Ok(published)
     }
 
@@ -104,9 +142,9 @@ impl Control {
             client: clean(&report.client, 64),
         };
         if report.once {
-            self.store.put_new_sign_in(&s)?;
+            self.core.store().put_new_sign_in(&s)?;
         } else {
-            self.store.put_sign_in(&s)?;
+            self.core.store().put_sign_in(&s)?;
         }
         tracing::info!(target: "audit", sub = %who.sub, sign_in = %s.id(), method, gateway = %s.gateway, client = %s.client, "sign-in recorded");
         Ok(s)
@@ -121,7 +159,7 @@ impl Control {
         whose: Option<&Sub>,
     ) -> Result<Vec<SignIn>, ApiError> {
         let sub = self.whose_sign_ins(who, whose)?;
-        Ok(self.store.sign_ins(Some(sub), now())?)
+        Ok(self.core.store().sign_ins(Some(sub), now())?)
     }
 
     /// Whose sign-ins `who` may see and end: their own, or (admin) anyone's.
@@ -164,7 +202,8 @@ impl Control {
             Some(sub)
         };
         let s = self
-            .store
+            .core
+            .store()
             .sign_ins(scope, now())?
             .into_iter()
             .find(|s| s.id() == id)
@@ -190,7 +229,7 @@ impl Control {
     ) -> Result<(usize, u64), ApiError> {
         let sub = self.whose_sign_ins(who, whose)?;
         let t = now();
-        let list = self.store.sign_ins(Some(sub), t)?;
+        let list = self.core.store().sign_ins(Some(sub), t)?;
         // Each sign-in first, so their terminals close as "signed out".
         for s in &list {
             self.revoke(&Revocation::SignIn {
@@ -208,7 +247,7 @@ impl Control {
 
     /// The revocation of every token of `sub` issued before `before`.
     fn tokens_issued_before(&self, sub: &Sub, before: u64) -> Revocation {
-        let auth = &self.config.auth;
+        let auth = &self.core.config().auth;
         Revocation::IssuedBefore {
             sub: sub.to_string(),
             before,
@@ -229,8 +268,8 @@ impl Control {
         }
         let t = now();
         let (max_lifetime, leeway) = (
-            self.config.auth.max_token_lifetime_seconds,
-            self.config.auth.leeway_seconds,
+            self.core.config().auth.max_token_lifetime_seconds,
+            self.core.config().auth.leeway_seconds,
         );
         let r = match (&req.jti, &req.sub) {
             (Some(jti), None) if !jti.is_empty() && jti.len() <= 256 => Revocation::of_token(
@@ -256,13 +295,13 @@ impl Control {
         if !who.admin {
             return Err(ApiError::ADMIN_REQUIRED.with_message("only an admin may list revocations"));
         }
-        Ok(self.store.revocations()?)
+        Ok(self.core.store().revocations()?)
     }
 
     /// Forgets sign-ins and revocations whose tokens can no longer verify.
     pub fn prune_sign_ins(&self) -> Result<usize, ApiError> {
-        let (t, leeway) = (now(), self.config.auth.leeway_seconds);
-        let gone = self.store.prune_sign_ins(t, leeway)?;
+        let (t, leeway) = (now(), self.core.config().auth.leeway_seconds);
+        let gone = self.core.store().prune_sign_ins(t, leeway)?;
         self.revoked_write().prune(t, leeway);
         Ok(gone)
     }

@@ -1,8 +1,9 @@
-//! Targets: existing ttyds that control registers and feeds to gateways but never
+//! [`Targets`]: existing ttyds that control registers and feeds to gateways but never
 //! starts, stops or reconciles (design §7). Admins register them (configuration or
 //! API); users see the ones that allow them next to their sessions.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use config::TargetConfig;
 use policy::target::TargetDefinition;
@@ -10,7 +11,7 @@ use policy::{Principal, SessionId};
 use sha2::Digest;
 
 use super::clock::now;
-use super::handle::Control;
+use super::core::Core;
 use crate::error::ApiError;
 use crate::model::{Target, TargetCredential};
 use crate::store::StoreError;
@@ -106,9 +107,19 @@ fn check(def: TargetDefinition<'_>) -> Result<(), ApiError> {
     }
 }
 
-impl Control {
+/// The targets: ttyds control registers but never runs.
+#[derive(Clone)]
+pub struct Targets {
+    core: Arc<Core>,
+}
+
+impl Targets {
+    pub(super) fn new(core: Arc<Core>) -> Self {
+        Targets { core }
+    }
+
     fn admin_only(&self, who: &Principal) -> Result<(), ApiError> {
-        if self.is_locked(&who.sub)? {
+        if self.core.is_locked(&who.sub)? {
             return Err(ApiError::LOCKED);
         }
         if !who.admin {
@@ -120,7 +131,7 @@ impl Control {
     /// Registers a target (admin only).
     pub fn create_target(&self, who: &Principal, req: TargetConfig) -> Result<Target, ApiError> {
         self.admin_only(who)?;
-        let dir = self.config.target_credentials_dir();
+        let dir = self.core.config().target_credentials_dir();
         let credential = credential(req.credential.as_ref(), dir.as_deref())?;
         check(TargetDefinition {
             name: &req.name,
@@ -143,7 +154,7 @@ impl Control {
             created_by: who.sub.to_string(),
             from_config: false,
         };
-        self.store.put_target(&target)?;
+        self.core.store().put_target(&target)?;
         tracing::info!(target: "audit", sub = %who.sub, session = %target.id, name = %target.name, upstream = %target.upstream, "target registered");
         Ok(target)
     }
@@ -151,7 +162,7 @@ impl Control {
     /// Every target (admin only).
     pub fn list_targets(&self, who: &Principal) -> Result<Vec<Target>, ApiError> {
         self.admin_only(who)?;
-        Ok(self.store.list_targets()?)
+        Ok(self.core.store().list_targets()?)
     }
 
     /// Changes who may open a target (admin only); terminals of users it no longer
@@ -163,7 +174,11 @@ impl Control {
         patch: TargetAccessPatch,
     ) -> Result<Target, ApiError> {
         self.admin_only(who)?;
-        let mut target = self.store.get_target(id)?.ok_or(ApiError::NOT_FOUND)?;
+        let mut target = self
+            .core
+            .store()
+            .get_target(id)?
+            .ok_or(ApiError::NOT_FOUND)?;
         if target.from_config {
             return Err(ApiError::CONFLICT
                 .with_message("this target is defined in the configuration; change it there"));
@@ -181,7 +196,7 @@ impl Control {
             roles: &target.roles,
             credential: target.credential.as_ref(),
         })?;
-        self.store.put_target(&target)?;
+        self.core.store().put_target(&target)?;
         tracing::info!(target: "audit", sub = %who.sub, session = %target.id, users = ?target.users, roles = ?target.roles, "target access changed");
         Ok(target)
     }
@@ -189,12 +204,16 @@ impl Control {
     /// Removes a target (admin only); its live terminals are closed.
     pub fn delete_target(&self, who: &Principal, id: &SessionId) -> Result<(), ApiError> {
         self.admin_only(who)?;
-        let target = self.store.get_target(id)?.ok_or(ApiError::NOT_FOUND)?;
+        let target = self
+            .core
+            .store()
+            .get_target(id)?
+            .ok_or(ApiError::NOT_FOUND)?;
         if target.from_config {
             return Err(ApiError::CONFLICT
                 .with_message("this target is defined in the configuration; remove it there"));
         }
-        match self.store.delete_target(id) {
+        match self.core.store().delete_target(id) {
             Ok(()) | Err(StoreError::NotFound) => {}
             Err(e) => return Err(e.into()),
         }
@@ -204,28 +223,28 @@ impl Control {
 
     /// The targets `who` may open, for the session list.
     pub fn targets_for(&self, who: &Principal) -> Result<Vec<Target>, ApiError> {
-        let mut targets = self.store.list_targets()?;
+        let mut targets = self.core.store().list_targets()?;
         targets.retain(|t| t.allows(who));
         Ok(targets)
     }
 
     /// The target with this id if `who` may open it; anything else is the one 404.
     pub fn target_for(&self, who: &Principal, id: &SessionId) -> Result<Option<Target>, ApiError> {
-        Ok(self.store.get_target(id)?.filter(|t| t.allows(who)))
+        Ok(self.core.store().get_target(id)?.filter(|t| t.allows(who)))
     }
 
     /// Makes the stored targets of the configuration what the configuration says:
     /// new and changed ones written, removed ones deleted (their terminals close).
     /// Targets registered through the API are left alone.
     pub fn apply_config_targets(&self) -> Result<usize, ApiError> {
-        let config = &self.config;
+        let config = &self.core.config();
         let mut wanted = Vec::new();
         for t in &config.targets {
             let credential = config
                 .target_credential(t)
                 .map_err(|e| ApiError::INVALID_TARGET.with_message(e))?;
             let id = config_target_id(&config.instance, &t.name);
-            let stored = self.store.get_target(&id)?;
+            let stored = self.core.store().get_target(&id)?;
             let target = Target {
                 id,
                 name: t.name.clone(),
@@ -238,17 +257,18 @@ impl Control {
                 from_config: true,
             };
             if stored.as_ref() != Some(&target) {
-                self.store.put_target(&target)?;
+                self.core.store().put_target(&target)?;
             }
             wanted.push(id);
         }
         for stale in self
-            .store
+            .core
+            .store()
             .list_targets()?
             .into_iter()
             .filter(|t| t.from_config && !wanted.contains(&t.id))
         {
-            self.store.delete_target(&stale.id)?;
+            self.core.store().delete_target(&stale.id)?;
             tracing::info!(target: "audit", session = %stale.id, name = %stale.name, "configured target removed");
         }
         Ok(wanted.len())

@@ -1,10 +1,13 @@
-//! Workspaces: a user's volumes that outlive sessions. Listing, making, renaming and
+//! [`Workspaces`]: a user's volumes that outlive sessions. Listing, making, renaming and
 //! deleting them; which one a new session mounts; and copies, made by a throwaway job
 //! container from an idle workspace.
 //!
 //! Owned by evidence: termgate removes a volume only when it made it (a `created`
 //! record, and labels written in the same step that dockgate checks again). A home
 //! workspace (the user's home volume) is never removed.
+//!
+//! The same type holds an admin's shared workspaces ([`shared`]) and the secrets
+//! sessions mount ([`secrets`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,9 +25,12 @@ use crate::model::{Session, SessionWorkspace, Workspace, WorkspaceOrigin, Worksp
 use crate::store::StoreError;
 
 use super::clock::now;
+use super::core::Core;
 use super::failpoint::failpoint;
-use super::handle::Control;
 use super::names::home_volume_name;
+
+mod secrets;
+mod shared;
 
 /// The name of a user's home workspace.
 pub const HOME_WORKSPACE: &str = "home";
@@ -35,7 +41,7 @@ const COPY_CHECK: Duration = Duration::from_secs(2);
 /// A workspace name: 1-64 printable characters.
 pub(super) fn checked_name(name: &str) -> Result<String, ApiError> {
     let name = name.trim();
-    if name.is_empty() || name.chars().count() > 64 || name.chars().any(super::create::invisible) {
+    if name.is_empty() || name.chars().count() > 64 || name.chars().any(super::names::invisible) {
         return Err(ApiError::INVALID_NAME);
     }
     Ok(name.to_owned())
@@ -57,10 +63,52 @@ pub(super) fn refused(e: StoreError) -> ApiError {
     }
 }
 
-impl Control {
+/// The workspaces, shared workspaces and secrets.
+#[derive(Clone)]
+pub struct Workspaces {
+    core: Arc<Core>,
+    /// Asks the volume pass to measure workspaces' sizes ([`crate::volumes`]).
+    sizes_wanted: Arc<tokio::sync::Notify>,
+}
+
+impl Workspaces {
+    pub(super) fn new(core: Arc<Core>) -> Self {
+        Workspaces {
+            core,
+            sizes_wanted: Arc::default(),
+        }
+    }
+
+    /// Asks for the workspaces' sizes to be measured soon: a session on one ended, or
+    /// a copy finished.
+    pub fn measure_workspaces_soon(&self) {
+        self.sizes_wanted.notify_one();
+    }
+
+    /// What the volume pass waits on besides its interval.
+    pub(crate) fn sizes_wanted(&self) -> &tokio::sync::Notify {
+        &self.sizes_wanted
+    }
+
+    /// The configuration.
+    pub(crate) fn config(&self) -> &config::Config {
+        self.core.config()
+    }
+
+    /// The Docker hosts; the volume pass lists and measures volumes through them.
+    pub(crate) fn hosts(&self) -> &crate::hosts::Hosts {
+        self.core.hosts()
+    }
+
+    /// The store; the volume pass reads and records workspaces' sizes directly.
+    pub(crate) fn store(&self) -> &crate::store::Store {
+        self.core.store()
+    }
+
     /// Whether any profile mounts workspaces.
     fn has_workspaces(&self) -> bool {
-        self.config
+        self.core
+            .config()
             .profiles
             .values()
             .any(|p| p.workspace_mode() != WorkspaceMode::None)
@@ -68,8 +116,8 @@ impl Control {
 
     /// `who`'s home workspace, its record made on first use.
     pub fn home_workspace(&self, owner: &Sub) -> Result<Workspace, ApiError> {
-        let volume = home_volume_name(&self.config.instance, owner);
-        let list = self.store.list_workspaces(Some(owner))?;
+        let volume = home_volume_name(&self.core.config().instance, owner);
+        let list = self.core.store().list_workspaces(Some(owner))?;
         if let Some(w) = list.into_iter().find(|w| w.origin == WorkspaceOrigin::Home) {
             return Ok(w);
         }
@@ -86,11 +134,12 @@ impl Control {
             copied_from: None,
             grants: Vec::new(),
         };
-        match self.store.insert_workspace(&w) {
+        match self.core.store().insert_workspace(&w) {
             Ok(()) => Ok(w),
             // Made meanwhile by a racing call (or the name is taken by one of theirs).
             Err(StoreError::Conflict(_)) => self
-                .store
+                .core
+                .store()
                 .list_workspaces(Some(owner))?
                 .into_iter()
                 .find(|w| w.origin == WorkspaceOrigin::Home)
@@ -110,9 +159,9 @@ impl Control {
             self.home_workspace(&who.sub)?;
         }
         let mut out = Vec::new();
-        for w in self.store.list_workspaces(None)? {
+        for w in self.core.store().list_workspaces(None)? {
             if w.access(&who.sub, &who.roles).is_some() {
-                let users = self.store.users_of(&w.id)?;
+                let users = self.core.store().users_of(&w.id)?;
                 out.push((w, users));
             }
         }
@@ -127,11 +176,12 @@ impl Control {
         id: &SessionId,
     ) -> Result<(Workspace, Vec<Session>), ApiError> {
         let w = self
-            .store
+            .core
+            .store()
             .get_workspace(id)?
             .filter(|w| w.access(&who.sub, &who.roles).is_some())
             .ok_or(ApiError::WORKSPACE_NOT_FOUND)?;
-        let users = self.store.users_of(id)?;
+        let users = self.core.store().users_of(id)?;
         Ok((w, users))
     }
 
@@ -157,7 +207,7 @@ impl Control {
             id,
             owner: who.sub.clone(),
             name: checked_name(name)?,
-            volume: workspace_volume_name(&self.config.instance, &id),
+            volume: workspace_volume_name(&self.core.config().instance, &id),
             origin: WorkspaceOrigin::Created,
             host: None,
             state: WorkspaceState::Ready,
@@ -166,7 +216,7 @@ impl Control {
             copied_from: None,
             grants: Vec::new(),
         };
-        self.store.insert_workspace(&w).map_err(refused)?;
+        self.core.store().insert_workspace(&w).map_err(refused)?;
         tracing::info!(target: "audit", sub = %who.sub, workspace = %w.id, name = %w.name, "workspace created");
         Ok(w)
     }
@@ -181,7 +231,8 @@ impl Control {
         let name = checked_name(name)?;
         self.own_workspace(who, id)?;
         let (w, ()) = self
-            .store
+            .core
+            .store()
             .change_workspace(id, |w, _| {
                 w.name = name;
                 Ok(())
@@ -208,7 +259,8 @@ impl Control {
                 .with_message(format!("workspace {:?} is being copied into", w.name)));
         }
         if self
-            .store
+            .core
+            .store()
             .list_workspaces(Some(&who.sub))?
             .iter()
             .any(|o| o.state == (WorkspaceState::Copying { from: *id }))
@@ -220,7 +272,8 @@ impl Control {
         if let Some(host) = &w.host {
             self.remove_created_volume(host, &w).await?;
         }
-        self.store
+        self.core
+            .store()
             .delete_workspace(id, |w, users| match users.first() {
                 Some(s) => Err(StoreError::Conflict(in_use(w, s).message.into_owned())),
                 None => Ok(()),
@@ -237,7 +290,7 @@ impl Control {
         host: &str,
         w: &Workspace,
     ) -> Result<(), ApiError> {
-        let instance = &self.config.instance;
+        let instance = &self.core.config().instance;
         let want = match w.origin {
             WorkspaceOrigin::Created => {
                 policy::declared::workspace_volume_labels(instance, &w.owner, &w.id)
@@ -246,6 +299,7 @@ impl Control {
             WorkspaceOrigin::Home | WorkspaceOrigin::Borrowed => return Ok(()),
         };
         let docker = self
+            .core
             .docker_of(host)
             .map_err(|e| DockerError::Unavailable(e.to_string()))?;
         match docker.volume_labels(&w.volume).await? {
@@ -295,7 +349,8 @@ impl Control {
             ))),
             (WorkspaceMode::Choose, Some("new")) => {
                 let taken: Vec<String> = self
-                    .store
+                    .core
+                    .store()
                     .list_workspaces(Some(&who.sub))?
                     .into_iter()
                     .map(|w| w.name)
@@ -330,7 +385,7 @@ impl Control {
         let Some(ws) = s.workspace.as_ref().filter(|w| !w.volume.is_empty()) else {
             return Ok(());
         };
-        let instance = &self.config.instance;
+        let instance = &self.core.config().instance;
         if ws.volume == home_volume_name(instance, &s.owner) {
             return docker
                 .ensure_home_volume(&ws.volume, &s.owner, instance)
@@ -344,7 +399,8 @@ impl Control {
             .id
             .ok_or_else(|| missing("the session's workspace has no record".into()))?;
         let origin = self
-            .store
+            .core
+            .store()
             .get_workspace(&id)
             .ok()
             .flatten()
@@ -367,7 +423,7 @@ impl Control {
     /// which is returned `copying`; the job runs in the background and leaves it
     /// `ready`, or `failed` with its volume removed.
     pub fn copy_workspace(
-        self: &Arc<Self>,
+        &self,
         who: &Principal,
         source: &SessionId,
         name: &str,
@@ -381,7 +437,7 @@ impl Control {
             id,
             owner: who.sub.clone(),
             name: checked_name(name)?,
-            volume: workspace_volume_name(&self.config.instance, &id),
+            volume: workspace_volume_name(&self.core.config().instance, &id),
             origin: WorkspaceOrigin::Created,
             host: None,
             state: WorkspaceState::Copying { from: *source },
@@ -394,7 +450,10 @@ impl Control {
         // Where the source's volume is: its record's host, else (a home workspace,
         // one volume per host) the first host that has it; else nowhere yet, and an
         // empty workspace copies as an empty one.
-        self.store.insert_copy(source, &copy).map_err(refused)?;
+        self.core
+            .store()
+            .insert_copy(source, &copy)
+            .map_err(refused)?;
         tracing::info!(target: "audit", sub = %who.sub, workspace = %copy.id, name = %copy.name, from = %source, "workspace copy started");
         let control = self.clone();
         tokio::spawn(async move {
@@ -406,7 +465,7 @@ impl Control {
                 None => Ok(()),
                 Some(h) => {
                     copy.host = Some(h.clone());
-                    match control.store.change_workspace(&copy.id, |w, _| {
+                    match control.core.store().change_workspace(&copy.id, |w, _| {
                         w.host = Some(h.clone());
                         Ok(())
                     }) {
@@ -422,7 +481,7 @@ impl Control {
 
     /// The first Docker host that answers and has volume `name`.
     async fn host_with_volume(&self, name: &str) -> Option<String> {
-        for h in self.hosts.iter() {
+        for h in self.core.hosts().iter() {
             if let Ok(docker) = h.docker() {
                 if let Ok(Some(_)) = docker.volume_labels(name).await {
                     return Some(h.name().to_owned());
@@ -435,7 +494,7 @@ impl Control {
     /// The copy job: the new volume made, the job created, started, waited for and
     /// removed. `Err` says why the copy failed.
     async fn run_copy(&self, host: &str, from: &Workspace, copy: &Workspace) -> Result<(), String> {
-        let docker = self.docker_of(host).map_err(|e| e.to_string())?;
+        let docker = self.core.docker_of(host).map_err(|e| e.to_string())?;
         // A borrowed volume is there by the admin's word (and dockgate's check).
         let never_made = from.origin != WorkspaceOrigin::Borrowed
             && docker
@@ -448,7 +507,8 @@ impl Control {
             return Ok(());
         }
         let (profile_name, profile) = self
-            .config
+            .core
+            .config()
             .profiles
             .iter()
             .find(|(_, p)| {
@@ -457,12 +517,17 @@ impl Control {
             })
             .ok_or_else(|| format!("no profile that mounts workspaces runs on host {host}"))?;
         docker
-            .ensure_workspace_volume(&copy.volume, &copy.owner, &copy.id, &self.config.instance)
+            .ensure_workspace_volume(
+                &copy.volume,
+                &copy.owner,
+                &copy.id,
+                &self.core.config().instance,
+            )
             .await
             .map_err(|e| e.to_string())?;
         let declared = profile.declared();
         let facts = CopyFacts {
-            instance: &self.config.instance,
+            instance: &self.core.config().instance,
             host,
             owner: &copy.owner,
             profile: profile_name,
@@ -481,7 +546,7 @@ impl Control {
         };
         let run = async {
             // Subscribed before the job exists, so that its end is never missed.
-            let events = docker.events(&self.config.instance);
+            let events = docker.events(&self.core.config().instance);
             let id = docker.create(&req).await?;
             docker.start(&id).await?;
             failpoint("copy:after_start");
@@ -520,7 +585,7 @@ impl Control {
             WorkspaceState::Failed { reason } => format!("workspace copy failed: {reason}"),
             WorkspaceState::Copying { .. } => String::new(),
         };
-        let r = self.store.change_workspace(&copy.id, |w, _| {
+        let r = self.core.store().change_workspace(&copy.id, |w, _| {
             w.state = state;
             Ok(())
         });
@@ -539,14 +604,14 @@ impl Control {
     /// `failed`, their jobs and half-made volumes removed. Nothing half-made is ever
     /// recorded as ready.
     pub async fn recover_copies(&self) {
-        let Ok(all) = self.store.list_workspaces(None) else {
+        let Ok(all) = self.core.store().list_workspaces(None) else {
             return;
         };
         for w in all
             .into_iter()
             .filter(|w| matches!(w.state, WorkspaceState::Copying { .. }))
         {
-            for h in self.hosts.iter() {
+            for h in self.core.hosts().iter() {
                 let Ok(docker) = h.docker() else { continue };
                 if let Err(e) = docker.remove(&copy_job_name(&w.volume)).await {
                     tracing::warn!(workspace = %w.id, host = %h.name(), error = %e, "an unfinished copy's job could not be removed");

@@ -14,10 +14,10 @@ use crate::labels;
 use crate::model::{Session, SessionState};
 use crate::store::StoreError;
 
-use super::clock::now;
-use super::failpoint::failpoint;
-use super::handle::Control;
-use super::names::{container_name, SYSTEM};
+use super::super::clock::now;
+use super::super::failpoint::failpoint;
+use super::super::names::{container_name, invisible, SYSTEM};
+use super::Sessions;
 
 /// What a user asks a new session to be.
 #[derive(Debug, Clone, Default)]
@@ -42,24 +42,7 @@ pub struct CreateTiming {
     pub total: Duration,
 }
 
-/// A character a session name may not hold: control characters, and the invisible
-/// format characters that make a name display as another one (bidirectional
-/// overrides and isolates, zero-width characters, the byte-order mark, line and
-/// paragraph separators).
-pub(super) fn invisible(c: char) -> bool {
-    c.is_control()
-        || matches!(c,
-            '\u{00AD}'
-            | '\u{061C}'
-            | '\u{180E}'
-            | '\u{200B}'..='\u{200F}'
-            | '\u{2028}'..='\u{202E}'
-            | '\u{2060}'..='\u{206F}'
-            | '\u{FEFF}'
-            | '\u{FFF9}'..='\u{FFFB}')
-}
-
-impl Control {
+impl Sessions {
     /// Creates a session for `who`; also says how long Docker took and how long in all.
     pub async fn create(
         &self,
@@ -68,13 +51,19 @@ impl Control {
     ) -> Result<(Session, CreateTiming), ApiError> {
         let started = Instant::now();
         if let Decision::Deny(d) =
-            policy::decide(who, None, self.is_locked(&who.sub)?, Action::Create)
+            policy::decide(who, None, self.core.is_locked(&who.sub)?, Action::Create)
         {
             return Err(d);
         }
-        let profile = self.config.profiles.get(&req.profile).ok_or_else(|| {
-            ApiError::UNKNOWN_PROFILE.with_message(format!("no profile named {:?}", req.profile))
-        })?;
+        let profile = self
+            .core
+            .config()
+            .profiles
+            .get(&req.profile)
+            .ok_or_else(|| {
+                ApiError::UNKNOWN_PROFILE
+                    .with_message(format!("no profile named {:?}", req.profile))
+            })?;
         let options = resolve_options(profile, &req.options)?;
         let name = match req.name {
             None => req.profile.clone(),
@@ -85,9 +74,11 @@ impl Control {
                 n
             }
         };
-        let workspace = self.choose_workspace(who, profile, &name, req.workspace.as_deref())?;
+        let workspace =
+            self.workspaces
+                .choose_workspace(who, profile, &name, req.workspace.as_deref())?;
         // Fixed now: a later grant or revoke changes only the sessions made after it.
-        let secrets = self.granted_secrets(who, profile)?;
+        let secrets = self.workspaces.granted_secrets(who, profile)?;
         let mut random = [0u8; 10];
         getrandom::getrandom(&mut random)
             .map_err(|e| ApiError::INTERNAL.with_message(format!("no randomness: {e}")))?;
@@ -117,11 +108,11 @@ impl Control {
             .creating
             .mark(session.id)
             .ok_or_else(|| ApiError::INTERNAL.with_message("session id already in flight"))?;
-        self.store
-            .insert_placed(&mut session, self.limits(), |active, pinned| match pinned {
+        self.core.store()
+            .insert_placed(&mut session, self.core.limits(), |active, pinned| match pinned {
                 // A workspace's volume is on one host: the session goes there.
                 Some(h) if profile.hosts.is_empty() || profile.hosts.iter().any(|p| p == h) => {
-                    self.hosts
+                    self.core.hosts()
                         .place(&[h.to_owned()], profile.runtime.as_deref(), active)
                 }
                 Some(h) => Err(format!(
@@ -129,7 +120,8 @@ impl Control {
                     req.profile
                 )),
                 None => self
-                    .hosts
+                    .core
+                    .hosts()
                     .place(&profile.hosts, profile.runtime.as_deref(), active),
             })
             .map_err(|e| {
@@ -145,10 +137,10 @@ impl Control {
                 ApiError::from(e)
             })?;
         failpoint("create:after_record");
-        self.refresh_gauges();
+        self.core.refresh_gauges();
 
         let docker_started = Instant::now();
-        let docker = self.docker_of(&session.host);
+        let docker = self.core.docker_of(&session.host);
         let made = match &docker {
             Ok(docker) => {
                 self.make_container(&session, profile, &secrets, docker)
@@ -157,12 +149,13 @@ impl Control {
             Err(e) => Err(DockerError::Unavailable(e.to_string())),
         };
         let docker_time = docker_started.elapsed();
-        self.metrics
+        self.core
+            .metrics()
             .create_phase("docker", docker_time.as_secs_f64());
         let container_id = match made {
             Ok(id) => id,
             Err(e) => {
-                self.metrics.docker_error("create");
+                self.core.metrics().docker_error("create");
                 // Compensate: whatever was made goes, and the record ends as failed
                 // (unless a delete took it over meanwhile; that delete ends it).
                 if let Ok(docker) = &docker {
@@ -179,14 +172,14 @@ impl Control {
                 ) {
                     tracing::error!(session = %session.id, error = %se, "create failed and its record could not be ended; the reconciler will");
                 }
-                self.refresh_gauges();
+                self.core.refresh_gauges();
                 tracing::warn!(target: "audit", session = %session.id, sub = %who.sub, error = %e, "create failed");
                 return Err(e.into());
             }
         };
         failpoint("create:after_start");
         let cid = container_id.clone();
-        let updated = self.store.update(&session.id, move |s| {
+        let updated = self.core.store().update(&session.id, move |s| {
             // A delete may have started while the container was being made; keep it.
             if s.state == SessionState::Creating {
                 s.state = SessionState::Running;
@@ -199,9 +192,10 @@ impl Control {
                     docker: docker_time,
                     total: started.elapsed(),
                 };
-                self.metrics
+                self.core
+                    .metrics()
                     .create_phase("total", timing.total.as_secs_f64());
-                self.refresh_gauges();
+                self.core.refresh_gauges();
                 let secrets: Vec<&str> = secrets.keys().map(String::as_str).collect();
                 tracing::info!(target: "audit", session = %s.id, sub = %who.sub, profile = %s.profile, host = %s.host, secrets = %secrets.join(","), docker_ms = timing.docker.as_millis() as u64, total_ms = timing.total.as_millis() as u64, "session created");
                 Ok((s, timing))
@@ -231,7 +225,7 @@ impl Control {
                         tracing::error!(session = %s.id, error = %e, "could not end a session ended while being created; the reconciler will");
                     }
                 }
-                self.refresh_gauges();
+                self.core.refresh_gauges();
                 match other {
                     // The store could not record it (its disk is full, say): that is
                     // the answer, not a conflict.
@@ -250,8 +244,8 @@ impl Control {
         secrets: &SessionSecrets,
         docker: &Docker,
     ) -> Result<String, DockerError> {
-        let instance = &self.config.instance;
-        self.ensure_workspace(s, docker).await?;
+        let instance = &self.core.config().instance;
+        self.workspaces.ensure_workspace(s, docker).await?;
         let declared = profile.declared();
         let undeclared = |e: policy::declared::NotDeclared| DockerError::Other {
             op: "create",

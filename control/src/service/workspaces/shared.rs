@@ -12,9 +12,9 @@ use crate::error::ApiError;
 use crate::model::{Session, Workspace, WorkspaceGrant, WorkspaceOrigin, WorkspaceState};
 use crate::store::StoreError;
 
-use super::clock::now;
-use super::handle::Control;
-use super::workspaces::{checked_name, new_id, refused};
+use super::super::clock::now;
+use super::Workspaces;
+use super::{checked_name, new_id, refused};
 
 fn admin(who: &Principal) -> Result<(), ApiError> {
     if who.admin {
@@ -54,7 +54,7 @@ fn checked_grant(to: &str, access: &str) -> Result<WorkspaceGrant, ApiError> {
     })
 }
 
-impl Control {
+impl Workspaces {
     /// Every shared workspace, with the sessions that use it (admins).
     pub fn shared_workspaces(
         &self,
@@ -62,9 +62,9 @@ impl Control {
     ) -> Result<Vec<(Workspace, Vec<Session>)>, ApiError> {
         admin(who)?;
         let mut out = Vec::new();
-        for w in self.store.list_workspaces(None)? {
+        for w in self.core.store().list_workspaces(None)? {
             if w.origin.is_shared() {
-                let users = self.store.users_of(&w.id)?;
+                let users = self.core.store().users_of(&w.id)?;
                 out.push((w, users));
             }
         }
@@ -73,7 +73,8 @@ impl Control {
 
     fn shared_workspace(&self, who: &Principal, id: &SessionId) -> Result<Workspace, ApiError> {
         admin(who)?;
-        self.store
+        self.core
+            .store()
             .get_workspace(id)?
             .filter(|w| w.origin.is_shared())
             .ok_or(ApiError::WORKSPACE_NOT_FOUND)
@@ -95,20 +96,28 @@ impl Control {
         let (origin, volume, host) = match volume {
             None => (
                 WorkspaceOrigin::Shared,
-                shared_volume_name(&self.config.instance, &id),
+                shared_volume_name(&self.core.config().instance, &id),
                 None,
             ),
             Some(v) => {
-                if !self.config.docker.shared_volumes.iter().any(|s| s == v) {
+                if !self
+                    .core
+                    .config()
+                    .docker
+                    .shared_volumes
+                    .iter()
+                    .any(|s| s == v)
+                {
                     return Err(bad(format!(
                         "volume {v:?} is not in docker.shared_volumes, the volumes that may be shared"
                     )));
                 }
                 let host = match host {
-                    Some(h) if self.hosts.get(h).is_some() => h.to_owned(),
+                    Some(h) if self.core.hosts().get(h).is_some() => h.to_owned(),
                     Some(h) => return Err(bad(format!("no Docker host named {h:?}"))),
                     None => self
-                        .hosts
+                        .core
+                        .hosts()
                         .iter()
                         .next()
                         .map(|h| h.name().to_owned())
@@ -130,7 +139,7 @@ impl Control {
             copied_from: None,
             grants: Vec::new(),
         };
-        self.store.insert_workspace(&w).map_err(refused)?;
+        self.core.store().insert_workspace(&w).map_err(refused)?;
         tracing::info!(target: "audit", sub = %who.sub, workspace = %w.id, name = %w.name, volume = %w.volume, borrowed = w.origin == WorkspaceOrigin::Borrowed, "shared workspace registered");
         Ok(w)
     }
@@ -154,7 +163,8 @@ impl Control {
             })
             .transpose()?;
         let (w, ()) = self
-            .store
+            .core
+            .store()
             .change_workspace(id, |w, _| {
                 if let Some(n) = name {
                     w.name = n;
@@ -182,16 +192,17 @@ impl Control {
         id: &SessionId,
     ) -> Result<(), ApiError> {
         let w = self.shared_workspace(who, id)?;
-        if let Some(s) = self.store.users_of(id)?.first() {
-            return Err(super::workspaces::in_use(&w, s));
+        if let Some(s) = self.core.store().users_of(id)?.first() {
+            return Err(super::in_use(&w, s));
         }
         if let Some(host) = &w.host {
             self.remove_created_volume(host, &w).await?;
         }
-        self.store
+        self.core
+            .store()
             .delete_workspace(id, |w, users| match users.first() {
                 Some(s) => Err(StoreError::Conflict(
-                    super::workspaces::in_use(w, s).message.into_owned(),
+                    super::in_use(w, s).message.into_owned(),
                 )),
                 None => Ok(()),
             })

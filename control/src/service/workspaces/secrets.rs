@@ -16,9 +16,9 @@ use crate::error::ApiError;
 use crate::model::Secret;
 use crate::store::StoreError;
 
-use super::clock::now;
-use super::handle::Control;
-use super::shared_workspaces::is_grantee;
+use super::super::clock::now;
+use super::shared::is_grantee;
+use super::Workspaces;
 
 const fn refusal(status: u16, code: &'static str, message: &'static str) -> ApiError {
     ApiError {
@@ -110,17 +110,17 @@ fn checked_grants(grants: &[String]) -> Result<Vec<String>, ApiError> {
     Ok(out)
 }
 
-impl Control {
+impl Workspaces {
     /// Every registered secret (admins).
     pub fn secrets(&self, who: &Principal) -> Result<Vec<Secret>, ApiError> {
         admin(who)?;
-        Ok(self.store.list_secrets()?)
+        Ok(self.core.store().list_secrets()?)
     }
 
     /// The secret `name` (admins).
     pub fn secret(&self, who: &Principal, name: &str) -> Result<Secret, ApiError> {
         admin(who)?;
-        self.store.get_secret(name)?.ok_or(SECRET_NOT_FOUND)
+        self.core.store().get_secret(name)?.ok_or(SECRET_NOT_FOUND)
     }
 
     /// Registers the secret `name`, the file `path` under `docker.secrets_dir`
@@ -139,9 +139,10 @@ impl Control {
                 "{name:?}: secret names are 1-64 characters of A-Z a-z 0-9 . _ - (not starting with .)"
             )));
         }
-        let path = checked_path(self.config.docker.secrets_dir.as_deref(), path)?;
+        let path = checked_path(self.core.config().docker.secrets_dir.as_deref(), path)?;
         if let Some((profile, _)) = self
-            .config
+            .core
+            .config()
             .profiles
             .iter()
             .find(|(_, p)| p.secrets.contains_key(name))
@@ -157,7 +158,7 @@ impl Control {
             registered_at: now(),
             grants: checked_grants(grants)?,
         };
-        self.store.insert_secret(&s).map_err(refused)?;
+        self.core.store().insert_secret(&s).map_err(refused)?;
         tracing::info!(target: "audit", sub = %who.sub, secret = %s.name, path = %s.path, grants = %s.grants.join(","), "secret registered");
         Ok(s)
     }
@@ -173,7 +174,8 @@ impl Control {
         admin(who)?;
         let grants = checked_grants(grants)?;
         let (s, before) = self
-            .store
+            .core
+            .store()
             .change_secret(name, |s| Ok(std::mem::replace(&mut s.grants, grants)))
             .map_err(refused)?;
         let added: Vec<&str> = s
@@ -200,7 +202,7 @@ impl Control {
     /// file is not touched.
     pub fn delete_secret(&self, who: &Principal, name: &str) -> Result<(), ApiError> {
         admin(who)?;
-        let s = self.store.delete_secret(name).map_err(refused)?;
+        let s = self.core.store().delete_secret(name).map_err(refused)?;
         tracing::info!(target: "audit", sub = %who.sub, secret = %s.name, path = %s.path, "secret deleted");
         Ok(())
     }
@@ -208,17 +210,17 @@ impl Control {
     /// The registered secrets a new session of `who` on `profile` mounts: those granted
     /// to them or one of their roles, but for a name the profile's own `secrets` uses
     /// (the profile's wins) or a file no longer under `docker.secrets_dir`.
-    pub(super) fn granted_secrets(
+    pub(in crate::service) fn granted_secrets(
         &self,
         who: &Principal,
         profile: &Profile,
     ) -> Result<SessionSecrets, ApiError> {
         let mut out = SessionSecrets::new();
-        for s in self.store.list_secrets()? {
+        for s in self.core.store().list_secrets()? {
             if !s.granted_to(&who.sub, &who.roles) || profile.secrets.contains_key(&s.name) {
                 continue;
             }
-            match checked_path(self.config.docker.secrets_dir.as_deref(), &s.path) {
+            match checked_path(self.core.config().docker.secrets_dir.as_deref(), &s.path) {
                 Ok(path) if path == s.path => {
                     out.insert(s.name, path);
                 }

@@ -5,11 +5,10 @@
 //! session's terminals with a close frame. Its Docker teardown (a hang-up, the
 //! programs' exit, the removal, and every `docker attach` of the pools ending with it)
 //! costs the same cores, so it waits until the gateways report the terminals closed
-//! (at most [`FANOUT_WAIT`]), and at most [`STOPS_AT_ONCE`](super::handle::STOPS_AT_ONCE)
+//! (at most [`FANOUT_WAIT`]), and at most [`STOPS_AT_ONCE`](super::STOPS_AT_ONCE)
 //! teardowns run together:
 //! ends decided together close their terminals first and stop their containers after.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use config::Profile;
@@ -20,16 +19,16 @@ use crate::error::ApiError;
 use crate::model::{Session, SessionState};
 use crate::store::{Ending, StoreError};
 
-use super::clock::now;
-use super::failpoint::failpoint;
-use super::handle::Control;
-use super::names::{container_name, home_volume_name, SYSTEM};
+use super::super::clock::now;
+use super::super::failpoint::failpoint;
+use super::super::names::{container_name, home_volume_name, SYSTEM};
+use super::Sessions;
 
 /// How long a teardown waits for the gateways to report the session's terminals
 /// closed; a gateway that stopped reporting is forgotten sooner.
 const FANOUT_WAIT: Duration = Duration::from_secs(1);
 
-impl Control {
+impl Sessions {
     /// Ends session `id` as `state` if it is still in one of `from`, as decided by
     /// `by` for `reason`. Refused ends (already ended, or moved on) are `Ok(None)`.
     pub fn end_record(
@@ -48,8 +47,9 @@ impl Control {
             at: now(),
         };
         match self
-            .store
-            .end(id, &ending, self.config.control.history_per_user)
+            .core
+            .store()
+            .end(id, &ending, self.core.config().control.history_per_user)
         {
             Ok(s) => Ok(Some(s)),
             Err(StoreError::NotFound | StoreError::StateChanged(_)) => Ok(None),
@@ -60,18 +60,18 @@ impl Control {
     /// Ends session `id` if its profile's limits say it is due now (`idle` or
     /// `max_lifetime`), the way any end goes: recorded `stopping` by `termgate` with
     /// its reason and flushed, which removes its route (gateways close its terminals);
-    /// then its container is stopped in the background ([`Control::stop_in_background`]).
+    /// then its container is stopped in the background ([`Sessions::stop_in_background`]).
     /// Decided again inside the store's write, so an input reported since the caller
     /// looked keeps the session. Returns the cause when this call ended it, once the
     /// decision is durable.
-    pub fn end_if_due(self: &Arc<Self>, id: &SessionId) -> Result<Option<EndCause>, ApiError> {
+    pub fn end_if_due(&self, id: &SessionId) -> Result<Option<EndCause>, ApiError> {
         let t = now();
         let mut decided = None;
-        let s = self.store.update(id, |s| {
+        let s = self.core.store().update(id, |s| {
             if s.state != SessionState::Running {
                 return;
             }
-            let Some(p) = self.config.profiles.get(&s.profile) else {
+            let Some(p) = self.core.config().profiles.get(&s.profile) else {
                 return;
             };
             let limits = p.lifetime_limits();
@@ -102,10 +102,10 @@ impl Control {
         let Some(cause) = decided else {
             return Ok(None);
         };
-        self.refresh_gauges();
+        self.core.refresh_gauges();
         let reason = s.end_reason.clone().unwrap_or_default();
         tracing::info!(target: "audit", session = %s.id, sub = %s.owner, reason = cause.as_str(), detail = %reason, last_input = ?s.last_input, created_at = s.created_at, "session ended by its profile's limits");
-        self.metrics.reconciled(cause.as_str());
+        self.core.metrics().reconciled(cause.as_str());
         self.stop_in_background(s);
         Ok(Some(cause))
     }
@@ -113,10 +113,10 @@ impl Control {
     /// Ends a session, decision first: the record becomes `stopping` with who ended it
     /// and why, flushed, and its route leaves the feed in the same write, so gateways
     /// close its terminals and share viewers now. The container is then stopped on a
-    /// task of its own ([`Control::stop_in_background`]). Returns once the decision is
+    /// task of its own ([`Sessions::stop_in_background`]). Returns once the decision is
     /// durable: the caller never waits for Docker.
-    pub fn end(self: &Arc<Self>, who: &Principal, id: &SessionId) -> Result<(), ApiError> {
-        let s = self.authorized(who, id, Action::End)?;
+    pub fn end(&self, who: &Principal, id: &SessionId) -> Result<(), ApiError> {
+        let s = self.core.authorized(who, id, Action::End)?;
         let by = who.sub.to_string();
         let reason = if s.owner != who.sub {
             "ended by an admin"
@@ -125,7 +125,7 @@ impl Control {
         };
         let by_for_record = by.clone();
         let mut decided_before = false;
-        let s = self.store.update(id, |s| {
+        let s = self.core.store().update(id, |s| {
             // Decided inside the write, so of two racing ends exactly one wins and
             // keeps who and why.
             if s.state == SessionState::Stopping {
@@ -142,7 +142,7 @@ impl Control {
             return Err(ApiError::NOT_FOUND);
         }
         failpoint("delete:after_stopping");
-        self.refresh_gauges();
+        self.core.refresh_gauges();
         tracing::info!(target: "audit", session = %id, sub = %by, owner = %s.owner, reason, "session ended");
         self.stop_in_background(s);
         Ok(())
@@ -154,14 +154,14 @@ impl Control {
     /// Docker. `false` when another task of this process is ending it already. A stop
     /// that fails, like a crash, leaves the record `stopping`, which the next reconcile
     /// pass hands here again.
-    pub(crate) fn stop_in_background(self: &Arc<Self>, s: Session) -> bool {
+    pub(crate) fn stop_in_background(&self, s: Session) -> bool {
         let Some(mark) = self.ending.mark(s.id) else {
             return false;
         };
-        let c = Arc::clone(self);
+        let c = self.clone();
         tokio::spawn(async move {
             let _mark = mark;
-            if !c.live.closed_everywhere(&s.id, FANOUT_WAIT).await {
+            if !c.core.live().closed_everywhere(&s.id, FANOUT_WAIT).await {
                 tracing::debug!(session = %s.id, "terminals still reported open; stopping the container anyway");
             }
             // Never closed: the semaphore lives as long as the handle.
@@ -188,7 +188,8 @@ impl Control {
     async fn stop_and_record(&self, s: &Session) -> Result<bool, ApiError> {
         // The record this task was handed may be a pass's stale copy.
         if !self
-            .store
+            .core
+            .store()
             .get(&s.id)?
             .is_some_and(|now| now.state == SessionState::Stopping)
         {
@@ -198,7 +199,7 @@ impl Control {
             .container_id
             .clone()
             .unwrap_or_else(|| container_name(&s.id));
-        let docker = self.docker_of(&s.host)?;
+        let docker = self.core.docker_of(&s.host)?;
         match docker.hang_up(&target).await {
             Ok(()) => match docker.wait_exit(&target, self.stop_grace(s)).await {
                 Ok(true) => {}
@@ -210,12 +211,12 @@ impl Control {
                 }
             },
             Err(e) => {
-                self.metrics.docker_error("kill");
+                self.core.metrics().docker_error("kill");
                 tracing::warn!(session = %s.id, error = %e, "hang-up failed; removing by force");
             }
         }
         if let Err(e) = self.remove_container(&docker, &target).await {
-            self.metrics.docker_error("remove");
+            self.core.metrics().docker_error("remove");
             // The record stays `stopping`; the reconciler finishes the job later.
             return Err(e.into());
         }
@@ -240,15 +241,15 @@ impl Control {
             &by,
             reason,
         )?;
-        self.refresh_gauges();
+        self.core.refresh_gauges();
         // A chosen workspace's size is measured again (not the home volume's: every
         // session of a `home` profile has one, and each measurement walks the host).
-        let home = home_volume_name(&self.config.instance, &s.owner);
+        let home = home_volume_name(&self.core.config().instance, &s.owner);
         if s.workspace
             .as_ref()
             .is_some_and(|w| w.id.is_some() && w.volume != home)
         {
-            self.measure_workspaces_soon();
+            self.workspaces.measure_workspaces_soon();
         }
         Ok(true)
     }
@@ -256,7 +257,7 @@ impl Control {
     /// How long the programs of `s` get after their hang-up: its profile's
     /// `stop_grace_seconds`, or the default for a profile this configuration dropped.
     fn stop_grace(&self, s: &Session) -> Duration {
-        self.config.profiles.get(&s.profile).map_or(
+        self.core.config().profiles.get(&s.profile).map_or(
             Duration::from_secs(config::DEFAULT_STOP_GRACE_SECONDS),
             Profile::stop_grace,
         )
@@ -269,7 +270,7 @@ impl Control {
             Ok(()) => Ok(()),
             Err(DockerError::Conflict(m)) => {
                 let deadline = Instant::now()
-                    + Duration::from_secs(self.config.control.docker_timeout_seconds);
+                    + Duration::from_secs(self.core.config().control.docker_timeout_seconds);
                 while Instant::now() < deadline {
                     if docker.inspect(target).await?.is_none() {
                         return Ok(());
