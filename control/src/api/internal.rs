@@ -141,6 +141,7 @@ pub(super) async fn recordings(
             let id = session_id(id)?;
             let name = (*name).to_owned();
             control
+                .sessions
                 .recordings()
                 .put(&id, &name, req.into_body())
                 .await?;

@@ -116,6 +116,7 @@ pub(super) async fn play(
         return Ok(boxed(json(200, &answer)));
     }
     let (file, size) = control
+        .sessions
         .recordings()
         .open_file(&link.session, &link.recording)
         .await

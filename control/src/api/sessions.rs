@@ -137,7 +137,7 @@ pub(super) async fn sessions(
             }
             // Owner or admin, for active and ended sessions alike; others: 404.
             control.sessions.get(who, &id)?;
-            let list = control.recordings().list(&id);
+            let list = control.sessions.recordings().list(&id);
             let recordings = list.into_iter().map(RecordingView::from).collect();
             Ok(json(200, &RecordingList { recordings }))
         }
@@ -317,7 +317,7 @@ pub(super) async fn download(
 ) -> Result<Streamed, ApiError> {
     let id = session_id(id)?;
     control.sessions.get(who, &id)?;
-    let (file, size) = control.recordings().open_file(&id, name).await?;
+    let (file, size) = control.sessions.recordings().open_file(&id, name).await?;
     tracing::info!(target: "audit", sub = %who.sub, session = %id, recording = %name, bytes = size, "recording read");
     let mut r = cast_file(file, size);
     if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}.cast\"")) {

@@ -33,6 +33,7 @@ pub(super) fn profiles(
         return Err(not_allowed());
     }
     let profiles = control
+        .sessions
         .profiles()
         .iter()
         .map(|(name, p)| ProfileView::new(name, p))

@@ -2,10 +2,9 @@
 //! one shared [`Core`] — and the few things the API needs beside them: the
 //! configuration, the metrics, the store's revision and the audit trail.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use config::{Config, Profile};
+use config::Config;
 use policy::audit::AuditEntry;
 use policy::{Principal, Verifier};
 
@@ -22,7 +21,6 @@ use super::workspaces::Workspaces;
 use crate::error::ApiError;
 use crate::hosts::Hosts;
 use crate::metrics::Metrics;
-use crate::recordings::Recordings;
 use crate::store::{AuditQuery, Store, StoreError};
 
 /// The control service: its resources, each a cheap handle to clone and hand on.
@@ -77,16 +75,6 @@ impl Control {
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
         self.core.metrics()
-    }
-
-    /// The recordings gateways handed over: their directory and size limit.
-    pub fn recordings(&self) -> Recordings {
-        self.core.recordings()
-    }
-
-    /// The profiles users may create sessions from, by name.
-    pub fn profiles(&self) -> &BTreeMap<String, Profile> {
-        &self.core.config().profiles
     }
 
     /// The largest request body the API reads, in bytes.
